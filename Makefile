@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create or reuse .venv.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.vlrl-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test test-fast lint clean
+
+$(STAMP): setup.cfg requirements/ci.txt requirements/torch.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, from its own pin file: see README "How torch is installed".
+	$(BIN)/python -m pip install -q -r requirements/torch.txt
+	$(BIN)/python -m pip install -q -r requirements/ci.txt -e ".[train,serve,ray,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/vlrl demo --out runs/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check vlrl tests data_pipelines train eval
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,268 @@
+"""The one seam between vlrl and every model.
+
+Pipelines, rewards and evaluators never import ``transformers`` or ``openai`` to talk to a model:
+they build :class:`ChatRequest` / :class:`ChoiceRequest` objects and hand a *batch* of them to a
+:class:`Backend`. Batching is the backend's business (left-padded ``generate`` in-process, many
+requests in flight over HTTP), which is why the interface takes lists and never single requests.
+
+Messages use the OpenAI chat layout. A user turn's ``content`` is either a string or a list of parts:
+
+* ``{"type": "text", "text": "..."}``
+* ``{"type": "image", "image": <PIL.Image | path str>}``
+
+Each backend converts images itself (processor pixels in-process, base64 data URLs over HTTP).
+
+Failures are per request: one bad record must never sink a batch, so results carry ``error`` instead
+of raising. Callers decide whether an error means "quarantine", "retry later" or "reward is None".
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Generation settings shared by every backend.
+
+    ``temperature == 0`` means greedy decoding. ``seed`` makes sampling reproducible where the
+    backend supports it, and is part of the cache key so two seeds never share a cached answer.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k (the OpenAI API has no top-k; HTTP backends send it only when > 0)."""
+    n: int = 1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class ChatRequest:
+    """One chat generation: ``n`` samples of the assistant's next turn."""
+
+    messages: list[dict[str, Any]]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    id: str | None = None
+    """Record id used in error messages and logs (e.g. the image path); not part of the cache key."""
+
+
+@dataclass
+class ChatResult:
+    texts: list[str] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def text(self) -> str:
+        """The first sample (most callers ask for one)."""
+        return self.texts[0] if self.texts else ""
+
+
+@dataclass
+class ChoiceRequest:
+    """Ask for the probability of each of a fixed set of answer strings.
+
+    The prompt is ``messages`` followed by the start of the assistant turn and ``prefix`` (e.g.
+    ``"The answer is "``); each choice (e.g. ``"A"``) is a candidate continuation. Backends score
+    only the *first token* of each choice, so choices must differ in their first token (option
+    letters do).
+    """
+
+    messages: list[dict[str, Any]]
+    choices: list[str]
+    prefix: str = ""
+    id: str | None = None
+    samples: int = 16
+    """How many samples estimate the distribution when the backend cannot read logprobs."""
+    seed: int | None = None
+
+
+Method = Literal["logits", "logprobs", "sampled"]
+
+
+@dataclass
+class ChoiceResult:
+    probs: dict[str, float] = field(default_factory=dict)
+    """Probability of each choice, renormalised over the choices (sums to 1 unless error)."""
+    method: Method | None = None
+    """``logits``/``logprobs``: exact; ``sampled``: a Monte-Carlo estimate from ``samples`` draws."""
+    mass: float = 0.0
+    """Unnormalised probability mass the model put on the choices (low mass = off-format answer)."""
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def exact(self) -> bool:
+        return self.method in ("logits", "logprobs")
+
+    def argmax(self) -> str | None:
+        return max(self.probs, key=self.probs.__getitem__) if self.probs else None
+
+
+@dataclass
+class Accounting:
+    """Counters every backend keeps; returned to callers and logged by pipelines."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                setattr(self, k, getattr(self, k) + v)
+
+    def snapshot(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.startswith("_")}
+
+    def __sub__(self, other: dict[str, int]) -> dict[str, int]:
+        return {k: v - other.get(k, 0) for k, v in self.snapshot().items()}
+
+
+class BackendError(RuntimeError):
+    """A backend could not be built or reached at all (not a per-request failure)."""
+
+
+class Backend(abc.ABC):
+    """Base class of every model backend. Subclasses implement ``_chat`` and ``_score_choices``."""
+
+    kind: str = "base"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.stats = Accounting()
+
+    # -- public API (batched) ------------------------------------------------------------------
+    def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        if not requests:
+            return []
+        results = self._chat(list(requests))
+        self._account(results)
+        return results
+
+    def score_choices(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult]:
+        if not requests:
+            return []
+        results = self._score_choices(list(requests))
+        self.stats.add(requests=len(requests), failures=sum(not r.ok for r in results))
+        return results
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two backends give the same answers (the cache key's backend part)."""
+        return {"kind": self.kind, "model": self.model}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (HTTP sessions, GPU memory)."""
+
+    # -- for subclasses ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]: ...
+
+    @abc.abstractmethod
+    def _score_choices(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]: ...
+
+    def _account(self, results: list[ChatResult]) -> None:
+        self.stats.add(
+            requests=len(results),
+            prompt_tokens=sum(r.prompt_tokens for r in results if not r.cached),
+            completion_tokens=sum(r.completion_tokens for r in results if not r.cached),
+            failures=sum(not r.ok for r in results),
+        )
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- helpers shared by backends -------------------------------------------------------------------
+
+
+def choices_from_samples(texts: Sequence[str], choices: Sequence[str]) -> tuple[dict[str, float], float]:
+    """Estimate choice probabilities from sampled answers: the first choice each text starts with.
+
+    Returns (probs renormalised over choices, fraction of samples that named a choice). Used by
+    backends that cannot return logprobs (``transformers serve`` ignores them).
+    """
+    counts = dict.fromkeys(choices, 0)
+    for t in texts:
+        c = first_choice(t, choices)
+        if c is not None:
+            counts[c] += 1
+    hit = sum(counts.values())
+    if hit == 0:
+        return {c: 1.0 / len(choices) for c in choices}, 0.0
+    return {c: counts[c] / hit for c in choices}, hit / max(len(texts), 1)
+
+
+def first_choice(text: str, choices: Sequence[str]) -> str | None:
+    """The choice the answer text names first, ignoring leading whitespace and punctuation."""
+    s = text.strip().lstrip("([*\"' ")
+    for c in sorted(choices, key=len, reverse=True):
+        if s.startswith(c):
+            return c
+    return None
+
+
+def message_images(messages: Sequence[dict[str, Any]]) -> list[Any]:
+    """All image parts of a conversation, in order."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            out.extend(p["image"] for p in content if p.get("type") == "image")
+    return out
+
+
+def request_key(identity: dict[str, Any], payload: dict[str, Any]) -> str:
+    """Stable hash of (backend identity, request payload); images are hashed by their pixels."""
+    blob = json.dumps({"backend": identity, "request": payload}, sort_keys=True, default=_jsonable)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _jsonable(obj: Any) -> Any:
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover
+        Image = None
+    if Image is not None and isinstance(obj, Image.Image):
+        return {"image_sha256": hashlib.sha256(obj.tobytes()).hexdigest(), "size": obj.size, "mode": obj.mode}
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)

@@ -1,0 +1,43 @@
+"""The ``vlrl`` console script: thin sub-commands over the library.
+
+Each command group lives in its own module and only parses flags, builds library objects and
+prints results; the logic lives in ``vlrl.*``. Heavy imports (torch, transformers, trl) happen
+inside commands so ``vlrl --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import typer
+
+from . import bench, caption, data, demo, eval, models, reward, train
+
+app = typer.Typer(
+    name="vlrl",
+    help="RL post-training for vision-language captioners: CapRL, RubiCap, Vision-R1.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models.app, name="models", help="Build offline tiny models for tests and demos.")
+app.add_typer(data.app, name="data", help="Dataset builders: image checks, QA curation, rubrics, cold start.")
+app.add_typer(reward.app, name="reward", help="Score, smoke-test and guard caption rewards.")
+app.add_typer(train.app, name="train", help="GRPO / PTST / SFT training from YAML recipes.")
+app.add_typer(eval.app, name="eval", help="Evaluations: Prism-style QA, arena, caption-QA, reasoning.")
+app.add_typer(bench.app, name="bench", help="Benchmarks that print side-by-side ratios.")
+caption.register(app)
+demo.register(app)
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    level = logging.DEBUG if verbose else getattr(logging, os.environ.get("VLRL_LOG_LEVEL", "INFO"))
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "httpcore", "openai", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main() -> None:
+    app()

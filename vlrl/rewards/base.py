@@ -1,0 +1,106 @@
+"""What every vlrl reward is: a TRL reward function that also explains itself.
+
+TRL calls a reward as ``fn(prompts, completions, completion_ids, **columns)`` and wants one
+``float | None`` per completion (``None``: not applicable, the sample does not steer training).
+Dataset columns (questions, rubrics, answers) arrive as keyword arguments, together with
+``log_metric`` / ``trainer_state`` in TRL >= 1.x.
+
+:class:`Reward` keeps exactly that contract and adds one thing: ``score()`` returns a
+:class:`Score` per completion whose ``details`` hold the sub-scores (QA accuracy, pass rate by
+severity, which guard fired). ``__call__`` averages numeric details into ``log_metric`` so every
+sub-score shows up in the trainer's logs without any extra wiring, and ``vlrl reward score`` writes
+them per row.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Score:
+    value: float | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes conversational completions as ``[{"role": "assistant", "content": str}]``."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion:
+        content = completion[-1].get("content", "")
+        if isinstance(content, list):  # content parts
+            return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+        return content or ""
+    if isinstance(completion, dict):
+        return completion.get("content", "") or ""
+    return str(completion or "")
+
+
+# TRL's own keyword arguments: not dataset columns.
+TRL_KWARGS = {"trainer_state", "log_metric", "log_extra", "completion_ids", "prompts"}
+
+
+class Reward:
+    """Base class for rewards with settings. Subclasses implement :meth:`score`.
+
+    ``required_columns`` names the dataset columns the reward needs; the trainer checks them before
+    loading any model so a missing column fails fast with a clear message.
+    """
+
+    name: str = "reward"
+    required_columns: tuple[str, ...] = ()
+
+    @property
+    def __name__(self) -> str:  # TRL names the reward's metrics after __name__
+        return self.name
+
+    def score(self, completions: list[str], **columns: Any) -> list[Score]:
+        raise NotImplementedError
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        log_metric = kwargs.get("log_metric")
+        columns = {k: v for k, v in kwargs.items() if k not in TRL_KWARGS}
+        texts = [completion_text(c) for c in completions or []]
+        scores = self.score(texts, prompts=prompts, **columns)
+        if log_metric is not None:
+            for key, value in summarize_details(scores).items():
+                log_metric(f"{self.name}/{key}", value)
+        return [s.value for s in scores]
+
+
+def summarize_details(scores: Sequence[Score]) -> dict[str, float]:
+    """Mean of every numeric detail across completions, plus the rate of ``None`` rewards."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for s in scores:
+        for k, v in s.details.items():
+            if isinstance(v, bool):
+                v = float(v)
+            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+    out = {k: sums[k] / counts[k] for k in sums}
+    if scores:
+        out["none_rate"] = sum(s.value is None for s in scores) / len(scores)
+    return out
+
+
+class FunctionReward(Reward):
+    """Adapts a plain TRL reward function (e.g. a user's ``pkg.mod:fn``) to :class:`Reward`."""
+
+    def __init__(self, fn, name: str | None = None, **settings: Any) -> None:
+        self.fn = fn
+        self.settings = settings
+        self.name = name or getattr(fn, "__name__", "reward")
+
+    def score(self, completions: list[str], prompts=None, **columns: Any) -> list[Score]:
+        convo = [[{"role": "assistant", "content": c}] for c in completions]
+        values = self.fn(prompts=prompts, completions=convo, **self.settings, **columns)
+        return [Score(v) for v in values]
