@@ -95,7 +95,7 @@ def train_tokenizer(texts: Iterable[str] | None = None, out: str | Path | None =
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
+        special_tokens=list(QWEN_SPECIAL_TOKENS),  # ids 0..13, in Qwen's order
         show_progress=False,
     )
     bpe.train_from_iterator(list(texts) if texts is not None else _default_corpus(), trainer=trainer)
