@@ -4,7 +4,8 @@ Spec grammar (options after ``?`` are ``key=value`` pairs joined by ``&``):
 
 * ``hf:PATH[?device=cpu&dtype=float32&batch_size=16]`` — in-process ``transformers`` (VLM or text
   LM, chosen from the folder's config).
-* ``openai:BASE_URL@MODEL[?concurrency=16&timeout=60&max_retries=4&api_key_env=OPENAI_API_KEY]`` —
+* ``openai:BASE_URL@MODEL[?concurrency=16&timeout=60&max_retries=4&api_key_env=OPENAI_API_KEY
+  &logprobs=auto|on|off&prefix_mode=auto|assistant|user&image_format=png|jpeg]`` —
   any OpenAI-compatible server (``vllm serve``, SGLang, ``transformers serve``, OpenAI). The API key
   is read from the environment variable named by ``api_key_env`` (default ``OPENAI_API_KEY``), never
   from the spec, so it never lands in logs, caches or shell history.
