@@ -1,0 +1,192 @@
+"""`vlrl data check`: the real console script over a folder and datasets full of hostile files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+VLRL = Path(sys.executable).parent / "vlrl"
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def _bomb_png(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * 4096, 9)
+    return b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
+
+
+def _noise(w: int, h: int, seed: int = 0) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+
+
+def _encoded(img: Image.Image, fmt: str, **kw: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([str(VLRL), "data", "check", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _read_report(path: Path) -> dict:
+    report = json.loads(path.read_text())
+    assert set(report) == {"files", "ok", "errors"}
+    for f in report["files"]:
+        assert set(f) == {"path", "status", "reason"}
+        assert f["status"] in ("ok", "error")
+        assert (f["reason"] is None) == (f["status"] == "ok")
+    assert report["ok"] == sum(f["status"] == "ok" for f in report["files"])
+    assert report["errors"] == len(report["files"]) - report["ok"]
+    return report
+
+
+@pytest.fixture
+def hostile_folder(tmp_path: Path) -> Path:
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside.png"
+    _noise(8, 8).save(outside)
+
+    _noise(32, 24).save(root / "good.png")
+    (root / "good.jpg").write_bytes(_encoded(_noise(32, 24, 1), "JPEG", quality=90))
+    Image.new("CMYK", (16, 16), (0, 255, 255, 0)).save(root / "sub" / "cmyk.jpg")
+    pal = Image.new("P", (4, 4))
+    pal.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    pal.save(root / "sub" / "palette.png", transparency=0)
+    Image.fromarray(np.full((6, 6), 40000, dtype=np.uint16)).save(root / "sub" / "deep16.png")
+    Image.new("LA", (5, 5), (10, 100)).save(root / "sub" / "gray_alpha.png")
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    Image.new("RGB", (30, 10)).save(root / "sub" / "rotated.jpg", exif=exif.tobytes())
+
+    png = _encoded(_noise(96, 96, 2), "PNG")
+    jpg = _encoded(_noise(96, 96, 3), "JPEG", quality=95)
+    (root / "truncated.png").write_bytes(png[: len(png) // 2])
+    (root / "truncated.jpg").write_bytes(jpg[: len(jpg) // 2])
+    (root / "random.jpg").write_bytes(np.random.default_rng(4).bytes(3000))
+    (root / "bomb.png").write_bytes(_bomb_png(10_000, 10_000))
+    os.symlink(outside, root / "escape.png")
+    (root / "notes.txt").write_text("not listed: wrong extension")
+    return root
+
+
+EXPECTED_ERRORS = {
+    "truncated.png": "truncated",
+    "truncated.jpg": "truncated",
+    "random.jpg": "not an image",
+    "bomb.png": "decompression bomb",
+    "escape.png": "escapes the dataset root",
+}
+
+
+def test_check_folder_reports_every_bad_file(hostile_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    proc = run_check(str(hostile_folder), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "7 ok, 5 errors" in proc.stdout
+    report = _read_report(out)
+    by_path = {f["path"]: f for f in report["files"]}
+    assert sorted(by_path) == sorted(
+        [
+            "good.png",
+            "good.jpg",
+            "sub/cmyk.jpg",
+            "sub/palette.png",
+            "sub/deep16.png",
+            "sub/gray_alpha.png",
+            "sub/rotated.jpg",
+            *EXPECTED_ERRORS,
+        ]
+    )
+    assert [f["path"] for f in report["files"]] == sorted(by_path)  # stable order
+    for name, words in EXPECTED_ERRORS.items():
+        assert by_path[name]["status"] == "error"
+        assert words in by_path[name]["reason"], by_path[name]
+    assert report["ok"] == 7 and report["errors"] == 5
+
+
+def test_max_pixels_and_root_options(hostile_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = run_check(str(hostile_folder), "--json", str(out), "--max-pixels", "300", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    report = _read_report(out)
+    by_path = {f["path"]: f for f in report["files"]}
+    assert "exceeds the limit of 300" in by_path["good.png"]["reason"]  # 32x24 = 768 pixels
+    assert by_path["sub/palette.png"]["status"] == "ok"  # 16 pixels
+
+    # With the parent as root, the symlink's target is inside it and passes.
+    proc = run_check(str(hostile_folder), "--json", str(out), "--root", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert {f["path"]: f["status"] for f in _read_report(out)["files"]}["escape.png"] == "ok"
+
+    # A narrower root: the folder's own files are still named relative to it, but only sub/ may be read.
+    proc = run_check(str(hostile_folder), "--json", str(out), "--root", str(hostile_folder / "sub"))
+    assert proc.returncode == 0, proc.stderr
+    statuses = {f["path"]: (f["status"], f["reason"]) for f in _read_report(out)["files"]}
+    assert statuses["sub/cmyk.jpg"] == ("ok", None)
+    assert statuses["good.png"][0] == "error" and "escapes the dataset root" in statuses["good.png"][1]
+
+
+def test_check_jsonl_and_parquet_datasets(hostile_folder: Path, tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "image": "good.png"},
+        {"id": "b", "image": "../outside.png"},
+        {"id": "c", "image": "missing.png"},
+        {"id": "d", "image": None},
+        {"id": "e", "image": "truncated.jpg"},
+    ]
+    meta = hostile_folder / "meta.jsonl"
+    meta.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "j.json"
+    proc = run_check(str(meta), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    files = _read_report(out)["files"]
+    assert [f["path"] for f in files] == ["good.png", "../outside.png", "missing.png", "d", "truncated.jpg"]
+    assert [f["status"] for f in files] == ["ok", "error", "error", "error", "error"]
+    assert "escapes the dataset root" in files[1]["reason"]
+    assert "not found" in files[2]["reason"]
+    assert "no image" in files[3]["reason"]
+
+    import datasets
+
+    feats = datasets.Features({"id": datasets.Value("string"), "image": datasets.Image()})
+    datasets.Dataset.from_list(
+        [
+            {"id": "ok-1", "image": {"bytes": _encoded(_noise(9, 9), "PNG"), "path": None}},
+            {"id": "bomb-1", "image": {"bytes": _bomb_png(10_000, 10_000), "path": None}},
+            {"id": "junk-1", "image": {"bytes": b"GIF89a nonsense", "path": None}},
+        ],
+        features=feats,
+    ).to_parquet(str(tmp_path / "bytes.parquet"))
+    proc = run_check(str(tmp_path / "bytes.parquet"), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = _read_report(out)
+    assert [(f["path"], f["status"]) for f in report["files"]] == [
+        ("ok-1", "ok"),
+        ("bomb-1", "error"),
+        ("junk-1", "error"),
+    ]
+    assert "decompression bomb" in report["files"][1]["reason"]
+
+
+def test_unreadable_source_is_a_clear_failure(tmp_path: Path) -> None:
+    proc = run_check(str(tmp_path / "nope"), "--json", str(tmp_path / "x.json"))
+    assert proc.returncode == 2
+    assert "no such file or folder" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
