@@ -70,7 +70,7 @@ def teacher_captions_cmd(
 @app.command("rubrics", help="RubiCap rubric synthesis: consensus facts, student deficiencies, weighted rubrics.")
 def rubrics_cmd(
     teachers: str = typer.Option(..., "--teachers", help="Folder written by `vlrl data teacher-captions`."),
-    student: str = typer.Option(..., "--student", help="Backend spec of the student captioner."),
+    student: str = typer.Option(..., "--student", help="Backend spec of the student captioner, or a JSONL file of its captions {image_id, caption}."),
     writer: str = typer.Option(..., "--writer", help="Backend spec of the rubric writer."),
     out: str = typer.Option(..., "--out", help="Output folder (rubrics.jsonl, rejected.jsonl, stats.json, cache/)."),
     with_image: bool = typer.Option(False, "--with-image", help="Show the image to the writer too."),
@@ -78,6 +78,8 @@ def rubrics_cmd(
     writer_prompt_file: str | None = typer.Option(None, "--writer-prompt-file", help="Rubric writer prompt template."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
     max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for invalid writer output."),
+    student_max_tokens: int = typer.Option(512, "--student-max-tokens", help="Student caption length limit in tokens."),
+    writer_max_tokens: int = typer.Option(2048, "--writer-max-tokens", help="Rubric writer answer length limit in tokens."),
     shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
 ) -> None:
     import json
@@ -88,6 +90,7 @@ def rubrics_cmd(
         stats = build_rubrics(
             teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
             writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
+            student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens,
         )
     except (OSError, ValueError) as e:
         typer.echo(f"vlrl data rubrics: {e}", err=True)

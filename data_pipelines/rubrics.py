@@ -1,0 +1,26 @@
+"""RubiCap rubric synthesis as a script: ``python data_pipelines/rubrics.py --teachers DIR --student SPEC --writer SPEC --out DIR``.
+
+The student captions each image; the rubric writer keeps the facts at least two teachers agree on,
+diagnoses the student's deficiencies (critical / important / minor) and writes one weighted binary
+rubric per deficiency, validated against a schema (repaired, retried, else rejected with the reason).
+The logic lives in :mod:`vlrl.rubicap.synthesis`; this is the same command as ``vlrl data rubrics``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    import typer.main
+
+    from vlrl.cli.data import rubrics_cmd
+
+    app = typer.Typer(add_completion=False)
+    app.command()(rubrics_cmd)
+    cmd = typer.main.get_command(app)
+    cmd.main(args=argv if argv is not None else sys.argv[1:], prog_name="rubrics.py")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Arena evaluation as a script: ``python eval/arena.py --candidate SPEC --baseline SPEC --judge SPEC --images SRC --out DIR``.
+
+A VLM judge compares the candidate's caption with each baseline's, image in view, in both orders so a
+position-biased judge cannot move the result; reports win rate, the CapArena-style score and average
+caption lengths. The logic lives in :mod:`vlrl.rubicap.arena`; same command as ``vlrl eval arena``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    import typer.main
+
+    from vlrl.cli.eval import arena_cmd
+
+    app = typer.Typer(add_completion=False)
+    app.command()(arena_cmd)
+    cmd = typer.main.get_command(app)
+    cmd.main(args=argv if argv is not None else sys.argv[1:], prog_name="arena.py")
+
+
+if __name__ == "__main__":
+    main()

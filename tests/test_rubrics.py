@@ -1,0 +1,293 @@
+"""Rubric synthesis: schema validation, repair, corrective retries, rejection with reasons.
+
+The student and the rubric writer are scripted :class:`Backend` subclasses; the slow test runs the
+real CLI with tiny ``hf:`` models, whose junk answers must end up as rejections with reasons.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from vlrl.backends import Backend, ChatResult
+from vlrl.pipeline import read_jsonl
+from vlrl.rubicap.schema import validate_writer_output
+from vlrl.rubicap.synthesis import build_rubrics
+
+LABELS = {"T1": "gemini", "T2": "gpt", "T3": "qwen"}
+
+GOOD = {
+    "consensus_facts": [
+        {"fact": "a red bus", "sources": ["T1", "T2"]},
+        {"fact": "a sign reading STOP", "sources": ["T1", "T2", "T3"]},
+        {"fact": "only one says it rains", "sources": ["T3"]},
+        {"fact": "unknown labels", "sources": ["T1", "T9"]},
+    ],
+    "deficiencies": [
+        {"id": "d1", "severity": "Critical", "description": "calls the bus a truck"},
+        {"id": "d2", "severity": "minor", "description": "no colours"},
+    ],
+    "rubrics": [
+        {
+            "id": "x",
+            "deficiency": "d1",
+            "criterion": "Identifies the vehicle as a bus",
+            "pass_rule": "Pass if bus; fail if truck.",
+            "weight": 9,
+        },
+        {
+            "deficiency": "d2",
+            "criterion": "Gives the bus colour (red)",
+            "pass_rule": "Pass if red is stated; fail otherwise.",
+        },
+    ],
+}
+
+
+def test_schema_accepts_and_normalises():
+    v = validate_writer_output(GOOD, LABELS)
+    assert [f["fact"] for f in v["consensus_facts"]] == ["a red bus", "a sign reading STOP"]
+    assert v["consensus_facts"][1]["teachers"] == ["gemini", "gpt", "qwen"]
+    assert v["dropped_facts"] == 2
+    assert [(r["id"], r["severity"], r["weight"]) for r in v["rubrics"]] == [
+        ("r1", "critical", 3.0),
+        ("r2", "minor", 1.0),
+    ]
+    assert validate_writer_output({"consensus_facts": [], "deficiencies": [], "rubrics": []}, LABELS)["rubrics"] == []
+
+
+@pytest.mark.parametrize(
+    "patch,message",
+    [
+        ({"rubrics": GOOD["rubrics"][:1]}, "have no rubric"),
+        ({"rubrics": GOOD["rubrics"] + [{**GOOD["rubrics"][1], "id": "y"}]}, "more than one rubric"),
+        ({"rubrics": [{**GOOD["rubrics"][0], "deficiency": "d7"}, GOOD["rubrics"][1]]}, "not in the deficiencies"),
+        (
+            {"deficiencies": [{**GOOD["deficiencies"][0], "severity": "catastrophic"}, GOOD["deficiencies"][1]]},
+            "severity",
+        ),
+        (
+            {
+                "rubrics": [
+                    {**GOOD["rubrics"][0], "criterion": "Fixes what the student caption got wrong"},
+                    GOOD["rubrics"][1],
+                ]
+            },
+            "self-contained",
+        ),
+        (
+            {"rubrics": [{**GOOD["rubrics"][0], "criterion": "Agrees with T2 about the vehicle"}, GOOD["rubrics"][1]]},
+            "'T2'",
+        ),
+        ({"rubrics": [{**GOOD["rubrics"][0], "pass_rule": ""}, GOOD["rubrics"][1]]}, "pass_rule"),
+    ],
+)
+def test_schema_rejects(patch, message):
+    with pytest.raises(ValueError, match=message):
+        validate_writer_output({**GOOD, **patch}, LABELS)
+
+
+class Scripted(Backend):
+    kind = "scripted"
+
+    def __init__(self, name, answer) -> None:
+        super().__init__(name)
+        self.answer = answer
+        self.requests = []
+
+    def _chat(self, requests):
+        self.requests += requests
+        out = []
+        for r in requests:
+            a = self.answer(r)
+            out.append(a if isinstance(a, ChatResult) else ChatResult(texts=[a]))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def _text(req) -> str:
+    c = req.messages[0]["content"]
+    return c if isinstance(c, str) else "".join(p.get("text", "") for p in c if p.get("type") == "text")
+
+
+def writer_answer(req):
+    """Per image (req.id): valid / repairable / invalid-then-fixed / garbage / timeout."""
+    turns = len(req.messages)
+    if req.id == "good":
+        return "Here you go:\n```json\n" + json.dumps(GOOD) + "\n```"
+    if req.id == "repairable":
+        return json.dumps(GOOD)[:-3] + ",]}"  # trailing comma + truncated close
+    if req.id == "retry":
+        if turns == 1:
+            return json.dumps({**GOOD, "rubrics": GOOD["rubrics"][:1]})
+        assert "have no rubric" in req.messages[-1]["content"]  # the correction quotes the error
+        return json.dumps(GOOD)
+    if req.id == "garbage":
+        return "The student did fine, I think."
+    return ChatResult(error="timed out")
+
+
+def _teacher_dir(tmp_path, ids, n_teachers=3):
+    d = tmp_path / "teachers"
+    d.mkdir()
+    with open(d / "teacher_captions.jsonl", "w") as fh:
+        for k, iid in enumerate(ids):
+            img = tmp_path / f"{iid}.png"
+            Image.new("RGB", (16, 16), (255, 10 * k, 0)).save(img)  # distinct pixels: no shared cache entries
+            caps = {
+                n: f"a red bus by a STOP sign ({iid}, view {j})"
+                for j, n in enumerate(["gemini", "gpt", "qwen"][: n_teachers if iid != "lonely" else 1])
+            }
+            fh.write(json.dumps({"image_id": iid, "image": str(img), "teacher_captions": caps, "missing": {}}) + "\n")
+    return d
+
+
+def test_pipeline_repair_retry_reject_and_resume(tmp_path):
+    ids = ["good", "repairable", "retry", "garbage", "timeout", "lonely", "nostudent"]
+    tdir = _teacher_dir(tmp_path, ids)
+    student = Scripted("student", lambda r: "" if r.id == "nostudent" else "A red truck.")
+    writer = Scripted("writer", writer_answer)
+    stats = build_rubrics(tdir, student, writer, tmp_path / "out", batch_size=4, max_retries=2)
+    rows = {r["image_id"]: r for r in read_jsonl(tmp_path / "out" / "rubrics.jsonl")}
+    assert set(rows) == {"good", "repairable", "retry"}
+    row = rows["good"]
+    assert row["image"].endswith("good.png") and row["student_caption"] == "A red truck."
+    assert set(row["teacher_captions"]) == {"gemini", "gpt", "qwen"}
+    assert row["rubrics"][0]["criterion"] == "Identifies the vehicle as a bus"
+    assert [r["weight"] for r in row["rubrics"]] == [3.0, 1.0]
+    assert row["consensus_facts"][0] == {"fact": "a red bus", "teachers": ["gemini", "gpt"]}
+    assert rows["repairable"]["writer"]["repaired"] is True
+    assert rows["retry"]["writer"]["attempts"] == 2
+    # the writer never sees teacher names, only neutral labels
+    assert all("gemini" not in _text(r) and "[T1]" in _text(r) for r in writer.requests)
+    rej = {r["image_id"]: r for r in read_jsonl(tmp_path / "out" / "rejected.jsonl")}
+    assert set(rej) == {"garbage", "timeout", "lonely", "nostudent"}
+    assert "no JSON object" in rej["garbage"]["reason"] and len(rej["garbage"]["raw"]) == 3
+    assert "timed out" in rej["timeout"]["reason"]
+    assert "only 1 teacher caption" in rej["lonely"]["reason"]
+    assert rej["nostudent"]["reason"].startswith("student caption missing: empty answer")
+    assert stats["rejected_by_reason"]["rubric writer: invalid output"] == 1
+    assert (
+        stats["accepted"] == 3
+        and stats["rejected"] == 4
+        and stats["rubrics_by_severity"] == {"critical": 3, "minor": 3}
+    )
+    assert not any(r.id == "lonely" for r in writer.requests)
+
+    # resume: accepted images are not redone; rejected ones are retried (deterministic answers replay
+    # from the response cache, failed calls are asked again) without duplicating lines
+    writer2 = Scripted("writer", lambda r: json.dumps(GOOD) if r.id == "timeout" else writer_answer(r))
+    student2 = Scripted("student", lambda r: "A red truck.")
+    stats2 = build_rubrics(tdir, student2, writer2, tmp_path / "out", batch_size=4, max_retries=0)
+    assert [r.id for r in writer2.requests] == ["timeout"]
+    assert student2.requests == []  # the stored/cached student captions are reused
+    assert len(list(read_jsonl(tmp_path / "out" / "rubrics.jsonl"))) == 4 and stats2["accepted"] == 4
+    assert len(list(read_jsonl(tmp_path / "out" / "rejected.jsonl"))) == 4
+    assert stats2["rejected"] == 3
+
+
+def test_with_image_attaches_the_image(tmp_path):
+    tdir = _teacher_dir(tmp_path, ["good"])
+    writer = Scripted("writer", writer_answer)
+    build_rubrics(tdir, Scripted("s", lambda r: "A red truck."), writer, tmp_path / "out", with_image=True)
+    content = writer.requests[0].messages[0]["content"]
+    assert content[0]["type"] == "image" and content[0]["image"].size == (16, 16)
+    assert "attached" in content[1]["text"]
+
+
+@pytest.mark.slow
+def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm, tiny_lm):
+    from typer.testing import CliRunner
+
+    from vlrl.cli import app
+
+    tdir = _teacher_dir(tmp_path, ["a", "b"])
+    # 1) a tiny VLM student: its (empty) captions are rejections with reasons
+    out = tmp_path / "out"
+    args = [
+        "data",
+        "rubrics",
+        "--teachers",
+        str(tdir),
+        "--student",
+        f"hf:{tiny_vlm}",
+        "--writer",
+        f"hf:{tiny_lm}",
+        "--out",
+        str(out),
+        "--max-retries",
+        "1",
+        "--student-max-tokens",
+        "8",
+        "--writer-max-tokens",
+        "48",
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["images"] == 2 and stats["accepted"] + stats["rejected"] == 2
+    # 2) student captions from a file: the tiny writer's junk is repaired, retried, then rejected
+    caps = tmp_path / "student.jsonl"
+    caps.write_text("".join(json.dumps({"image_id": i, "caption": "A red truck."}) + "\n" for i in ("a", "b")))
+    out2 = tmp_path / "out2"
+    res = CliRunner().invoke(app, [*args[:5], str(caps), *args[6:9], str(out2), *args[10:]])
+    assert res.exit_code == 0, res.output
+    stats2 = json.loads((out2 / "stats.json").read_text())
+    assert stats2["accepted"] + stats2["rejected"] == 2
+    for rec in read_jsonl(out2 / "rejected.jsonl"):  # never a crash: a reason and the raw answers
+        assert rec["reason"].startswith("rubric writer:") and len(rec["raw"]) >= 1
+
+
+_CHILD = """
+import json, sys, time
+from vlrl.backends import Backend, ChatResult
+from vlrl.rubicap.synthesis import build_rubrics
+
+GOOD = json.loads(sys.argv[3])
+
+class Slow(Backend):
+    kind = "scripted"
+    def _chat(self, requests):
+        time.sleep(0.3)
+        text = json.dumps(GOOD) if self.model == "writer" else "A red truck."
+        return [ChatResult(texts=[text]) for r in requests]
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+build_rubrics(sys.argv[1], Slow("student"), Slow("writer"), sys.argv[2], batch_size=1)
+"""
+
+
+def test_kill9_then_rerun_is_exactly_once(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ids = [f"i{k}" for k in range(6)]
+    tdir = _teacher_dir(tmp_path, ids)
+    out = tmp_path / "out"
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    cmd = [sys.executable, str(script), str(tdir), str(out), json.dumps(GOOD)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env)
+    rubrics = out / "rubrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if rubrics.exists() and len(rubrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the job finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    subprocess.run(cmd, env=env, check=True)
+    got = [r["image_id"] for r in read_jsonl(rubrics)]
+    assert sorted(got) == ids
+    assert sorted(r["image_id"] for r in read_jsonl(out / "student.jsonl")) == ids
+    assert json.loads((out / "stats.json").read_text())["accepted"] == 6
