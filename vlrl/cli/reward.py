@@ -5,3 +5,113 @@ from __future__ import annotations
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("score")
+def score_cmd(
+    reward: str = typer.Option(..., "--reward", "-r", help="Registered reward name (e.g. hfrrf, guards, caprl_qa) or module:function."),
+    input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "completion", ...reward columns}.'),
+    out: str = typer.Option(..., "--out", "-o", help='Output JSONL: {"id", "reward", "details"} per row.'),
+    setting: list[str] = typer.Option([], "--set", "-s", help="Reward setting key=value (JSON/YAML value; a.b=v nests). Repeatable."),
+    settings: str | None = typer.Option(None, "--settings", help="Reward settings as a JSON object."),
+    settings_file: str | None = typer.Option(None, "--settings-file", help="Reward settings as a YAML/JSON file."),
+    answerer: str | None = typer.Option(None, "--answerer", help="Shortcut for -s answerer=SPEC (backend spec)."),
+    judge: str | None = typer.Option(None, "--judge", help="Shortcut for -s judge=SPEC (backend spec)."),
+    cache: str | None = typer.Option(None, "--cache", help="Shortcut for -s cache=DIR (response cache)."),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Rows per reward call."),
+) -> None:
+    """Score JSONL rows with any registered reward; bad rows get reward null and details.error."""
+    import json
+
+    from vlrl.rewards import build_reward
+    from vlrl.rewards.scoring import load_settings, score_rows_file
+
+    try:
+        conf = load_settings(setting, settings, settings_file)
+        for key, value in (("answerer", answerer), ("judge", judge), ("cache", cache)):
+            if value is not None:
+                conf[key] = value
+        scorer = build_reward(reward, **conf)
+    except (ValueError, TypeError, OSError) as e:
+        typer.echo(f"error: cannot build reward {reward!r}: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        summary = score_rows_file(scorer, input, out, batch_size=batch_size)
+    except OSError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(summary, indent=2, default=str))
+
+
+@app.command("guard")
+def guard_cmd(
+    input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "caption"}.'),
+    json_out: str = typer.Option(..., "--json", help='Output JSON {"results": [{"id", "fired", "penalty"}], "summary"}.'),
+    setting: list[str] = typer.Option([], "--set", "-s", help="Guard setting key=value, e.g. length.min_words=20. Repeatable."),
+    settings: str | None = typer.Option(None, "--settings", help="Guard settings as a JSON object."),
+    settings_file: str | None = typer.Option(None, "--settings-file", help="Guard settings as a YAML/JSON file."),
+) -> None:
+    """Run every reward-hacking guard over captions and report which fired."""
+    from vlrl.pipeline import atomic_write_json
+    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.scoring import guard_rows_file, load_settings
+
+    try:
+        guards = GuardSet.from_settings(**load_settings(setting, settings, settings_file))
+    except (ValueError, TypeError, OSError) as e:
+        typer.echo(f"error: bad guard settings: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        report = guard_rows_file(guards, input)
+    except OSError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    atomic_write_json(json_out, report)
+    s = report["summary"]
+    rates = ", ".join(f"{k} {v:.1%}" for k, v in s["firing_rate"].items())
+    typer.echo(f"{s['rows']} captions, {len(s['errors'])} bad rows; any guard fired on {s['any_rate']:.1%} ({rates})")
+
+
+@app.command("smoke", help="CapRL sanity check: real captions must out-score generic, empty and shuffled ones.")
+def smoke_cmd(
+    qa: str = typer.Option(..., "--qa", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
+    captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner."),
+    answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
+    mode: str = typer.Option("exact", "--mode", help="caprl_qa mode: exact or sample."),
+    limit: int | None = typer.Option(None, "--limit", help="Use only the first N images."),
+    questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
+    rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
+    out: str = typer.Option("smoke.json", "--out", help="Where to write the JSON summary."),
+    cache: str | None = typer.Option(None, "--cache", help="Response cache folder."),
+    strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the check fails."),
+) -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from vlrl.caprl.smoke import smoke_check
+    from vlrl.pipeline import atomic_write_json
+
+    try:
+        summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit, questions_per_caption=questions_per_caption,
+                              rounds=rounds, cache=cache)
+    except (OSError, ValueError) as e:
+        typer.echo(f"vlrl reward smoke: {e}", err=True)
+        raise typer.Exit(2) from None
+    atomic_write_json(out, summary)
+    console = Console()
+    table = Table(title=f"caprl_qa ({mode}) on {summary['images']} images")
+    for col in ("captions", "mean reward", "cannot answer", "None"):
+        table.add_column(col)
+    for name, v in summary["variants"].items():
+        fmt = (lambda x: "n/a" if x is None else f"{x:.3f}")
+        table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]))
+    console.print(table)
+    if summary["passed"]:
+        console.print(f"[green]smoke check passed[/green]: real captions beat generic, empty and shuffled -> {out}")
+    else:
+        console.print(Panel("\n".join(summary["failures"]) + "\n\nThe reward or the QA data is broken: the answerer can "
+                            "answer without the caption, ignores it, or answers are mis-parsed. Do not train on this.",
+                            title="WARNING: caprl_qa smoke check FAILED", style="bold red"))
+        if strict:
+            raise typer.Exit(1)

@@ -70,7 +70,22 @@ def get_reward_factory(name: str) -> Callable[..., Any]:
 
 
 def build_reward(name: str, **settings: Any) -> Reward:
-    """Build a :class:`Reward` by name (registry or dotted path) from its settings block."""
+    """Build a :class:`Reward` by name (registry or dotted path) from its settings block.
+
+    A ``guards`` key in the settings (a dict of :func:`vlrl.rewards.guards.with_guards` settings;
+    ``true`` or ``{}`` for the defaults; ``false``/``null`` for none) wraps the reward in
+    reward-hacking guards.
+    """
+    guards = settings.pop("guards", None)
+    reward = _build_unguarded(name, **settings)
+    if guards is not None and guards is not False:
+        from .guards import with_guards
+
+        reward = with_guards(reward, **(guards if isinstance(guards, dict) else {}))
+    return reward
+
+
+def _build_unguarded(name: str, **settings: Any) -> Reward:
     factory = get_reward_factory(name)
     if inspect.isclass(factory) and issubclass(factory, Reward):
         return factory(**settings)

@@ -1,0 +1,445 @@
+"""Reward-hacking guards: cheap text checks that veto or penalise a caption before it is rewarded.
+
+Every learned caption reward can be gamed. The papers behind vlrl saw it happen: a policy trained
+against a holistic judge learned to append "This description is absolutely correct and complete";
+CapRL-3B learned meta-commentary claiming its caption is complete; judge rewards pushed policies to
+near-empty or endlessly verbose output. A text-only answerer or an LLM judge reads the whole caption,
+so anything written *to* it ("the answer is B", "ignore previous instructions", "dear evaluator")
+is an attack on the reward, not a description of the image.
+
+Four guards, each a family of patterns over normalised text rather than one fixed phrase, so that
+paraphrases are caught too:
+
+* ``self_praise`` — claims about the caption itself (subject {this/my/the above caption,
+  description, summary, response, ...} x praise {complete, accurate, comprehensive, captures every
+  detail, ...}), coverage claims ("nothing has been left out"), and first-person assistant chatter
+  ("I hope this helps", "I have carefully described", "as an AI").
+* ``grader_address`` — text addressed to the grader or answerer: asserted option letters ("the
+  correct answer is B"), prompt injection ("disregard the prior instructions"), salutations ("dear
+  evaluator"), score requests ("this deserves a perfect score"), rubric gaming.
+* ``repetition`` — loops: a phrase repeated back to back, the same sentence twice, or a caption
+  whose n-grams are mostly repeats.
+* ``length`` — word count outside a configurable band (collapse to "An image." or runaway output).
+
+Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
+IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
+semantic guards match. Words like "complete", "accurate" or "answer" alone never fire ("a complete
+set of tools", "an accurate clock", "the answer box on the form"): a pattern needs the caption as its
+subject, the grader as its addressee, or an option letter in answer position.
+
+The pattern families live in :mod:`vlrl.rewards.guard_patterns`; ``extra_patterns`` in a guard's
+settings extends them without editing code. ``vlrl reward guard --input ROWS.jsonl --json OUT`` runs
+every guard over a file of captions to check a corpus (or a policy's samples) before training.
+
+Use them three ways:
+
+* ``GuardSet.from_settings(...).evaluate(caption)`` → which guards fired and the total penalty;
+* ``with_guards(reward, policy="veto" | "penalty", ...)`` wraps any :class:`Reward` (recipes write
+  ``guards: {...}`` inside a reward block; :func:`vlrl.rewards.build_reward` applies it);
+* the registered reward ``guards``: 0 when clean, minus the penalty when a guard fires, to be
+  added with a weight next to other rewards.
+
+A reward's settings block takes, for example::
+
+    guards: {policy: veto, floor: 0.0, enabled: [self_praise, grader_address, length],
+             length: {min_words: 20, max_words: 600}, self_praise: {penalty: 0.5}}
+
+Every score carries ``guard/<name>`` = 0/1 in its details, so the trainer logs each guard's firing
+rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import register_reward
+from .base import Reward, Score
+from .guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
+
+logger = logging.getLogger(__name__)
+
+# ----------------------------------------------------------------------------------------------
+# Text preparation
+
+
+_QUOTES = str.maketrans(
+    {
+        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
+        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
+        "\u2033": '"', "\u300c": '"', "\u300d": '"',
+    }
+)
+# Double-quoted span (bounded, one line); single-quoted span whose quotes are not apostrophes
+# (not glued to a word) and which may contain apostrophes inside words (DON'T).
+_DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
+_SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
+_QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
+
+
+def normalize(text: str) -> str:
+    """NFKC, straight quotes, single spaces (case is kept; option letters need it)."""
+    text = unicodedata.normalize("NFKC", text or "").translate(_QUOTES)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def strip_quoted(text: str) -> str:
+    """Remove quoted spans: text *in the image* is content, never an instruction to the grader."""
+    text = _DQ_SPAN.sub(_QUOTE_MARK, text)
+    return _SQ_SPAN.sub(_QUOTE_MARK, text)
+
+
+@dataclass
+class Doc:
+    """One caption, prepared once for every guard."""
+
+    raw: str
+    norm: str  # normalised, case kept
+    unquoted: str  # normalised, quoted spans removed, case kept
+    lower: str  # unquoted, lower case
+    words: list[str]  # lower-case word tokens of the whole caption (quotes included)
+
+    @classmethod
+    def of(cls, text: str) -> Doc:
+        norm = normalize(text)
+        unquoted = strip_quoted(norm)
+        return cls(text, norm, unquoted, unquoted.lower(), re.findall(r"[\w']+", norm.lower()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Guards and their registry
+
+GUARDS: dict[str, type[Guard]] = {}
+
+
+def register_guard(name: str) -> Callable[[type[Guard]], type[Guard]]:
+    def deco(cls: type[Guard]) -> type[Guard]:
+        cls.name = name
+        GUARDS[name] = cls
+        return cls
+
+    return deco
+
+
+class Guard:
+    """A check that fires on a caption. ``match`` returns the evidence (a snippet) or ``None``."""
+
+    name = "guard"
+
+    def __init__(self, penalty: float = 1.0) -> None:
+        self.penalty = float(penalty)
+
+    def match(self, doc: Doc) -> str | None:
+        raise NotImplementedError
+
+    def fires(self, text: str) -> bool:
+        return self.match(Doc.of(text)) is not None
+
+
+class PatternGuard(Guard):
+    """Fires when any pattern matches. ``patterns`` see lower-case unquoted text; ``case_patterns``
+    see unquoted text with case kept (option letters). ``extra_patterns`` extend the family."""
+
+    patterns: tuple[re.Pattern[str], ...] = ()
+    case_patterns: tuple[re.Pattern[str], ...] = ()
+
+    def __init__(self, penalty: float = 1.0, extra_patterns: Iterable[str] = ()) -> None:
+        super().__init__(penalty)
+        self._extra = tuple(re.compile(p, re.IGNORECASE) for p in extra_patterns)
+
+    def match(self, doc: Doc) -> str | None:
+        for pat in self.patterns + self._extra:
+            if m := pat.search(doc.lower):
+                return m.group(0)
+        for pat in self.case_patterns:
+            if m := pat.search(doc.unquoted):
+                return m.group(0)
+        return None
+
+
+@register_guard("self_praise")
+class SelfPraiseGuard(PatternGuard):
+    """Claims about the caption itself and first-person assistant chatter."""
+
+    patterns = SELF_PRAISE
+
+
+@register_guard("grader_address")
+class GraderAddressGuard(PatternGuard):
+    """Text addressed to the grader or answerer: option letters, injection, score requests."""
+
+    patterns = GRADER
+    case_patterns = GRADER_CASED
+
+
+@register_guard("repetition")
+class RepetitionGuard(Guard):
+    """Repetition loops.
+
+    Fires when a unit of 2..``max_unit`` words repeats back to back ``max_consecutive`` times (a
+    single word ``max_consecutive + 1`` times), when a sentence of at least ``sentence_min_words``
+    words occurs more than ``max_sentence_repeats`` times, or when more than ``max_dup_ngram_frac``
+    of a caption's ``ngram``-grams repeat an earlier one (only for captions of ``min_words`` words
+    or more).
+    """
+
+    def __init__(
+        self,
+        penalty: float = 1.0,
+        max_consecutive: int = 3,
+        max_unit: int = 12,
+        sentence_min_words: int = 5,
+        max_sentence_repeats: int = 1,
+        ngram: int = 4,
+        max_dup_ngram_frac: float = 0.3,
+        min_words: int = 24,
+    ) -> None:
+        super().__init__(penalty)
+        self.max_consecutive = max_consecutive
+        self.max_unit = max_unit
+        self.sentence_min_words = sentence_min_words
+        self.max_sentence_repeats = max_sentence_repeats
+        self.ngram = ngram
+        self.max_dup_ngram_frac = max_dup_ngram_frac
+        self.min_words = min_words
+
+    def _tandem(self, w: list[str]) -> str | None:
+        n = len(w)
+        for k in range(1, self.max_unit + 1):
+            need = self.max_consecutive + (1 if k == 1 else 0)
+            for i in range(0, n - need * k + 1):
+                unit = w[i : i + k]
+                if all(t.isdigit() for t in unit):
+                    continue  # tables of digits ("1 1 0 1") are content; number loops hit the n-gram check
+                r = 1
+                while w[i + r * k : i + (r + 1) * k] == unit:
+                    r += 1
+                    if r >= need:
+                        return f"{' '.join(unit)!r} x{r}"
+        return None
+
+    def match(self, doc: Doc) -> str | None:
+        w = doc.words
+        if hit := self._tandem(w):
+            return hit
+        sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in re.split(r"(?<=[.!?;\n])\s+", doc.norm)]
+        counts = Counter(s for s in sentences if len(s) >= self.sentence_min_words)
+        for sent, c in counts.items():
+            if c > self.max_sentence_repeats:
+                return f"sentence {' '.join(sent)!r} x{c}"
+        if len(w) >= max(self.min_words, self.ngram + 1):
+            grams = [tuple(w[i : i + self.ngram]) for i in range(len(w) - self.ngram + 1)]
+            dup = len(grams) - len(set(grams))
+            if dup / len(grams) > self.max_dup_ngram_frac:
+                return f"{dup}/{len(grams)} repeated {self.ngram}-grams"
+        return None
+
+
+@register_guard("length")
+class LengthGuard(Guard):
+    """Word count outside [``min_words``, ``max_words``] (``None`` disables a side)."""
+
+    def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000) -> None:
+        super().__init__(penalty)
+        self.min_words = min_words
+        self.max_words = max_words
+
+    def match(self, doc: Doc) -> str | None:
+        n = len(doc.raw.split())
+        if self.min_words is not None and n < self.min_words:
+            return f"{n} words < {self.min_words}"
+        if self.max_words is not None and n > self.max_words:
+            return f"{n} words > {self.max_words}"
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# GuardSet
+
+
+@dataclass
+class GuardReport:
+    fired: list[str]
+    penalty: float
+    evidence: dict[str, str] = field(default_factory=dict)
+
+
+class GuardSet:
+    """Evaluates a set of guards on captions. ``penalty`` of a caption = sum over fired guards.
+
+    ``counts`` keeps running totals (``evaluated`` and one entry per guard) and :meth:`rates` the
+    firing rate of each guard since the set was built, for end-of-run reports.
+    """
+
+    def __init__(self, guards: Iterable[Guard]) -> None:
+        self.guards = list(guards)
+        self.counts: Counter[str] = Counter()
+
+    def rates(self) -> dict[str, float]:
+        n = self.counts["evaluated"]
+        return {name: (self.counts[name] / n if n else 0.0) for name in self.names}
+
+    @property
+    def names(self) -> list[str]:
+        return [g.name for g in self.guards]
+
+    @classmethod
+    def from_settings(
+        cls,
+        enabled: Iterable[str] | None = None,
+        penalty: float | None = None,
+        min_words: int | None = None,
+        max_words: int | None = None,
+        **per_guard: dict[str, Any] | bool | None,
+    ) -> GuardSet:
+        """Build from a settings block::
+
+            {enabled: [self_praise, length], penalty: 0.5,
+             length: {min_words: 20, max_words: 600}, repetition: {ngram: 5}}
+
+        ``enabled`` defaults to every registered guard; ``<name>: false`` turns one off;
+        ``penalty`` is the default penalty of every guard (per-guard ``penalty`` wins);
+        ``min_words`` / ``max_words`` are shortcuts for the length band (to switch one side of the
+        band off, write ``length: {max_words: null}``).
+        """
+        names = list(GUARDS) if enabled is None else list(enabled)
+        for key in list(per_guard) + names:
+            if key not in GUARDS:
+                raise ValueError(f"unknown guard {key!r}; known guards: {', '.join(GUARDS)}")
+        guards = []
+        for name in names:
+            conf = per_guard.get(name, {})
+            if conf is False:
+                continue
+            conf = dict(conf) if isinstance(conf, dict) else {}
+            if penalty is not None:
+                conf.setdefault("penalty", penalty)
+            if name == "length":
+                if min_words is not None:
+                    conf.setdefault("min_words", min_words)
+                if max_words is not None:
+                    conf.setdefault("max_words", max_words)
+            try:
+                guards.append(GUARDS[name](**conf))
+            except TypeError as e:
+                raise ValueError(f"guard {name!r}: bad settings {conf} ({e})") from None
+        return cls(guards)
+
+    def evaluate(self, caption: str) -> GuardReport:
+        doc = Doc.of(caption if isinstance(caption, str) else str(caption or ""))
+        fired: list[str] = []
+        evidence: dict[str, str] = {}
+        penalty = 0.0
+        for g in self.guards:
+            hit = g.match(doc)
+            if hit is not None:
+                fired.append(g.name)
+                evidence[g.name] = hit
+                penalty += g.penalty
+        self.counts["evaluated"] += 1
+        self.counts.update(fired)
+        if fired:
+            logger.debug("guards fired %s: %s", fired, evidence)
+        return GuardReport(fired, penalty, evidence)
+
+    def details(self, report: GuardReport) -> dict[str, float]:
+        out = {f"guard/{name}": float(name in report.fired) for name in self.names}
+        out["guard/any"] = float(bool(report.fired))
+        out["guard/penalty"] = report.penalty
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Rewards
+
+
+class GuardedReward(Reward):
+    """Any reward with guards in front: ``veto`` sets the reward of a flagged caption to ``floor``;
+    ``penalty`` subtracts the fired guards' penalties. ``None`` (not applicable) stays ``None``."""
+
+    def __init__(self, inner: Reward, guards: GuardSet, policy: str = "penalty", floor: float = 0.0) -> None:
+        if policy not in ("veto", "penalty"):
+            raise ValueError(f"guards: policy must be 'veto' or 'penalty', got {policy!r}")
+        self.inner = inner
+        self.guards = guards
+        self.policy = policy
+        self.floor = float(floor)
+        self.name = inner.name
+        self.required_columns = tuple(getattr(inner, "required_columns", ()))
+
+    def __getattr__(self, name: str) -> Any:  # the inner reward's counters, backend, settings
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        # Rewards that detect truncation by length (hfrrf) still see it through the wrapper.
+        if completion_ids is not None:
+            kwargs.setdefault("completion_lengths", [len(ids) for ids in completion_ids])
+        return super().__call__(prompts, completions, completion_ids, **kwargs)
+
+    def score(self, completions: list[str], **columns: Any) -> list[Score]:
+        scores = self.inner.score(completions, **columns)
+        out = []
+        for text, s in zip(completions, scores, strict=True):
+            report = self.guards.evaluate(text)
+            value = s.value
+            if value is not None and report.fired:
+                value = self.floor if self.policy == "veto" else value - report.penalty
+            out.append(Score(value, {**s.details, **self.guards.details(report)}))
+        return out
+
+
+def with_guards(reward: Reward, policy: str = "penalty", floor: float = 0.0, **settings: Any) -> GuardedReward:
+    """Wrap ``reward`` with guards built by :meth:`GuardSet.from_settings` from ``settings``.
+
+    >>> from vlrl.rewards.base import FunctionReward
+    >>> r = with_guards(FunctionReward(lambda completions, **kw: [1.0] * len(completions)), policy="veto")
+    >>> r(completions=["A red bus parked beside a brick station.", "This caption is complete and accurate."])
+    [1.0, 0.0]
+    """
+    return GuardedReward(reward, GuardSet.from_settings(**settings), policy=policy, floor=floor)
+
+
+@register_reward("guards")
+class GuardReward(Reward):
+    """Standalone guard reward: 0.0 for a clean caption, minus the fired penalties otherwise.
+
+    >>> GuardReward()(completions=["A dog sleeps on a red rug by the fire.", "A dog on a rug. I hope this helps!"])
+    [0.0, -1.0]
+    """
+
+    name = "guards"
+
+    def __init__(self, **settings: Any) -> None:
+        self.guards = GuardSet.from_settings(**settings)
+
+    def score(self, completions: list[str], **columns: Any) -> list[Score]:
+        out = []
+        for text in completions:
+            report = self.guards.evaluate(text)
+            out.append(Score(-report.penalty if report.fired else 0.0, self.guards.details(report)))
+        return out
+
+
+__all__ = [
+    "GUARDS",
+    "Doc",
+    "Guard",
+    "GuardReport",
+    "GuardReward",
+    "GuardSet",
+    "GuardedReward",
+    "LengthGuard",
+    "PatternGuard",
+    "RepetitionGuard",
+    "normalize",
+    "register_guard",
+    "strip_quoted",
+    "with_guards",
+]

@@ -1,0 +1,265 @@
+"""Offline reward scoring of JSONL rows: the library behind ``vlrl reward score`` and ``vlrl reward guard``.
+
+Scoring rows outside a trainer is how a reward is debugged before it steers a policy: does the QA
+reward prefer the real caption to "An image."? Which rubric does the judge keep failing? Does a
+guard fire on honest captions? Rows are ``{"id", "completion", ...}``; every other key is a
+dataset column and reaches the reward exactly as TRL would pass it (one list entry per row), so a
+row file is a faithful stand-in for a training batch.
+
+Rows are scored in batches (one reward call per batch, so a backend sees the whole batch at once).
+A bad row — invalid JSON, no id, no completion, a missing required column, a reward that raised on
+it — gets a one-line error naming the file and line, and is written with ``reward: null`` and
+``details.error``; the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .base import Reward, Score, completion_text, summarize_details
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------
+# Settings from the command line
+
+
+def parse_value(text: str) -> Any:
+    """A ``-s key=value`` value: JSON first (``1e-6``, ``[1, 2]``, ``null``), then YAML, else the string."""
+    if text == "":
+        return ""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        import yaml
+
+        return yaml.safe_load(text)
+    except Exception:  # noqa: BLE001 - anything YAML cannot read is a plain string
+        return text
+
+
+def parse_setting_pairs(pairs: list[str] | None) -> dict[str, Any]:
+    """``["mode=exact", "guards.policy=veto"]`` → ``{"mode": "exact", "guards": {"policy": "veto"}}``."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"setting {pair!r}: expected key=value")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"setting {pair!r}: {p!r} is already set to a value")
+        node[leaf] = parse_value(value)
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_settings(
+    pairs: list[str] | None = None, settings_json: str | None = None, settings_file: str | Path | None = None
+) -> dict[str, Any]:
+    """Merge settings: file (YAML/JSON) < ``--settings`` JSON < ``-s key=value`` pairs."""
+    settings: dict[str, Any] = {}
+    if settings_file:
+        import yaml
+
+        loaded = yaml.safe_load(Path(settings_file).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{settings_file}: expected a mapping of settings, got {type(loaded).__name__}")
+        settings = _merge(settings, loaded)
+    if settings_json:
+        try:
+            loaded = json.loads(settings_json)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--settings: not valid JSON ({e.msg})") from None
+        if not isinstance(loaded, dict):
+            raise ValueError("--settings: expected a JSON object")
+        settings = _merge(settings, loaded)
+    return _merge(settings, parse_setting_pairs(pairs))
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def iter_rows(
+    path: str | Path, text_key: str, fallback_keys: tuple[str, ...] = ()
+) -> Iterator[tuple[int, dict | None, str | None]]:
+    """``(line number, row, error)`` for every non-blank line; ``error`` names what is wrong."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield lineno, None, f"invalid JSON ({e.msg})"
+                continue
+            if not isinstance(row, dict):
+                yield lineno, None, f"expected a JSON object, got {type(row).__name__}"
+                continue
+            if row.get("id") is None:
+                yield lineno, row, "missing 'id'"
+                continue
+            if text_key not in row:
+                alt = next((k for k in fallback_keys if k in row), None)
+                if alt is None:
+                    yield lineno, row, f"missing {text_key!r}"
+                    continue
+                row = {**row, text_key: row[alt]}
+            yield lineno, row, None
+
+
+def _count_lines(path: str | Path) -> int:
+    with open(path, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def _score_batch(reward: Reward, rows: list[dict]) -> list[Score | Exception]:
+    """One reward call for the whole batch; if it raises, rows are retried one by one."""
+    texts = [completion_text(r["completion"]) for r in rows]
+    keys = sorted({k for r in rows for k in r} - {"id", "completion", "prompt", "prompts"})
+    columns = {k: [r.get(k) for r in rows] for k in keys}
+    prompts = [r.get("prompt") for r in rows] if any("prompt" in r for r in rows) else None
+    try:
+        scores = reward.score(texts, prompts=prompts, **columns)
+        if len(scores) != len(rows):
+            raise RuntimeError(f"reward returned {len(scores)} scores for {len(rows)} rows")
+        return list(scores)
+    except Exception as e:  # noqa: BLE001 - find the row that breaks it, keep the rest
+        if len(rows) == 1:
+            return [e]
+        logger.warning("reward failed on a batch of %d rows (%s); scoring them one by one", len(rows), e)
+        return [_score_batch(reward, [r])[0] for r in rows]
+
+
+def score_rows_file(
+    reward: Reward, input_path: str | Path, out_path: str | Path, batch_size: int = 64, progress: bool = True
+) -> dict[str, Any]:
+    """Score every row of ``input_path`` with ``reward``; write ``{"id", "reward", "details"}`` lines
+    to ``out_path`` in input order. Returns a summary (counts, mean reward, mean of each detail)."""
+    from tqdm import tqdm
+
+    if batch_size < 1:
+        raise ValueError("batch size must be >= 1")
+    if not Path(input_path).exists():
+        raise FileNotFoundError(f"{input_path}: no such file")
+    required = tuple(getattr(reward, "required_columns", ()) or ())
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    scored: list[Score] = []
+    n_errors = 0
+    pending: list[tuple[int, dict | None, str | None]] = []  # in input order, errors included
+
+    def flush(fh) -> None:
+        nonlocal n_errors
+        good = [(ln, row) for ln, row, err in pending if err is None]
+        results = iter(_score_batch(reward, [row for _, row in good]) if good else [])
+        for lineno, row, err in pending:
+            rec: dict[str, Any] = {"id": row.get("id") if row else None}
+            if err is None:
+                res = next(results)
+                if isinstance(res, Exception):
+                    err = f"reward raised {type(res).__name__}: {res}"
+                else:
+                    scored.append(res)
+                    rec.update(reward=res.value, details=res.details)
+            if err is not None:
+                n_errors += 1
+                logger.error("%s:%d: %s", input_path, lineno, err)
+                rec.update(line=lineno, reward=None, details={"error": err})
+            fh.write(json.dumps(_jsonable(rec), ensure_ascii=False, default=str) + "\n")
+        fh.flush()
+        pending.clear()
+
+    n_good = 0
+    with (
+        open(out_path, "w", encoding="utf-8") as fh,
+        tqdm(
+            total=_count_lines(input_path) if Path(input_path).is_file() else None,
+            unit="row",
+            desc=f"scoring {getattr(reward, 'name', 'reward')}",
+            disable=not progress,
+        ) as bar,
+    ):
+        for lineno, row, err in iter_rows(input_path, "completion"):
+            if err is None and (missing := [c for c in required if row.get(c) is None]):
+                err = f"id {row['id']!r}: missing column(s) {', '.join(map(repr, missing))} needed by the reward"
+            pending.append((lineno, row, err))
+            n_good += err is None
+            if n_good >= batch_size:
+                done = len(pending)
+                flush(fh)
+                bar.update(done)
+                n_good = 0
+        done = len(pending)
+        flush(fh)
+        bar.update(done)
+    values = [s.value for s in scored if s.value is not None]
+    return {
+        "rows": len(scored) + n_errors,
+        "scored": len(scored),
+        "errors": n_errors,
+        "none": sum(s.value is None for s in scored),
+        "mean_reward": sum(values) / len(values) if values else None,
+        "details": {k: v for k, v in summarize_details(scored).items() if k != "none_rate"},
+    }
+
+
+def guard_rows_file(guards: Any, input_path: str | Path) -> dict[str, Any]:
+    """Run a :class:`~vlrl.rewards.guards.GuardSet` over ``{"id", "caption"}`` rows.
+
+    Returns ``{"results": [{"id", "fired", "penalty"}], "summary": {...}}``; bad rows are left out
+    of ``results`` and listed in ``summary.errors`` with their line.
+    """
+    from tqdm import tqdm
+
+    results: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    counts = dict.fromkeys(guards.names, 0)
+    for lineno, row, err in tqdm(
+        iter_rows(input_path, "caption", fallback_keys=("completion",)), unit="row", desc="guards", disable=None
+    ):
+        if err is None and not isinstance(row["caption"], (str, list, dict)) and row["caption"] is not None:
+            err = f"id {row['id']!r}: 'caption' must be a string"
+        if err is not None:
+            logger.error("%s:%d: %s", input_path, lineno, err)
+            errors.append({"line": lineno, "id": row.get("id") if row else None, "error": err})
+            continue
+        report = guards.evaluate(completion_text(row["caption"]) if row["caption"] is not None else "")
+        for name in report.fired:
+            counts[name] += 1
+        results.append({"id": row["id"], "fired": report.fired, "penalty": report.penalty})
+    n = len(results)
+    summary = {
+        "rows": n,
+        "firing_rate": {k: (v / n if n else 0.0) for k, v in counts.items()},
+        "any_rate": (sum(bool(r["fired"]) for r in results) / n) if n else 0.0,
+        "errors": errors,
+    }
+    return {"results": results, "summary": summary}
