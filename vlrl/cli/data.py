@@ -128,3 +128,30 @@ def qa_curate_cmd(
         typer.echo(f"vlrl data qa-curate: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
+
+
+@app.command("cold-start", help="Vision-R1 cold start: VLM pseudo-CoT → description → text reasoner; keep verified <think>/<answer> samples.")
+def cold_start_cmd(
+    input: str = typer.Option(..., "--input", help="Records with image, question, answer (JSONL/parquet/dataset folder, or builtin:tiny_math)."),
+    vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM (writes pseudo-CoT and description)."),
+    reasoner: str = typer.Option(..., "--reasoner", help="Backend spec of the text reasoner (solves from the description)."),
+    out: str = typer.Option(..., "--out", help="Output folder (sft.jsonl, rejected.jsonl, quarantine.jsonl, stats.json, cache/)."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Samples per backend call."),
+    max_samples: int | None = typer.Option(None, "--max-samples", help="Stop after this many input records."),
+    vlm_max_tokens: int = typer.Option(1024, "--vlm-max-tokens"),
+    reasoner_max_tokens: int = typer.Option(8192, "--reasoner-max-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
+) -> None:
+    import json
+
+    from vlrl.reasoning.cold_start import cold_start
+
+    try:
+        stats = cold_start(input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
+                           vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
+                           temperature=temperature, shard=shard)
+    except (OSError, ValueError) as e:
+        typer.echo(f"vlrl data cold-start: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(stats, indent=2))

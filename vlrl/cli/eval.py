@@ -101,3 +101,28 @@ def prism_cmd(
                   f"macro {res['macro']:.3f}" if res["macro"] is not None else "", str(res["errors"]))
     Console().print(table)
     typer.echo(f"results -> {out}/results.json")
+
+
+@app.command("reasoning", help="MathVista-style reasoning eval: accuracy (HFRRF's answer extraction), format failures, lengths.")
+def reasoning_cmd(
+    model: str = typer.Option(..., "--model", help="Backend spec of the model under test (hf:PATH or openai:URL@MODEL)."),
+    bench: str = typer.Option(..., "--bench", help="Benchmark records: image, question, answer, optional choices (file, dataset folder, builtin:tiny_math)."),
+    out: str = typer.Option(..., "--out", help="Output folder (predictions.jsonl, metrics.json, cache/)."),
+    max_tokens: int = typer.Option(4096, "--max-tokens", help="Generation budget; outputs that hit it count as truncated."),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    batch_size: int = typer.Option(16, "--batch-size"),
+    limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N items."),
+    group_by: str | None = typer.Option(None, "--group-by", help="Record field to report accuracy by (default: task/category if present)."),
+    prompt: str = typer.Option("reasoning_eval", "--prompt", help="Prompt template name or .jinja path."),
+) -> None:
+    import json
+
+    from vlrl.reasoning.evaluate import evaluate_reasoning
+
+    try:
+        metrics = evaluate_reasoning(model, bench, out, max_tokens=max_tokens, temperature=temperature,
+                                     batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt)
+    except (OSError, ValueError) as e:
+        typer.echo(f"vlrl eval reasoning: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(metrics, indent=2, default=str))

@@ -5,3 +5,66 @@ from __future__ import annotations
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool) -> None:
+    import json
+
+    from vlrl.training.recipe import RecipeError, load_recipe
+
+    try:
+        r = load_recipe(recipe, overrides or [])
+        if r.method != method:
+            if {r.method, method} <= {"grpo", "ptst"}:
+                r.method = method  # the same recipe may run as one stage (grpo) or staged (ptst)
+            else:
+                raise RecipeError(f"{recipe}: this is a '{r.method}' recipe; run it with `vlrl train {r.method}`")
+        if method == "grpo":
+            from vlrl.training.grpo import run_grpo
+
+            metrics = run_grpo(r, resume=resume)
+        elif method == "ptst":
+            from vlrl.training.ptst import run_ptst
+
+            metrics = run_ptst(r, resume=resume)
+        else:
+            from vlrl.training.sft import run_sft
+
+            metrics = run_sft(r)
+    except RecipeError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(metrics, indent=2, default=str))
+
+
+_RECIPE = typer.Option(..., "--recipe", "-r", help="YAML recipe (train/recipes/...).")
+_OVERRIDES = typer.Argument(None, help="key=value overrides, YAML-parsed: output_dir=DIR trainer.learning_rate=1e-5 model.lora=null")
+_RESUME = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in output_dir.")
+
+
+@app.command("grpo", help="GRPO on a VLM from a recipe (also `accelerate launch train/grpo.py --recipe ...`).")
+def grpo_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME) -> None:
+    _run_recipe("grpo", recipe, overrides, resume)
+
+
+@app.command("ptst", help="PTST: GRPO stages with growing length caps and shrinking groups (Vision-R1).")
+def ptst_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME) -> None:
+    _run_recipe("ptst", recipe, overrides, resume)
+
+
+@app.command("sft", help="Supervised fine-tuning of a VLM (e.g. on `vlrl data cold-start` output).")
+def sft_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES) -> None:
+    _run_recipe("sft", recipe, overrides, True)
+
+
+@app.command("check", help="Validate a recipe (geometry, rewards, dataset columns, stages) without loading models.")
+def check_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES) -> None:
+    from vlrl.training.recipe import RecipeError, load_recipe, validate
+
+    try:
+        r = load_recipe(recipe, overrides or [])
+        validate(r)
+    except RecipeError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{recipe}: OK ({r.method}, {len(r.rewards)} reward(s))")

@@ -1,0 +1,79 @@
+"""vlrl rewards through verl's compute_score contract (verl itself is not installed)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+
+import pytest
+
+from vlrl.reasoning import verl_adapter as va
+
+
+def test_signature_matches_verl_custom_reward_function():
+    for fn in (va.compute_score, va.compute_score_async, va.hfrrf, va.caprl_qa, va.rubicap_rubric):
+        params = list(inspect.signature(fn).parameters.values())
+        assert [p.name for p in params[:4]] == ["data_source", "solution_str", "ground_truth", "extra_info"]
+        assert params[3].default is None and params[-1].kind is inspect.Parameter.VAR_KEYWORD
+    assert inspect.iscoroutinefunction(va.compute_score_async)
+    batch = list(inspect.signature(va.compute_score_batch).parameters)
+    assert batch[:4] == ["data_sources", "solution_strs", "ground_truths", "extra_infos"]
+
+
+def test_hfrrf_by_default_returns_score_and_details():
+    good = va.compute_score("mathvista", "<think>6*7</think><answer>42</answer>", "42", {})
+    assert good["score"] == 1.0 and good["applicable"] == 1.0 and good["format_ok"] == 1.0 and good["answer_ok"] == 1.0
+    assert all(isinstance(v, float) for v in good.values())  # verl stacks these into tensors
+    bad = va.compute_score("mathvista", "42", "42", None)
+    assert bad["score"] == 0.0 and bad["format_ok"] == 0.0
+    # extra_info columns reach the reward as TRL dataset columns would (choices here)
+    mc = va.compute_score("mc", "<think>x</think><answer>Jupiter</answer>", "B", {"choices": ["Mars", "Jupiter"]})
+    assert mc["score"] == 1.0
+    # not applicable (no gold) is 0.0 for verl, flagged as such
+    na = va.compute_score("mathvista", "<think>x</think><answer>1</answer>", "", {})
+    assert na == {"score": 0.0, "applicable": 0.0}
+
+
+def test_reward_and_settings_from_reward_kwargs_extra_info_or_env(monkeypatch):
+    soft = va.compute_score("m", "<think>x</think><answer>41</answer>", "42", None, reward="hfrrf", settings={"soft": True})
+    assert soft["score"] == pytest.approx(0.2)
+    hard = va.hfrrf("m", "<think>x</think><answer>41</answer>", "42", None)
+    assert hard["score"] == 0.0
+    monkeypatch.setenv("VLRL_VERL_REWARD", "hfrrf")
+    monkeypatch.setenv("VLRL_VERL_REWARD_SETTINGS", '{"soft": true}')
+    assert va.compute_score("m", "<think>x</think><answer>41</answer>", "42")["score"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="unknown reward"):
+        va.compute_score("m", "x", "1", {"vlrl_reward": "nope"})
+
+
+def test_async_and_batch_forms_agree():
+    sols = ["<think>a</think><answer>4</answer>", "<think>a</think><answer>5</answer>", "4"]
+    one = [va.compute_score("d", s, "4", {}) for s in sols]
+    many = va.compute_score_batch(["d"] * 3, sols, ["4"] * 3, [{}] * 3)
+    assert [m["score"] for m in many] == [o["score"] for o in one] == [1.0, 0.0, 0.0]
+    assert len({frozenset(m) for m in many}) == 1  # one key set for the whole batch
+    out = asyncio.run(va.compute_score_async("d", sols[0], "4", {}))
+    assert out == one[0]
+
+
+def test_caption_reward_reads_questions_from_extra_info():
+    """caprl_qa through verl: MCQs arrive in extra_info; the answerer is a scripted backend."""
+    from vlrl.backends.base import Backend, ChatResult
+
+    class AlwaysA(Backend):
+        kind = "scripted"
+
+        def _chat(self, requests):
+            return [ChatResult(texts=["A"] * r.sampling.n, finish_reasons=["stop"] * r.sampling.n) for r in requests]
+
+        def _score_choices(self, requests):
+            raise NotImplementedError
+
+    questions = [{"question": "What color?", "options": ["red", "blue"], "answer": "A"}]
+    res = va.compute_score("caps", "A red ball on grass.", None, {"questions": questions}, reward="caprl_qa",
+                           settings={"answerer": AlwaysA("a"), "questions_per_caption": 2, "rounds": 1, "shuffle": False})
+    assert res["applicable"] == 1.0 and 0.0 <= res["score"] <= 1.0
+    assert "qa_acc" in res and not math.isnan(res["qa_acc"])
+    missing = va.compute_score("caps", "A red ball.", None, {}, reward="caprl_qa", settings={"answerer": AlwaysA("a")})
+    assert missing["applicable"] == 0.0 and missing["score"] == 0.0

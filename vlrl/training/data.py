@@ -1,0 +1,291 @@
+"""From vlrl records to the rows TRL's trainers read.
+
+vlrl datasets are records with an ``image`` (path, HF image feature or bytes), an optional caption
+``prompt`` or a reasoning ``question``, and whatever the rewards need: ``questions`` (CapRL MCQs),
+``rubrics`` (RubiCap criteria), ``answer`` (Vision-R1 ground truth), ``choices``. TRL's
+``GRPOTrainer`` wants a *conversational* ``prompt`` column plus an ``image`` column, and hands every
+other column to the reward functions as keyword arguments.
+
+Two choices keep that faithful:
+
+* The prompt stays conversational (``[{"role": "user", "content": text}]``): TRL inserts the image
+  part itself and applies the processor's chat template, so training sees exactly the template a
+  model served later sees. Pre-templated strings would make TRL refuse multimodal input.
+* Reward columns are stored as JSON text in Arrow and decoded on access (``with_transform``). Arrow
+  would otherwise unify heterogeneous records (MCQs with 3 and 5 options, rubric dicts with optional
+  fields) into padded structs; decoding gives each reward exactly the objects the dataset holds.
+  Images are stored as paths and opened on access with :func:`vlrl.images.load_image`, the loader
+  every other vlrl stage uses, so training pixels equal evaluation pixels.
+
+``builtin:tiny_captions[:N]`` and ``builtin:tiny_math[:N]`` generate a few small images with MCQs,
+rubrics and numeric answers, so the tiny CPU recipes run with nothing prepared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+IMAGE_KEYS = ("image", "image_path", "images")
+BUILTINS = ("tiny_captions", "tiny_math")
+_COLORS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
+_SHAPES = ("circle", "square", "triangle")
+
+
+# -- built-in tiny datasets ----------------------------------------------------------------------
+
+
+def _draw(shape: str, color: str, size: int = 56):
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (size, size), "white")
+    d = ImageDraw.Draw(img)
+    m = size // 5
+    box = (m, m, size - m, size - m)
+    if shape == "circle":
+        d.ellipse(box, fill=_COLORS[color])
+    elif shape == "square":
+        d.rectangle(box, fill=_COLORS[color])
+    else:
+        d.polygon([(size // 2, m), (size - m, size - m), (m, size - m)], fill=_COLORS[color])
+    return img
+
+
+def builtin_records(name: str, n: int, root: Path, seed: int = 0) -> list[dict[str, Any]]:
+    """Generate ``n`` records of a built-in dataset, writing their images under ``root``."""
+    if name not in BUILTINS:
+        raise ValueError(f"unknown built-in dataset {name!r}; available: {', '.join(BUILTINS)}")
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    records = []
+    for i in range(n):
+        shape, color = rng.choice(_SHAPES), rng.choice(list(_COLORS))
+        path = root / f"{name}-{i:04d}-{color}-{shape}.png"
+        if not path.exists():  # write aside then rename: concurrent ranks never read half a file
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.png")
+            _draw(shape, color).save(tmp)
+            os.replace(tmp, path)
+        if name == "tiny_captions":
+            colors = [color] + rng.sample([c for c in _COLORS if c != color], 2)
+            shapes = [shape] + [s for s in _SHAPES if s != shape]
+            rng.shuffle(colors)
+            rng.shuffle(shapes)
+            records.append({
+                "id": f"{name}-{i}",
+                "image": str(path),
+                "questions": [
+                    {"question": "What color is the shape?", "options": colors, "answer": "ABC"[colors.index(color)]},
+                    {"question": "Which shape is shown?", "options": shapes, "answer": "ABC"[shapes.index(shape)]},
+                ],
+                "rubrics": [
+                    {"criterion": f"The caption names the shape as a {shape}.", "weight": 3.0, "severity": "critical"},
+                    {"criterion": f"The caption states that the shape is {color}.", "weight": 2.0, "severity": "important"},
+                    {"criterion": "The caption mentions the white background.", "weight": 1.0, "severity": "minor"},
+                ],
+            })
+        else:
+            sides = {"circle": 0, "square": 4, "triangle": 3}[shape]
+            k = rng.randint(2, 5)
+            records.append({
+                "id": f"{name}-{i}",
+                "image": str(path),
+                "question": f"The image shows a {color} shape. How many sides does it have, multiplied by {k}?",
+                "answer": str(sides * k),
+                "response": f"<think>A {shape} has {sides} sides, and {sides} × {k} = {sides * k}.</think>"
+                f"<answer>{sides * k}</answer>",
+            })
+    return records
+
+
+# -- reading sources -------------------------------------------------------------------------------
+
+
+def _parse_builtin(source: str) -> tuple[str, int]:
+    name, _, n = source.removeprefix("builtin:").partition(":")
+    return name, int(n) if n else 8
+
+
+def iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
+    """Records of a JSONL/JSON/parquet file, a ``save_to_disk`` folder or a ``builtin:`` generator."""
+    if source.startswith("builtin:"):
+        name, n = _parse_builtin(source)
+        root = Path(cache_dir or Path.home() / ".cache" / "vlrl") / "builtin_data" / f"{name}-{n}"
+        yield from builtin_records(name, n, root)
+        return
+    p = Path(source)
+    if not p.exists():
+        raise ValueError(f"{source!r} does not exist (expected a .jsonl/.json/.parquet file, a dataset folder or builtin:NAME)")
+    if p.is_dir():
+        import datasets
+
+        if (p / "dataset_info.json").exists() or (p / "state.json").exists() or (p / "dataset_dict.json").exists():
+            ds = datasets.load_from_disk(str(p))
+            if isinstance(ds, datasets.DatasetDict):
+                ds = ds["train"] if "train" in ds else ds[next(iter(ds))]
+        else:
+            ds = datasets.load_dataset(str(p), split="train")
+        yield from ds
+        return
+    if p.suffix == ".parquet":
+        import datasets
+
+        yield from datasets.Dataset.from_parquet(str(p))
+        return
+    if p.suffix == ".json":
+        data = json.loads(p.read_text())
+        yield from (data if isinstance(data, list) else data.get("data", []))
+        return
+    from vlrl.pipeline import read_jsonl
+
+    yield from read_jsonl(p)
+
+
+def dataset_columns(data) -> set[str]:
+    """Column names a source will give the trainer, read cheaply (schema or the first records)."""
+    source = data.source
+    if source.startswith("builtin:"):
+        name, _ = _parse_builtin(source)
+        if name not in BUILTINS:
+            raise ValueError(f"unknown built-in dataset {name!r}; available: {', '.join(BUILTINS)}")
+        base = {"tiny_captions": {"id", "image", "questions", "rubrics"}, "tiny_math": {"id", "image", "question", "answer", "response"}}
+        return base[name] | {"prompt"}
+    # a schema-backed source (dataset folder, parquet) has uniform columns: one record is enough
+    uniform = Path(source).is_dir() or Path(source).suffix == ".parquet"
+    cols: set[str] = set()
+    for i, rec in enumerate(iter_source(source)):
+        cols |= set(rec)
+        if uniform or i >= 49:
+            break
+    return _adapted_columns(cols)
+
+
+def _adapted_columns(cols: set[str]) -> set[str]:
+    out = set(cols) | {"prompt"}
+    if cols & set(IMAGE_KEYS):
+        out.add("image")
+    return out
+
+
+# -- adapting to TRL ---------------------------------------------------------------------------------
+
+
+def record_image(rec: dict[str, Any]) -> Any:
+    for key in IMAGE_KEYS:
+        v = rec.get(key)
+        if v is None:
+            continue
+        if key == "images":
+            return v[0] if isinstance(v, list) and v else None
+        return v
+    return None
+
+
+def user_text(rec: dict[str, Any], default_prompt: str) -> str:
+    """The user turn: the record's own prompt, else the recipe prompt rendered with the record's fields.
+
+    The recipe prompt is a jinja template, so a reasoning recipe can say
+    ``"{{ question }}\\nThink inside <think></think>, answer inside <answer></answer>."``.
+    """
+    own = rec.get("prompt")
+    if isinstance(own, str) and own.strip():
+        return own
+    if "{{" in default_prompt or "{%" in default_prompt:
+        import jinja2
+
+        return jinja2.Template(default_prompt, undefined=jinja2.StrictUndefined).render(**rec).strip()
+    q = rec.get("question")
+    if isinstance(q, str) and q.strip():
+        return f"{q}\n{default_prompt}" if default_prompt else q
+    return default_prompt
+
+
+def _materialize_image(img: Any, cache: Path, rid: str) -> str:
+    """Paths stay paths; PIL images and HF image features are written once under ``cache``."""
+    if isinstance(img, (str, Path)):
+        return str(img)
+    if isinstance(img, dict) and img.get("path") and not img.get("bytes"):
+        return str(img["path"])
+    from vlrl.images import load_image
+
+    pil = load_image(img, record=rid)
+    digest = hashlib.sha1(pil.tobytes()).hexdigest()[:16]
+    path = cache / f"{digest}.png"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.png")
+        pil.save(tmp)
+        os.replace(tmp, path)
+    return str(path)
+
+
+def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column: str | None = None):
+    """Build the ``datasets.Dataset`` GRPOTrainer trains on (``prompt`` + ``image`` + reward columns).
+
+    Bad records (no image, unreadable template field) are skipped with one warning line each.
+    """
+    import datasets
+
+    cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
+    src_dir = Path(data.source).parent if not data.source.startswith("builtin:") else None
+    root = Path(data.image_root) if data.image_root else src_dir
+    rows: dict[str, list] = {"prompt": [], "image": [], "_extra": []}
+    for i, rec in enumerate(iter_source(data.source, cache_dir=cache)):
+        if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
+            break
+        rid = str(rec.get("id", i))
+        img = record_image(rec)
+        if img is None:
+            logger.warning("record %s: no image (expected one of %s); skipped", rid, IMAGE_KEYS)
+            continue
+        try:
+            text = user_text(rec, data.prompt)
+            img = _materialize_image(img, cache / "dataset_images", rid)
+        except Exception as e:  # noqa: BLE001 - one bad record is skipped, never fatal
+            logger.warning("record %s: %s; skipped", rid, e)
+            continue
+        if root is not None and not Path(img).is_absolute():
+            img = str(root / img)
+        prompt = []
+        if data.system_prompt:
+            prompt.append({"role": "system", "content": data.system_prompt})
+        prompt.append({"role": "user", "content": text})
+        rows["prompt"].append(prompt)
+        rows["image"].append(img)
+        extra = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k != "prompt"}
+        extra.setdefault("id", rid)
+        rows["_extra"].append(extra)
+    if not rows["prompt"]:
+        raise ValueError(f"data.source {data.source!r}: no usable records")
+    keys = sorted({k for e in rows["_extra"] for k in e})
+    table = {"prompt": rows["prompt"], "image": rows["image"]}
+    for k in keys:
+        table[k] = [json.dumps(e.get(k), ensure_ascii=False, default=str) for e in rows["_extra"]]
+    ds = datasets.Dataset.from_dict(table)
+    logger.info("dataset %s: %d rows, reward columns %s", data.source, len(ds), keys)
+    return ds.with_transform(_Decode(keys))
+
+
+class _Decode:
+    """``with_transform`` hook: JSON reward columns → objects, image paths → PIL (vlrl's loader)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        from vlrl.images import load_image
+
+        out = dict(batch)
+        for k in self.keys:
+            if k in out:
+                out[k] = [json.loads(v) if isinstance(v, str) else v for v in out[k]]
+        if "image" in out:
+            out["image"] = [load_image(p) if isinstance(p, str) else p for p in out["image"]]
+        return out

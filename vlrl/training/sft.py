@@ -1,0 +1,97 @@
+"""Supervised fine-tuning of a VLM on TRL's SFTTrainer (Vision-R1's cold start, caption SFT).
+
+Records carry an image, a user turn (``prompt`` or ``question``, else the recipe prompt) and the
+target assistant turn (``data.response_column``, ``response`` by default — what ``vlrl data
+cold-start`` writes). They become TRL's conversational *prompt-completion* rows plus an ``image``
+column, so the loss covers only the assistant turn (TRL's ``completion_only_loss``) and the
+prompt is templated exactly as GRPO will template it later (TRL inserts the image part itself).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from vlrl.pipeline import atomic_write_json
+
+from .recipe import Recipe, resolve_tiny, validate
+
+logger = logging.getLogger(__name__)
+
+
+def to_sft_dataset(data, cache_dir: str | Path | None = None):
+    """prompt/completion/image rows; images open lazily through vlrl's loader."""
+    import datasets
+
+    from .data import _materialize_image, iter_source, record_image, user_text
+
+    cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
+    rows: dict[str, list] = {"prompt": [], "completion": [], "image": []}
+    for i, rec in enumerate(iter_source(data.source, cache_dir=cache)):
+        if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
+            break
+        rid = str(rec.get("id", i))
+        target = rec.get(data.response_column)
+        img = record_image(rec)
+        if not isinstance(target, str) or not target.strip() or img is None:
+            logger.warning("record %s: missing image or %r; skipped", rid, data.response_column)
+            continue
+        try:
+            img = _materialize_image(img, cache / "dataset_images", rid)
+        except Exception as e:  # noqa: BLE001 - one bad record is skipped
+            logger.warning("record %s: %s; skipped", rid, e)
+            continue
+        if data.image_root and not Path(img).is_absolute():
+            img = str(Path(data.image_root) / img)
+        prompt = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
+        prompt.append({"role": "user", "content": user_text(rec, data.prompt)})
+        rows["prompt"].append(prompt)
+        rows["completion"].append([{"role": "assistant", "content": target}])
+        rows["image"].append(img)
+    if not rows["prompt"]:
+        raise ValueError(f"data.source {data.source!r}: no usable SFT records")
+    from .data import _Decode
+
+    return datasets.Dataset.from_dict(rows).with_transform(_Decode([]))
+
+
+def run_sft(recipe: Recipe) -> dict[str, Any]:
+    from transformers import AutoProcessor
+    from trl import SFTConfig, SFTTrainer
+
+    from .grpo import device_defaults, latest_checkpoint, load_callbacks, load_policy, lora_config
+
+    validate(recipe)
+    recipe = resolve_tiny(recipe)
+    out = Path(recipe.output_dir)
+    kwargs = device_defaults({"output_dir": str(out), **recipe.trainer})
+    kwargs.setdefault("max_length", None)  # truncating image tokens breaks VLM inputs
+    kwargs.setdefault("remove_unused_columns", False)
+    cfg = SFTConfig(**kwargs)
+    ckpt = latest_checkpoint(out)
+    lora = recipe.model.lora
+    if ckpt and lora:
+        policy, peft = load_policy(recipe.model.path, recipe.model, trainable_adapter_from=str(ckpt)), None
+    elif ckpt:  # transformers #43701: load the weights ourselves, resume the rest
+        policy, peft = load_policy(str(ckpt), recipe.model), None
+    else:
+        policy, peft = load_policy(recipe.model.path, recipe.model), (lora_config(lora) if lora else None)
+    processor = AutoProcessor.from_pretrained(recipe.model.path)
+    ds = to_sft_dataset(recipe.data, cache_dir=out / "_data")
+
+    class _Trainer(SFTTrainer):
+        def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+            logger.info("weights already loaded from %s", resume_from_checkpoint)
+
+    trainer = _Trainer(model=policy, args=cfg, train_dataset=ds, processing_class=processor, peft_config=peft,
+                       callbacks=load_callbacks(recipe.callbacks) or None)
+    trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+    trainer.save_model(str(out))
+    losses = [h["loss"] for h in trainer.state.log_history if isinstance(h.get("loss"), (int, float))]
+    metrics = {"global_step": trainer.state.global_step, "loss_first": losses[0] if losses else None,
+               "loss_last": losses[-1] if losses else None, "rows": len(ds)}
+    atomic_write_json(out / "metrics.json", metrics)
+    (out / "recipe.resolved.json").write_text(json.dumps(recipe.to_dict(), indent=2, default=str))
+    return metrics
