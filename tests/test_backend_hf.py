@@ -113,3 +113,14 @@ def test_response_cache_replays_without_calling_model(tiny_lm, tmp_path):
     # a different sampling seed is a different request
     other = b2.chat([ChatRequest(reqs[0].messages, SamplingParams(max_tokens=4, temperature=1.0, seed=7))])
     assert not other[0].cached
+
+
+def test_unseeded_sampling_duplicates_are_independent_draws(tiny_lm, tmp_path):
+    """k identical unseeded sampling requests in a batch are k draws, each replayed from the cache."""
+    b = load_backend(f"hf:{tiny_lm}", cache=tmp_path)
+    req = ChatRequest([{"role": "user", "content": "say something"}], SamplingParams(max_tokens=12, temperature=1.5))
+    first = [r.text for r in b.chat([req] * 6)]
+    assert b.stats.requests == 6
+    assert len(set(first)) > 1  # 6 draws of 12 tokens from a random model are not all equal
+    again = b.chat([req] * 6)
+    assert [r.text for r in again] == first and all(r.cached for r in again)

@@ -80,6 +80,11 @@ class JsonlStore:
         self._keys.add(key)
         return True
 
+    def sync(self) -> None:
+        """Flush and fsync what was appended (callers that pass ``fsync=False`` fsync once per batch)."""
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._fh.flush()
         with open(self.path, encoding="utf-8") as fh:

@@ -77,7 +77,7 @@ class ResponseCache:
 class CachedBackend(Backend):
     """Wraps a backend; answers repeated requests from a :class:`ResponseCache`.
 
-    Identical requests *within* one batch are also sent only once.
+    Identical deterministic requests (greedy, or seeded sampling) *within* one batch are sent once.
     """
 
     def __init__(self, inner: Backend, cache: ResponseCache | str | Path) -> None:
@@ -95,6 +95,15 @@ class CachedBackend(Backend):
             request_key(self.identity(), {"op": "chat", "messages": r.messages, "sampling": r.sampling.to_dict()})
             for r in requests
         ]
+        # Unseeded sampling is not deterministic: k identical requests in one batch ask for k
+        # independent draws, so each occurrence gets a key of its own (and replays as itself).
+        seen: dict[str, int] = {}
+        for i, r in enumerate(requests):
+            if r.sampling.temperature > 0 and r.sampling.seed is None:
+                k = seen.get(keys[i], 0)
+                seen[keys[i]] = k + 1
+                if k:
+                    keys[i] = f"{keys[i]}#{k}"
         return self._through(
             requests, keys, self.inner.chat, lambda d: ChatResult(**d), lambda r: r.ok and len(r.texts) > 0
         )

@@ -15,6 +15,7 @@ batch composition (the same rerun), not independent of it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections import defaultdict
@@ -168,20 +169,23 @@ class HFBackend(Backend):
     # -- chat --------------------------------------------------------------------------------------
     def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
         results: list[ChatResult | None] = [None] * len(requests)
-        prepared: dict[SamplingParams, list[tuple[int, str, list[Any]]]] = defaultdict(list)
+        prepared: dict[SamplingParams, list[tuple[int, str, list[Any], int | None]]] = defaultdict(list)
         for i, r in enumerate(requests):
             try:
                 text, images = self._render(r.messages, r.id)
             except Exception as e:  # noqa: BLE001 - one bad record must not sink the batch
                 results[i] = ChatResult(error=_named(r.id or f"request {i}", e))
                 continue
-            prepared[r.sampling].append((i, text, images))
+            # group by everything but the seed: per-request seeds must not cost one generate call each
+            prepared[dataclasses.replace(r.sampling, seed=None)].append((i, text, images, r.sampling.seed))
         for sampling, items in prepared.items():
             items.sort(key=lambda it: len(it[1]))
             for start in range(0, len(items), self.batch_size):
                 chunk = items[start : start + self.batch_size]
                 try:
-                    outs = self._generate([c[1] for c in chunk], [c[2] for c in chunk], sampling)
+                    seeds = [c[3] for c in chunk if c[3] is not None]
+                    batch_sampling = dataclasses.replace(sampling, seed=seeds[0]) if seeds else sampling
+                    outs = self._generate([c[1] for c in chunk], [c[2] for c in chunk], batch_sampling)
                 except Exception as e:  # noqa: BLE001
                     if len(chunk) == 1:
                         outs = [ChatResult(error=f"{requests[chunk[0][0]].id or 'request'}: generation failed: {e}")]
@@ -190,10 +194,10 @@ class HFBackend(Backend):
                         outs = []
                         for c in chunk:
                             try:
-                                outs.extend(self._generate([c[1]], [c[2]], sampling))
+                                outs.extend(self._generate([c[1]], [c[2]], dataclasses.replace(sampling, seed=c[3])))
                             except Exception as e1:  # noqa: BLE001
                                 outs.append(ChatResult(error=f"{requests[c[0]].id or 'request'}: generation failed: {e1}"))
-                for (i, _, _), res in zip(chunk, outs):
+                for (i, *_), res in zip(chunk, outs):
                     results[i] = res
         return [r if r is not None else ChatResult(error="not processed") for r in results]
 
@@ -248,7 +252,19 @@ class HFBackend(Backend):
 
     # -- exact choice scoring ----------------------------------------------------------------------
     def _choice_token(self, prompt: str, choice: str) -> int:
-        """First token the model would emit to write ``choice`` right after ``prompt``."""
+        """First token the model would emit to write ``choice`` right after ``prompt``.
+
+        Only the prompt's tail can merge with the choice, so the tail is tokenized, and the answer
+        is memoised per (tail, choice): a batch of QA asks shares one tail ("...The answer is").
+        """
+        tail = prompt[-64:]
+        key = (tail, choice)
+        memo = self.__dict__.setdefault("_choice_memo", {})
+        if key not in memo:
+            memo[key] = self._choice_token_uncached(tail, choice)
+        return memo[key]
+
+    def _choice_token_uncached(self, prompt: str, choice: str) -> int:
         base = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         full = self.tokenizer(prompt + choice, add_special_tokens=False)["input_ids"]
         k = 0
@@ -274,13 +290,27 @@ class HFBackend(Backend):
                 results[i] = ChoiceResult(error=_named(r.id or f"request {i}", e))
                 continue
             items.append((i, text, images, tokens))
+        if not self.is_vlm and len(items) > 1:
+            # QA asks share a long prefix (instructions + caption): run it once per group
+            from .prefix_share import shared_prefix_probs
+
+            done, rest = shared_prefix_probs(self.net, self.tokenizer, [it[1] for it in items], self.device)
+            for k, row_probs in done.items():
+                i, tokens = items[k][0], items[k][3]
+                p = row_probs[tokens].tolist()
+                mass = float(sum(p))
+                choices = requests[i].choices
+                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p)}
+                results[i] = ChoiceResult(probs=norm, method="logits", mass=mass)
+            items = [items[k] for k in rest]
         items.sort(key=lambda it: len(it[1]))
         for start in range(0, len(items), self.batch_size):
             chunk = items[start : start + self.batch_size]
             try:
                 enc = self._encode([c[1] for c in chunk], [c[2] for c in chunk])
                 with torch.inference_mode():
-                    logits = self.net(**enc).logits[:, -1, :].float()
+                    # logits_to_keep=1: only the last position's logits (not seq x vocab floats)
+                    logits = self.net(**enc, logits_to_keep=1).logits[:, -1, :].float()
                 probs = torch.softmax(logits, dim=-1)
             except Exception as e:  # noqa: BLE001
                 for c in chunk:
