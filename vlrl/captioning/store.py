@@ -1,0 +1,185 @@
+"""Caption output: rotating append-only shards, exactly-once by ``image_id``.
+
+One JSONL file per million captions is unwieldy to copy and to load in parallel, and a parquet file
+cannot be appended to. So captions go to numbered *parts* under ``OUT/captions/``:
+
+* each part is a :class:`vlrl.pipeline.JsonlStore` (one flushed line per caption: the commit; fsynced
+  once per batch), and a
+  new part starts when the current one reaches ``max_records`` lines or ``max_bytes``;
+* with ``fmt="parquet"`` a full part (and the last one at the end of the job) is converted to
+  ``part-NNNNN.parquet`` by an atomic rename, then its JSONL journal is deleted. A crash between the
+  two leaves both files; the next run keeps the parquet and deletes the journal.
+
+On restart the ids of every existing part are read back (only ``image_id`` from parquet parts), the
+job skips them, and appending resumes in the last unfinished part. ``--shard i/n`` jobs that share an
+output folder write parts with their own prefix, so they never touch each other's files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from vlrl.pipeline import JsonlStore, read_jsonl
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "parquet")
+
+
+def part_prefix(shard: tuple[int, int]) -> str:
+    i, n = shard
+    return "part" if n == 1 else f"shard{i:03d}of{n:03d}-part"
+
+
+class CaptionStore:
+    """Numbered JSONL (or parquet) parts under ``folder`` whose records are unique by ``image_id``."""
+
+    key_field = "image_id"
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        prefix: str = "part",
+        fmt: str = "jsonl",
+        max_records: int = 10_000,
+        max_bytes: int = 256 * 2**20,
+        fsync: bool = False,
+    ) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"output format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.prefix = prefix
+        self.fmt = fmt
+        self.max_records = max(1, int(max_records))
+        self.max_bytes = int(max_bytes)
+        self.fsync = fsync
+        self._keys: set[str] = set()
+        self._current: JsonlStore | None = None
+        self._current_n = 0
+        self._next_index = 0
+        self._index_existing()
+
+    # -- restart ---------------------------------------------------------------------------------
+    def _parts(self) -> dict[int, dict[str, Path]]:
+        pat = re.compile(re.escape(self.prefix) + r"-(\d{5})\.(jsonl|parquet)$")
+        parts: dict[int, dict[str, Path]] = {}
+        for p in self.folder.iterdir():
+            m = pat.match(p.name)
+            if m:
+                parts.setdefault(int(m.group(1)), {})[m.group(2)] = p
+        return parts
+
+    def _index_existing(self) -> None:
+        for tmp in self.folder.glob(f".{self.prefix}-*.parquet.tmp"):
+            tmp.unlink()  # a conversion killed before its rename; the journal is still there
+        parts = self._parts()
+        for k in sorted(parts):
+            files = parts[k]
+            if "parquet" in files:
+                if "jsonl" in files:  # killed between the parquet rename and the journal delete
+                    files["jsonl"].unlink()
+                self._keys.update(_parquet_ids(files["parquet"], self.key_field))
+            else:
+                with JsonlStore(files["jsonl"], key_field=self.key_field, fsync=self.fsync) as js:
+                    self._keys.update(js.keys())
+                    n = len(js)
+                if k == max(parts) and n < self.max_records and files["jsonl"].stat().st_size < self.max_bytes:
+                    self._open(k, n)  # resume appending to the last unfinished part
+                elif self.fmt == "parquet":
+                    self._finalize(files["jsonl"])
+            self._next_index = k + 1
+
+    # -- writing ---------------------------------------------------------------------------------
+    def _path(self, k: int, ext: str) -> Path:
+        return self.folder / f"{self.prefix}-{k:05d}.{ext}"
+
+    def _open(self, k: int, n: int = 0) -> None:
+        self._current = JsonlStore(self._path(k, "jsonl"), key_field=self.key_field, fsync=self.fsync)
+        self._current_n = n
+        self._next_index = max(self._next_index, k + 1)
+
+    def __contains__(self, key: object) -> bool:
+        return str(key) in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def append(self, record: dict[str, Any]) -> bool:
+        key = str(record[self.key_field])
+        if key in self._keys:
+            return False
+        if self._current is None:
+            self._open(self._next_index)
+        assert self._current is not None
+        self._current.append(record)
+        self._keys.add(key)
+        self._current_n += 1
+        if self._current_n >= self.max_records or self._current.path.stat().st_size >= self.max_bytes:
+            self._rotate()
+        return True
+
+    def sync(self) -> None:
+        """fsync the open part: call once per batch (per-line fsync costs ms per caption).
+
+        Without it a ``kill -9`` still loses nothing (every line is flushed to the OS at once); only a
+        power loss can drop the last batch's lines, which the next run then simply redoes.
+        """
+        if self._current is not None:
+            self._current.sync()
+
+    def _rotate(self) -> None:
+        if self._current is None:
+            return
+        self._current.sync()
+        self._current.close()
+        path = self._current.path
+        self._current = None
+        if self.fmt == "parquet":
+            self._finalize(path)
+
+    def _finalize(self, jsonl: Path) -> None:
+        """Convert a finished JSONL part to parquet atomically, then drop the journal."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = list(read_jsonl(jsonl))
+        target = jsonl.with_suffix(".parquet")
+        tmp = target.with_name(f".{target.name}.tmp")
+        if rows:
+            pq.write_table(pa.Table.from_pylist(rows), tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        jsonl.unlink()
+
+    def files(self) -> list[str]:
+        """Part file names (relative to the folder), in order."""
+        return [p.name for k, files in sorted(self._parts().items()) for p in files.values()]
+
+    def close(self, finalize: bool = True) -> None:
+        """Close the open part; with parquet output and ``finalize``, convert it too."""
+        if self._current is None:
+            return
+        if finalize:
+            self._rotate()
+        else:
+            self._current.close()
+            self._current = None
+
+    def __enter__(self) -> CaptionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(finalize=exc[0] is None)
+
+
+def _parquet_ids(path: Path, column: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return [str(x) for x in pq.read_table(path, columns=[column]).column(0).to_pylist()]

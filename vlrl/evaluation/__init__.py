@@ -1,0 +1,1 @@
+"""Evaluation reports: readers and plots shared by the notebooks (see reports.py)."""
