@@ -8,18 +8,11 @@ The logic lives in :mod:`vlrl.rubicap.synthesis`; this is the same command as ``
 
 from __future__ import annotations
 
-import sys
+from vlrl.cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer.main
-
-    from vlrl.cli.data import rubrics_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(rubrics_cmd)
-    cmd = typer.main.get_command(app)
-    cmd.main(args=argv if argv is not None else sys.argv[1:], prog_name="rubrics.py")
+    run("data", "rubrics", argv=argv)
 
 
 if __name__ == "__main__":

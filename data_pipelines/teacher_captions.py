@@ -8,18 +8,11 @@ missing captions recorded with the reason instead of stopping the others. The lo
 
 from __future__ import annotations
 
-import sys
+from vlrl.cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer.main
-
-    from vlrl.cli.data import teacher_captions_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(teacher_captions_cmd)
-    cmd = typer.main.get_command(app)
-    cmd.main(args=argv if argv is not None else sys.argv[1:], prog_name="teacher_captions.py")
+    run("data", "teacher-captions", argv=argv)
 
 
 if __name__ == "__main__":

@@ -7,18 +7,11 @@ caption lengths. The logic lives in :mod:`vlrl.rubicap.arena`; same command as `
 
 from __future__ import annotations
 
-import sys
+from vlrl.cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer.main
-
-    from vlrl.cli.eval import arena_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(arena_cmd)
-    cmd = typer.main.get_command(app)
-    cmd.main(args=argv if argv is not None else sys.argv[1:], prog_name="arena.py")
+    run("eval", "arena", argv=argv)
 
 
 if __name__ == "__main__":

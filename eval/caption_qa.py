@@ -7,18 +7,11 @@ reward; writes a table and a plot of accuracy against budget per captioner. The 
 
 from __future__ import annotations
 
-import sys
+from vlrl.cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer.main
-
-    from vlrl.cli.eval import caption_qa_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(caption_qa_cmd)
-    cmd = typer.main.get_command(app)
-    cmd.main(args=argv if argv is not None else sys.argv[1:], prog_name="caption_qa.py")
+    run("eval", "caption-qa", argv=argv)
 
 
 if __name__ == "__main__":

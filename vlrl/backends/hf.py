@@ -197,7 +197,7 @@ class HFBackend(Backend):
                                 outs.extend(self._generate([c[1]], [c[2]], dataclasses.replace(sampling, seed=c[3])))
                             except Exception as e1:  # noqa: BLE001
                                 outs.append(ChatResult(error=f"{requests[c[0]].id or 'request'}: generation failed: {e1}"))
-                for (i, *_), res in zip(chunk, outs):
+                for (i, *_), res in zip(chunk, outs, strict=False):
                     results[i] = res
         return [r if r is not None else ChatResult(error="not processed") for r in results]
 
@@ -294,13 +294,14 @@ class HFBackend(Backend):
             # QA asks share a long prefix (instructions + caption): run it once per group
             from .prefix_share import shared_prefix_probs
 
-            done, rest = shared_prefix_probs(self.net, self.tokenizer, [it[1] for it in items], self.device)
+            done, rest = shared_prefix_probs(self.net, self.tokenizer, [it[1] for it in items], self.device,
+                                             max_group=self.batch_size)
             for k, row_probs in done.items():
                 i, tokens = items[k][0], items[k][3]
                 p = row_probs[tokens].tolist()
                 mass = float(sum(p))
                 choices = requests[i].choices
-                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p)}
+                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=False)}
                 results[i] = ChoiceResult(probs=norm, method="logits", mass=mass)
             items = [items[k] for k in rest]
         items.sort(key=lambda it: len(it[1]))

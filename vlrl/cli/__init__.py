@@ -41,3 +41,15 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
 
 def main() -> None:
     app()
+
+
+def run(*command: str, argv: list[str] | None = None) -> None:
+    """Run ``vlrl <command...> <argv>``: the body of every thin script in data_pipelines/, train/, eval/.
+
+    Scripts exist for pipelines and ``accelerate launch`` (which wants a file); they take exactly the
+    flags of the matching ``vlrl`` command because they *are* that command.
+    """
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    app(args=[*command, *args], prog_name="vlrl")

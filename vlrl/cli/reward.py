@@ -103,8 +103,10 @@ def smoke_cmd(
     table = Table(title=f"caprl_qa ({mode}) on {summary['images']} images")
     for col in ("captions", "mean reward", "cannot answer", "None"):
         table.add_column(col)
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
     for name, v in summary["variants"].items():
-        fmt = (lambda x: "n/a" if x is None else f"{x:.3f}")
         table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]))
     console.print(table)
     if summary["passed"]:

@@ -1,0 +1,25 @@
+"""CapRL QA curation as a script: ``python data_pipelines/qa_curate.py --images DIR --vlm SPEC ...``.
+
+A strong VLM writes K multiple-choice questions per image; a question is kept only when a small VLM
+answers it right with the image every round and a text-only model answers it wrong without the
+image. The logic lives in :mod:`vlrl.caprl.curate`; this file is the same command as
+``vlrl data qa-curate`` (all flags identical), kept for pipelines that call scripts.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    import typer
+
+    from vlrl.cli.data import qa_curate_cmd
+
+    app = typer.Typer(add_completion=False)
+    app.command()(qa_curate_cmd)
+    app(args=argv if argv is not None else sys.argv[1:], prog_name="qa_curate.py")
+
+
+if __name__ == "__main__":
+    main()

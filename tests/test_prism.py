@@ -1,0 +1,138 @@
+"""Prism-style evaluation: metrics, a scripted captioner/answerer end to end, and the CLI on tiny models."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vlrl.backends import Backend, ChatResult
+from vlrl.caprl.prism import anls, evaluate_prism, parse_number, question_type, relaxed_accuracy, short_answer
+
+COLOURS = {"red": (220, 20, 20), "blue": (20, 20, 220)}
+
+
+def test_metrics():
+    assert relaxed_accuracy("The value is 104", "100") == 1.0
+    assert relaxed_accuracy("106", "100") == 0.0
+    assert relaxed_accuracy("1,050.0", 1000) == 1.0
+    assert relaxed_accuracy("0", "0") == 1.0 and relaxed_accuracy("0.01", "0") == 0.0
+    assert relaxed_accuracy("Yes", "yes") == 1.0
+    assert parse_number("45%") == 45.0 and parse_number("none") is None
+    assert anls("Stop sign", ["stop sign"]) == 1.0
+    assert anls("stop sigm", ["stop sign"]) == pytest.approx(1 - 1 / 9)
+    assert anls("banana", ["stop sign"]) == 0.0
+    assert anls("cat", ["dog", "cat"]) == 1.0
+    assert short_answer("The answer is: 42.\nBecause...") == "42"
+    assert question_type({"options": ["a", "b"]}) == "mc"
+    assert question_type({"answer": "12.5"}) == "numeric" and question_type({"answer": "red car"}) == "text"
+    assert question_type({"answer": "12", "type": "text"}) == "text"
+
+
+def _text(messages):
+    c = messages[0]["content"]
+    return c if isinstance(c, str) else "".join(p.get("text", "") for p in c)
+
+
+class Captioner(Backend):
+    kind = "scripted-captioner"
+
+    def __init__(self):
+        super().__init__("cap")
+
+    def _chat(self, requests):
+        out = []
+        for r in requests:
+            img = next(p["image"] for p in r.messages[0]["content"] if p.get("type") == "image")
+            px = img.getpixel((3, 3))
+            colour = "red" if px[0] > px[2] else "blue"
+            out.append(ChatResult(texts=[f"A {colour} square. The sign reads OPEN. There are 12 dots."]))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+class Reader(Backend):
+    kind = "scripted-reader"
+
+    def __init__(self):
+        super().__init__("reader")
+
+    def _chat(self, requests):
+        out = []
+        for r in requests:
+            text = _text(r.messages)
+            caption = text.split("<description>")[1].split("</description>")[0]
+            opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
+            if opts:
+                out.append(ChatResult(texts=[" " + next((L for L, o in opts if o in caption), "A")]))
+            elif "Question: How many" in text:
+                out.append(ChatResult(texts=["12."]))
+            else:
+                out.append(ChatResult(texts=["The answer is OPEN"]))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def make_bench(tmp_path: Path) -> Path:
+    (tmp_path / "img").mkdir()
+    for name, rgb in COLOURS.items():
+        Image.new("RGB", (32, 32), rgb).save(tmp_path / "img" / f"{name}.png")
+    (tmp_path / "img" / "bad.png").write_bytes(b"nope")
+    rows = [
+        {"id": "q1", "benchmark": "colors", "image": "img/red.png", "question": "Colour?", "options": ["blue", "red"], "answer": "B"},
+        {"id": "q2", "benchmark": "colors", "image": "img/blue.png", "question": "Colour?", "options": ["blue", "red"], "answer": "A"},
+        {"id": "q3", "benchmark": "colors", "image": "img/blue.png", "question": "Colour?", "options": ["red", "green"], "answer": "green"},
+        {"id": "q4", "benchmark": "charts", "image": "img/red.png", "question": "How many dots?", "answer": 12.4},
+        {"id": "q5", "benchmark": "charts", "image": "img/red.png", "question": "How many dots?", "answer": "20"},
+        {"id": "q6", "benchmark": "docs", "image": "img/blue.png", "question": "What does the sign say?", "answers": ["open", "opened"], "answer": "open"},
+        {"id": "q7", "benchmark": "docs", "image": "img/bad.png", "question": "What does the sign say?", "answer": "open"},
+    ]
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return bench
+
+
+def test_end_to_end_scripted(tmp_path):
+    bench = make_bench(tmp_path)
+    res = evaluate_prism(Captioner(), Reader(), bench, tmp_path / "out", progress=False)
+    b = res["benchmarks"]
+    assert b["colors"]["accuracy"] == pytest.approx(2 / 3)  # q3: the caption has no "green"
+    assert b["charts"]["accuracy"] == 0.5 and b["charts"]["by_type"] == {"numeric": 0.5}
+    assert b["docs"]["accuracy"] == 0.5 and b["docs"]["errors"] == 1
+    assert res["n"] == 7 and res["images"] == 3 and res["overall"] == pytest.approx(4 / 7)
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["overall"] == res["overall"]
+    preds = [json.loads(x) for x in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert [p["prediction"] for p in preds[:4]] == ["B", "A", "A", "12"]
+    assert "image" in preds[6]["error"]
+    caps = (tmp_path / "out" / "captions.jsonl").read_text().splitlines()
+    assert len(caps) == 3  # one caption per distinct image
+
+
+def test_bad_bench_is_a_clear_error(tmp_path):
+    bad = tmp_path / "b.jsonl"
+    bad.write_text(json.dumps({"image": "x.png", "question": "q"}) + "\n")
+    with pytest.raises(ValueError, match="record 1 needs"):
+        evaluate_prism(Captioner(), Reader(), bad, tmp_path / "out", progress=False)
+
+
+@pytest.mark.slow
+def test_cli_with_tiny_models(tmp_path, tiny_vlm, tiny_lm):
+    bench = make_bench(tmp_path)
+    vlrl = str(Path(sys.executable).parent / "vlrl")
+    r = subprocess.run([vlrl, "eval", "prism", "--captioner", f"hf:{tiny_vlm}?device=cpu", "--answerer", f"hf:{tiny_lm}?device=cpu",
+                        "--bench", str(bench), "--out", str(tmp_path / "out"), "--caption-max-tokens", "16", "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(res["benchmarks"]) == {"colors", "charts", "docs"} and res["n"] == 7
+    assert 0.0 <= res["overall"] <= 1.0 and res["errors"] >= 1
+    assert "overall" in r.stdout

@@ -1,0 +1,280 @@
+"""QA curation: scripted VLM/answerer at the backend seam, then the real CLI with tiny models + kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vlrl.backends import Backend, ChatResult, ChoiceResult
+from vlrl.caprl.curate import CurateConfig, curate
+from vlrl.caprl.filtering import text_only_filter
+
+COLOURS = {"red": (220, 20, 20), "green": (20, 200, 20), "blue": (20, 20, 220)}
+
+
+def make_images(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rgb in COLOURS.items():
+        Image.new("RGB", (56, 56), rgb).save(folder / f"{name}.png")
+    (folder / "broken.png").write_bytes(b"<html>not an image</html>")
+    return folder
+
+
+def colour_of(img) -> str:
+    px = img.getpixel((5, 5))
+    return max(COLOURS, key=lambda c: -sum(abs(a - b) for a, b in zip(COLOURS[c], px, strict=False)))
+
+
+def _text(messages) -> str:
+    content = messages[0]["content"]
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+
+
+def _image(messages):
+    content = messages[0]["content"]
+    return next((p["image"] for p in content if p.get("type") == "image"), None) if isinstance(content, list) else None
+
+
+def _letter_of(text: str, wanted: str) -> str:
+    return next(L for L, o in re.findall(r"^([A-Z])\. (.*)$", text, re.M) if o == wanted)
+
+
+class ScriptedVLM(Backend):
+    """Writes 3 questions (one visual, one common-sense, one malformed); answers visual ones correctly."""
+
+    kind = "scripted-vlm"
+
+    def __init__(self, fail_on: str | None = None):
+        super().__init__("vlm")
+        self.fail_on = fail_on
+        self.calls = 0
+
+    def _chat(self, requests):
+        self.calls += 1
+        out = []
+        for r in requests:
+            text, img = _text(r.messages), _image(r.messages)
+            if "Write" in text:
+                colour = colour_of(img)
+                if self.fail_on == colour:
+                    out.append(ChatResult(error="endpoint down"))
+                    continue
+                opts = ["red", "green", "blue", "yellow"]
+                out.append(ChatResult(texts=[
+                    "Sure, here you go!\n\nQuestion 1: What colour is the square?\n"
+                    + "\n".join(f"{L}. {o}" for L, o in zip("ABCD", opts, strict=False))
+                    + f"\nAnswer: {'ABCD'[opts.index(colour)]}\n\n"
+                    "Question 2: What colour is the sky on a clear day?\nA. blue\nB. pink\nC. black\nAnswer: A\n\n"
+                    "Question 3: What is it?\nA. a\nB. b\nC. c\nAnswer: E\n"
+                ]))
+            else:
+                wanted = colour_of(img) if "square" in text else "blue"
+                out.append(ChatResult(texts=[f" {_letter_of(text, wanted)}"]))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+class ScriptedTextAnswerer(Backend):
+    """Knows the sky is blue; for anything else always picks 'yellow' (never right here)."""
+
+    kind = "scripted-text"
+
+    def __init__(self):
+        super().__init__("text")
+
+    def _chat(self, requests):
+        out = []
+        for r in requests:
+            text = _text(r.messages)
+            assert _image(r.messages) is None and "None of the above" not in text
+            out.append(ChatResult(texts=[f" {_letter_of(text, 'blue' if 'sky' in text else 'yellow')}"]))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def run(tmp_path, out="out", **kw):
+    images = make_images(tmp_path / "imgs")
+    return curate(images, kw.pop("vlm", ScriptedVLM()), ScriptedTextAnswerer(), tmp_path / out,
+                  CurateConfig(per_image=5, rounds=4, batch_size=2), progress=False, **kw)
+
+
+def test_end_to_end_with_scripted_models(tmp_path):
+    import datasets
+
+    stats = run(tmp_path)
+    assert stats["images"] == 4 and stats["images_done"] == 3 and stats["images_quarantined"] == 1
+    assert stats["generated"] == 9 and stats["parsed"] == 6 and stats["kept"] == 3
+    assert stats["drop_reasons"] == {"answer_not_in_options": 3, "text_acc_too_high": 3}
+    assert list(stats["quarantine_reasons"].values()) == [1]
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["kept"] == 3
+    ds = datasets.load_from_disk(str(tmp_path / "out" / "dataset"))
+    assert sorted(ds["id"]) == ["blue.png", "green.png", "red.png"]
+    for row in ds:
+        (q,) = row["questions"]
+        assert q["question"] == "What colour is the square?" and q["visual_acc"] == 1.0 and q["text_acc"] == 0.0
+        assert q["options"]["ABCD".index(q["answer"])] == colour_of(row["image"])
+
+
+def test_rerun_replays_cache_and_shards_merge(tmp_path):
+    import datasets
+
+    run(tmp_path, out="whole")
+    again = ScriptedVLM()
+    run(tmp_path, out="whole", vlm=again)
+    assert again.calls == 0  # everything was done: nothing asked again
+    s0 = run(tmp_path, out="sharded", shard=(0, 2))
+    assert s0["images_pending"] > 0 and not (tmp_path / "sharded" / "dataset").exists()
+    run(tmp_path, out="sharded", shard=(1, 2))
+    a = datasets.load_from_disk(str(tmp_path / "whole" / "dataset")).to_list()
+    b = datasets.load_from_disk(str(tmp_path / "sharded" / "dataset")).to_list()
+    assert a == b and len(a) == 3
+
+
+def test_failed_generation_is_retried_not_lost(tmp_path):
+    stats = run(tmp_path, vlm=ScriptedVLM(fail_on="green"))
+    assert stats["images_pending"] == 1 and not (tmp_path / "out" / "dataset").exists()
+    stats = run(tmp_path)
+    assert stats["images_pending"] == 0 and stats["kept"] == 3
+
+
+def test_text_only_filter_on_its_own():
+    qs = [
+        {"question": "What colour is the sky?", "options": ["blue", "red", "green"], "answer": "A"},
+        {"question": "What colour is the cube?", "options": ["red", "blue", "yellow"], "answer": "A"},
+        {"question": "broken", "options": ["x"], "answer": "A"},
+    ]
+    v = text_only_filter(qs, ScriptedTextAnswerer(), rounds=4, text_max=0.25)
+    assert [x.keep for x in v] == [False, True, False]
+    assert v[0].accuracy == 1.0 and v[1].accuracy == 0.0 and "bad question" in v[2].error
+
+
+def _cli(images, out, vlm, lm):
+    return [str(Path(sys.executable).parent / "vlrl"), "data", "qa-curate", "--images", str(images), "--vlm", f"hf:{vlm}?device=cpu",
+            "--answerer", f"hf:{lm}?device=cpu", "--out", str(out), "--per-image", "2", "--rounds", "2",
+            "--batch-size", "2", "--max-tokens", "48", "--quiet"]
+
+
+@pytest.mark.slow
+def test_kill9_resume_equals_uninterrupted(tmp_path, tiny_vlm, tiny_lm):
+    images = tmp_path / "imgs"
+    images.mkdir()
+    for i in range(16):
+        Image.new("RGB", (56, 56), ((i * 40) % 256, (i * 90) % 256, (i * 150) % 256)).save(images / f"im{i:02d}.png")
+    (images / "bad.jpg").write_bytes(b"\xff\xd8 truncated")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    whole = tmp_path / "whole"
+    subprocess.run(_cli(images, whole, tiny_vlm, tiny_lm), check=True, env=env, capture_output=True, timeout=600)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_cli(images, killed, tiny_vlm, tiny_lm), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = killed / "records" / "shard-0-of-1.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and records.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the job finished before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = records.read_text().count("\n")
+    assert partial < 16
+    subprocess.run(_cli(images, killed, tiny_vlm, tiny_lm), check=True, env=env, capture_output=True, timeout=600)
+
+    def recs(d):
+        return sorted((json.loads(x) for x in (d / "records" / "shard-0-of-1.jsonl").read_text().splitlines()), key=lambda r: r["id"])
+
+    a, b = recs(whole), recs(killed)
+    assert [r["id"] for r in b] == [f"im{i:02d}.png" for i in range(16)]  # each exactly once
+    assert a == b
+    sa, sb = (json.loads((d / "stats.json").read_text()) for d in (whole, killed))
+    assert sa == sb and sa["images_quarantined"] == 1 and sa["images_pending"] == 0
+    import datasets
+
+    assert datasets.load_from_disk(str(whole / "dataset")).to_list() == datasets.load_from_disk(str(killed / "dataset")).to_list()
+
+
+class ScriptedCaptioner(Backend):
+    kind = "scripted-captioner"
+
+    def __init__(self):
+        super().__init__("captioner")
+
+    def _chat(self, requests):
+        return [ChatResult(texts=[f"A {colour_of(_image(r.messages))} square on a plain background."]) for r in requests]
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+class CaptionReader(Backend):
+    """Text answerer that picks the option the caption states, else 'Cannot answer'."""
+
+    kind = "scripted-reader"
+
+    def __init__(self):
+        super().__init__("reader")
+
+    def _score_choices(self, requests):
+        out = []
+        for r in requests:
+            text = _text(r.messages)
+            caption = text.split("<description>")[1].split("</description>")[0].lower()
+            opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
+            pick = next((L for L, o in opts if re.search(rf"\b{o.lower()}\b", caption)), opts[-1][0])
+            out.append(ChoiceResult(probs={f" {L}": float(pick == L) for L, _ in opts}, method="logits", mass=1.0))
+        return out
+
+    def _chat(self, requests):
+        raise NotImplementedError
+
+
+def test_smoke_check_passes_on_good_data_and_fails_on_leaky_data(tmp_path):
+    import datasets
+
+    from vlrl.caprl.smoke import smoke_check
+
+    run(tmp_path)
+    summary = smoke_check(str(tmp_path / "out" / "dataset"), ScriptedCaptioner(), CaptionReader(), mode="exact")
+    v = summary["variants"]
+    assert summary["passed"] and summary["images"] == 3
+    assert v["real"]["mean"] == 1.0 and v["generic"]["mean"] == v["empty"]["mean"] == v["shuffled"]["mean"] == 0.0
+    # leaky QA: the answer is written in the question, so every caption "works"
+    leaky = datasets.load_from_disk(str(tmp_path / "out" / "dataset")).to_list()
+    for row in leaky:
+        q = row["questions"][0]
+        q["options"] = ["square", "circle", "star", "moon"]
+        q["answer"] = "A"
+    datasets.Dataset.from_list(leaky).cast_column("image", datasets.Image()).save_to_disk(str(tmp_path / "leaky"))
+    bad = smoke_check(str(tmp_path / "leaky"), ScriptedCaptioner(), CaptionReader(), mode="exact")
+    assert not bad["passed"] and any("shuffled" in f for f in bad["failures"])
+
+
+@pytest.mark.slow
+def test_smoke_cli_with_tiny_models(tmp_path, tiny_vlm, tiny_lm):
+    run(tmp_path)  # a real QA dataset (scripted curation)
+    vlrl = str(Path(sys.executable).parent / "vlrl")
+    base = [vlrl, "reward", "smoke", "--qa", str(tmp_path / "out" / "dataset"), "--captioner", f"hf:{tiny_vlm}?device=cpu",
+            "--answerer", f"hf:{tiny_lm}?device=cpu", "--questions-per-caption", "2", "--rounds", "2",
+            "--out", str(tmp_path / "smoke.json")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(base, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "smoke.json").read_text())
+    assert set(summary["variants"]) == {"real", "generic", "empty", "shuffled"} and summary["images"] == 3
+    strict = subprocess.run(base + ["--strict"], capture_output=True, text=True, timeout=600, env=env)
+    assert strict.returncode == (0 if summary["passed"] else 1)
+    if not summary["passed"]:
+        assert "FAILED" in r.stdout
