@@ -8,17 +8,11 @@ image. The logic lives in :mod:`vlrl.caprl.curate`; this file is the same comman
 
 from __future__ import annotations
 
-import sys
+from vlrl.cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer
-
-    from vlrl.cli.data import qa_curate_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(qa_curate_cmd)
-    app(args=argv if argv is not None else sys.argv[1:], prog_name="qa_curate.py")
+    run("data", "qa-curate", argv=argv)
 
 
 if __name__ == "__main__":

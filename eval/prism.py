@@ -7,17 +7,11 @@ and the bring-your-own benchmark format is in ``docs/prism.md``.
 
 from __future__ import annotations
 
-import sys
+from vlrl.cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    import typer
-
-    from vlrl.cli.eval import prism_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(prism_cmd)
-    app(args=argv if argv is not None else sys.argv[1:], prog_name="prism.py")
+    run("eval", "prism", argv=argv)
 
 
 if __name__ == "__main__":

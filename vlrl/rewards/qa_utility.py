@@ -33,10 +33,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vlrl.backends import Backend, load_backend
+from vlrl.backends import Backend, load_backend, parse_spec
 from vlrl.caprl.ask import Ask, ask
 from vlrl.caprl.mcq import CANNOT_ANSWER, MCQError, coerce_questions, normalize_mcq, present, seeded_rng
-from vlrl.caprl.templates import render
+from vlrl.prompts import render
 
 from . import register_reward
 from .base import Reward, Score
@@ -70,6 +70,8 @@ class CapRLQAReward(Reward):
             raise ValueError(f"caprl_qa: mode must be 'sample' or 'exact', not {mode!r}")
         if questions_per_caption < 1 or rounds < 1:
             raise ValueError("caprl_qa: questions_per_caption and rounds must be >= 1")
+        if isinstance(answerer, str):
+            parse_spec(answerer)  # a malformed spec fails when the reward is built, not per row
         self.answerer = answerer
         self.mode = mode
         self.questions_per_caption = int(questions_per_caption)

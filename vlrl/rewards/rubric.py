@@ -35,7 +35,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend
+from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
 
 from . import register_reward
 from .base import Reward, Score
@@ -164,6 +164,8 @@ class RubricJudgeReward(Reward):
             raise ValueError(
                 "rubicap_rubric: implicit aggregation gives one score, so per_rubric and veto_critical do not apply"
             )
+        if isinstance(judge, str):
+            parse_spec(judge)  # a malformed spec fails when the reward is built, not per row
         self.judge = judge
         self.cache = cache
         self.per_rubric = bool(per_rubric)
@@ -266,8 +268,8 @@ class RubricJudgeReward(Reward):
         return {"type": "image", "image": value}
 
     def _judge(self, completions: list[str], jobs: list[tuple[int, list[Any]]], image_col: list[Any]) -> list[Score]:
+        from vlrl.prompts import render
         from vlrl.rubicap.structured import chat_structured
-        from vlrl.rubicap.templates import render
 
         sampling = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature)
         unique: dict[str, int] = {}
