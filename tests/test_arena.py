@@ -168,3 +168,12 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm):
     assert res.exit_code == 0, res.output
     r = json.loads((out / "results.json").read_text())["baselines"]["base"]
     assert r["pairs"] + r["missing_captions"] + r["judge_failures"] == 2
+
+
+def test_missing_captions_are_one_log_line_each(tmp_path, caplog):
+    base = Scripted("base", lambda r: ChatResult(error="connection refused") if r.id == "1.png" else BASE[r.id])
+    with caplog.at_level("WARNING", logger="vlrl.rubicap.captioner"):
+        run_arena(_captioner("cand", CAND), [base], Scripted("judge", biased_judge), _images(tmp_path, 4), tmp_path / "out")
+    lines = [r.getMessage() for r in caplog.records]
+    mine = [m for m in lines if m.startswith("captioner base:")]
+    assert len(mine) == 1 and mine[0].startswith("captioner base: 1.png:") and "connection refused" in mine[0]

@@ -224,3 +224,40 @@ def test_accepts_vlrl_records_mcq():
     rec = RecordMCQ(question="Colour?", options=["blue", "red", "green"], answer="B")
     scores = reward(FactAnswerer()).score(["a red box", "nothing"], questions=[[rec], [rec]])
     assert [s.value for s in scores] == [1.0, 0.0]
+
+
+class SampledFallbackAnswerer(FactAnswerer):
+    """A backend without logprobs (transformers serve): score_choices estimates from sampled texts."""
+
+    def __init__(self, junk: bool = False):
+        super().__init__()
+        self.junk = junk
+
+    def _score_choices(self, requests):
+        from vlrl.backends.base import choices_from_samples
+
+        out = []
+        for r in requests:
+            letter, _ = self._pick(r.messages)
+            texts = ["I think so"] * 4 if self.junk else [letter, f" {letter}.", f"({letter})", letter]
+            probs, mass = choices_from_samples(texts, r.choices)
+            out.append(ChoiceResult(probs=probs, method="sampled", mass=mass))
+        return out
+
+
+def test_exact_mode_on_a_sampling_fallback_reads_the_sampled_letters():
+    caps = ["A red circle next to a triangle.", "An image."]
+    good = reward(SampledFallbackAnswerer(), mode="exact").score(caps, questions=[QUESTIONS] * 2)
+    assert [s.value for s in good] == pytest.approx([1.0, 0.0])
+    assert good[1].details["cannot_answer_rate"] == pytest.approx(1.0)
+    junk = reward(SampledFallbackAnswerer(junk=True), mode="exact").score(caps, questions=[QUESTIONS] * 2)
+    # no sample named an option: parse failures scoring 0, not a uniform guess
+    assert [s.value for s in junk] == [0.0, 0.0]
+    assert junk[0].details["parse_failures"] > 0
+
+
+def test_bench_reward_with_a_dead_answerer_is_a_clear_error_not_numbers():
+    from vlrl.caprl.bench import bench_reward
+
+    with pytest.raises(ValueError, match="no caption could be scored in sample mode .*answerer"):
+        bench_reward(FactAnswerer(fail=True), n_captions=2, repeats=1, questions_per_caption=1, rounds=1)

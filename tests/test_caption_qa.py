@@ -148,3 +148,24 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm, tiny_lm):
     assert res.exit_code == 0, res.output
     r = json.loads((out / "results.json").read_text())
     assert set(r["captioners"]) == {"early", "tiny"} and (out / "accuracy_vs_budget.png").exists()
+
+
+@pytest.mark.parametrize("bad", ["50,abc", "1.5", "", ","])
+def test_bad_budgets_name_the_flag(bad):
+    with pytest.raises(ValueError, match="--budgets"):
+        parse_budgets(bad)
+
+
+class DownAnswerer(Answerer):
+    def _chat(self, requests):
+        return [ChatResult(error="connection refused") for _ in requests]
+
+
+def test_answerer_outage_is_retried_on_rerun_not_stored_as_unscored(tmp_path):
+    qa = _qa_dataset(tmp_path)
+    early = _captions(tmp_path, "early", True)
+    settings = {"questions_per_caption": 1, "rounds": 1}
+    down = run_caption_qa(qa, DownAnswerer(), tmp_path / "out", captions=[early], budgets=[50], reward_settings=settings)
+    assert down["captioners"]["early"]["50"]["accuracy"] is None
+    up = run_caption_qa(qa, Answerer(), tmp_path / "out", captions=[early], budgets=[50], reward_settings=settings)
+    assert up["captioners"]["early"]["50"]["accuracy"] == 1.0 and up["captioners"]["early"]["full"]["scored"] == 3

@@ -22,7 +22,7 @@ try:
     from servers import FaultProxy, transformers_server  # noqa: F401 - session fixture
 except ImportError:  # tests/ imported as a package
     from tests.servers import FaultProxy, transformers_server  # noqa: F401
-from vlrl.captioning.sources import read_locator
+from vlrl.sources import read_locator
 
 
 class ScriptedBackend(Backend):
@@ -395,3 +395,41 @@ def test_parquet_output_resumes_exactly_once(folder, tmp_path):
     ids = [r["image_id"] for r in _captions(out)]
     assert len(ids) == 12 and len(set(ids)) == 12 and len(b.seen) == 12 - first["counts"]["captioned"]
     assert m["status"] == "complete" and all(p.endswith(".parquet") for p in m["output"]["parts"])
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_output_folder_loads_with_plain_load_dataset(folder, tmp_path, fmt):
+    # Regression: load_dataset(OUT) used to read manifest.json and quarantine.jsonl as data too and
+    # fail on their schemas; the README.md dataset card points it at the caption parts only.
+    from datasets import load_dataset
+
+    out = tmp_path / "out"
+    for i in range(2):  # shards share one folder and one card
+        run_caption(_job(folder, out, shard=f"{i}/2", output_format=fmt), backend=ScriptedBackend())
+    ds = load_dataset(str(out), split="train")
+    assert len(ds) == 12 and len(set(ds["image_id"])) == 12
+    assert {"image_id", "caption", "model", "prompt", "sampling"} <= set(ds.column_names)
+
+
+def test_prompt_with_an_unknown_variable_fails_before_writing(folder, tmp_path):
+    # Regression: '{{ nope }}' used to quarantine every image of the corpus (and the changed-job
+    # check then refused the corrected prompt in the same --out).
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"undefined variable\(s\) \['nope'\]"):
+        run_caption(_job(folder, out, prompt="Describe {{ nope }}."), backend=ScriptedBackend())
+    with pytest.raises(ValueError, match="prompt template"):
+        run_caption(_job(folder, out, prompt="Describe {{ image_id"), backend=ScriptedBackend())
+    assert not out.exists()
+    m = run_caption(_job(folder, out, prompt="{{ image_id }} {{ meta.get('x', '') }}"), backend=ScriptedBackend())
+    assert m["counts"]["captioned"] == 12
+
+
+def test_cli_missing_model_folder_is_one_line_not_a_traceback(folder, tmp_path):
+    import subprocess
+    import sys
+
+    vlrl = str(Path(sys.executable).parent / "vlrl")
+    res = subprocess.run([vlrl, "caption", "--images", str(folder), "--model", f"hf:{tmp_path}/no-model",
+                          "--out", str(tmp_path / "o"), "--no-progress"], capture_output=True, text=True)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "no-model' does not exist" in res.stderr.strip().splitlines()[-1]

@@ -35,3 +35,29 @@ def test_bad_backend_spec_is_one_clear_line(tmp_path):
     )
     assert res.returncode != 0
     assert "unknown kind 'grpc'" in res.stderr + res.stdout
+
+
+def test_missing_local_model_is_one_clear_line_not_a_traceback(tmp_path):
+    from PIL import Image
+
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "imgs" / "a.png")
+    res = subprocess.run(
+        [VLRL, "data", "qa-curate", "--images", str(tmp_path / "imgs"), "--vlm", f"hf:{tmp_path}/no-model",
+         "--answerer", f"hf:{tmp_path}/no-model", "--out", str(tmp_path / "out"), "-q"],
+        capture_output=True, text=True,
+    )
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert "no-model' does not exist" in res.stderr.strip().splitlines()[-1]
+
+
+def test_http_client_request_logs_are_silenced():
+    import logging
+
+    from typer.testing import CliRunner
+
+    from vlrl.cli import app
+
+    CliRunner().invoke(app, ["models", "--help"])  # runs the root callback that configures logging
+    assert logging.getLogger("httpx2").level >= logging.WARNING  # openai 3 logs every request through httpx2

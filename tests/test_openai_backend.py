@@ -290,3 +290,12 @@ def json_text(body) -> str:
     import json
 
     return json.dumps(body)
+
+
+def test_choices_from_samples_matches_space_prefixed_letters_and_whole_letters_only():
+    from vlrl.backends.base import choices_from_samples, first_choice
+
+    probs, mass = choices_from_samples(["B", " B.", "(C)", "Apple", "A"], [" A", " B", " C"])
+    assert probs == pytest.approx({" A": 0.25, " B": 0.5, " C": 0.25}) and mass == pytest.approx(0.8)
+    assert first_choice("Apples are red", ["A", "B"]) is None
+    assert first_choice("10 apples", ["1", "10"]) == "10"

@@ -136,3 +136,27 @@ def test_cli_with_tiny_models(tmp_path, tiny_vlm, tiny_lm):
     assert set(res["benchmarks"]) == {"colors", "charts", "docs"} and res["n"] == 7
     assert 0.0 <= res["overall"] <= 1.0 and res["errors"] >= 1
     assert "overall" in r.stdout
+
+
+class DownReader(Backend):
+    kind = "down-reader"
+
+    def __init__(self):
+        super().__init__("down")
+
+    def _chat(self, requests):
+        return [ChatResult(error="connection refused") for _ in requests]
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def test_every_failed_record_is_one_log_line_naming_it(tmp_path, caplog):
+    bench = make_bench(tmp_path)
+    with caplog.at_level("WARNING", logger="vlrl.caprl.prism"):
+        res = evaluate_prism(Captioner(), DownReader(), bench, tmp_path / "out", progress=False)
+    assert res["errors"] == 7 and res["overall"] == 0.0
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith("img/bad.png: image:") for m in msgs) == 1
+    for qid in ("q1", "q2", "q3", "q4", "q5", "q6"):
+        assert sum(m.startswith(f"question {qid}: answerer failed") and "connection refused" in m for m in msgs) == 1

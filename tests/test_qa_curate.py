@@ -278,3 +278,39 @@ def test_smoke_cli_with_tiny_models(tmp_path, tiny_vlm, tiny_lm):
     assert strict.returncode == (0 if summary["passed"] else 1)
     if not summary["passed"]:
         assert "FAILED" in r.stdout
+
+
+class FailingTextAnswerer(Backend):
+    """An answerer endpoint that is down: every request fails with a reason."""
+
+    kind = "failing-text"
+
+    def __init__(self):
+        super().__init__("text")
+
+    def _chat(self, requests):
+        return [ChatResult(error="connection refused") for _ in requests]
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def test_answerer_failure_is_one_line_per_image_with_its_reason(tmp_path, caplog):
+    images = make_images(tmp_path / "imgs")
+    with caplog.at_level("WARNING", logger="vlrl.caprl.curate"):
+        stats = curate(images, ScriptedVLM(), FailingTextAnswerer(), tmp_path / "out",
+                       CurateConfig(per_image=5, rounds=2, batch_size=2), progress=False)
+    assert stats["images_pending"] == 3 and stats["images_done"] == 0
+    lines = [r.getMessage() for r in caplog.records if "answering failed" in r.getMessage()]
+    assert len(lines) == 3
+    assert all("connection refused" in m and m.split(":")[0] in {"red.png", "green.png", "blue.png"} for m in lines)
+
+
+def test_smoke_check_names_the_reason_when_nothing_can_be_scored(tmp_path):
+    from vlrl.caprl.smoke import smoke_check
+
+    run(tmp_path)
+    summary = smoke_check(str(tmp_path / "out" / "dataset"), ScriptedCaptioner(), FailingTextAnswerer(), mode="sample")
+    assert not summary["passed"]
+    assert any("could not be scored" in f and "connection refused" in f for f in summary["failures"])
+    assert sum(summary["unscored_reasons"].values()) == 12

@@ -270,3 +270,25 @@ def test_accelerate_configs_follow_accelerates_schema(name, kind):
     if name == "fsdp2":
         assert raw["fsdp_config"]["fsdp_version"] == 2
         assert raw["fsdp_config"]["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+
+
+def test_decreasing_length_cap_and_missing_local_model_fail_early(no_models, tmp_path):
+    base = _doc(method="ptst")
+    base["trainer"] = {"per_device_train_batch_size": 4}
+    down = [{"max_completion_length": 24, "num_generations": 4, "steps": 1},
+            {"max_completion_length": 12, "num_generations": 2, "steps": 1}]
+    with pytest.raises(RecipeError, match=r"stages\[1\].max_completion_length \(12\) is below stages\[0\]'s \(24\)"):
+        validate(load_recipe(doc={**base, "stages": down}))
+    equal = [{**down[0], "max_completion_length": 12}, down[1]]
+    validate(load_recipe(doc={**base, "stages": equal}))  # equal caps (e.g. a shrinking group only) are fine
+    with pytest.raises(RecipeError, match="is not a folder"):
+        validate(load_recipe(doc=_doc(model={"path": str(tmp_path / "no-model")})))
+    validate(load_recipe(doc=_doc(model={"path": "Qwen/Qwen2.5-VL-3B-Instruct"})))  # a hub id is not checked
+
+
+def test_empty_dataset_is_named_as_empty(no_models, tmp_path):
+    empty = tmp_path / "sft.jsonl"
+    empty.write_text("")  # e.g. `vlrl data cold-start` that kept nothing
+    with pytest.raises(RecipeError, match="holds no records") as e:
+        validate(load_recipe(doc={**_doc(method="sft"), "data": {"source": str(empty)}}))
+    assert "has no 'image' column" not in str(e.value)

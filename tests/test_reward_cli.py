@@ -312,3 +312,22 @@ def test_score_caprl_qa_with_a_tiny_answerer(tmp_path, tiny_lm):
     for r in recs[:2]:
         assert 0.0 <= r["reward"] <= 1.0  # random weights: structure, not quality
     assert recs[2]["reward"] is None and recs[2]["details"]["n_questions"] == 0
+
+
+def test_rows_whose_reward_is_none_are_one_log_line_each(tmp_path, caplog):
+    from vlrl.rewards import build_reward
+    from vlrl.rewards.scoring import score_rows_file
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "ok", "completion": "A red circle.", "rubrics": []},
+        {"id": "bad", "completion": "A red circle.", "rubrics": [{"nope": 1}]},
+    ]) + "\n")
+    reward = build_reward("rubicap_rubric", judge="hf:/nonexistent")
+    with caplog.at_level("WARNING", logger="vlrl.rewards.scoring"):
+        summary = score_rows_file(reward, rows, tmp_path / "out.jsonl", progress=False)
+    assert summary["none"] == 2
+    lines = [r.getMessage() for r in caplog.records if "reward None" in r.getMessage()]
+    assert len(lines) == 2
+    assert ":1: id 'ok': reward None (empty rubric set)" in lines[0]
+    assert ":2: id 'bad': reward None (rubric 1 is malformed" in lines[1]

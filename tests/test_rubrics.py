@@ -291,3 +291,13 @@ def test_kill9_then_rerun_is_exactly_once(tmp_path):
     assert sorted(got) == ids
     assert sorted(r["image_id"] for r in read_jsonl(out / "student.jsonl")) == ids
     assert json.loads((out / "stats.json").read_text())["accepted"] == 6
+
+
+def test_each_rejected_image_is_one_log_line_with_its_reason(tmp_path, caplog):
+    tdir = _teacher_dir(tmp_path, ["good", "garbage", "timeout", "lonely"])
+    with caplog.at_level("WARNING", logger="vlrl.rubicap.synthesis"):
+        build_rubrics(tdir, Scripted("s", lambda r: "A red truck."), Scripted("writer", writer_answer),
+                      tmp_path / "out", max_retries=0)
+    lines = [r.getMessage() for r in caplog.records if ": rejected: " in r.getMessage()]
+    assert sorted(m.split(":")[0] for m in lines) == ["garbage", "lonely", "timeout"]
+    assert any(m.startswith("timeout: rejected: rubric writer:") and "timed out" in m for m in lines)

@@ -187,3 +187,14 @@ def test_cli_with_tiny_hf_teachers(tmp_path, tiny_vlm):
     assert (out / "cache" / "responses.sqlite").exists()
     res2 = CliRunner().invoke(app, args)  # rerun: cached, same result
     assert res2.exit_code == 0 and json.loads((out / "stats.json").read_text()) == stats
+
+
+def test_each_missing_caption_is_one_log_line_naming_teacher_and_image(tmp_path, caplog):
+    src = make_images(tmp_path / "imgs", 2)
+    down = Teacher("down", answer=lambda req: ChatResult(error="connection refused"))
+    with caplog.at_level("WARNING", logger="vlrl.rubicap.teachers"):
+        run_teacher_committee(src, [Teacher("good"), down], tmp_path / "out", batch_size=2)
+    lines = [r.getMessage() for r in caplog.records]
+    for img in ("img0.png", "img1.png"):
+        assert sum(m.startswith(f"teacher down: {img}:") and "connection refused" in m for m in lines) == 1
+    assert not any(m.startswith("teacher good:") for m in lines)

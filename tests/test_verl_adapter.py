@@ -32,7 +32,8 @@ def test_hfrrf_by_default_returns_score_and_details():
     assert mc["score"] == 1.0
     # not applicable (no gold) is 0.0 for verl, flagged as such
     na = va.compute_score("mathvista", "<think>x</think><answer>1</answer>", "", {})
-    assert na == {"score": 0.0, "applicable": 0.0}
+    assert na["score"] == 0.0 and na["applicable"] == 0.0 and math.isnan(na["format_ok"])
+    assert set(na) == set(good)  # one key set per reward: verl stacks the dicts per key
 
 
 def test_reward_and_settings_from_reward_kwargs_extra_info_or_env(monkeypatch):
@@ -77,3 +78,18 @@ def test_caption_reward_reads_questions_from_extra_info():
     assert "qa_acc" in res and not math.isnan(res["qa_acc"])
     missing = va.compute_score("caps", "A red ball.", None, {}, reward="caprl_qa", settings={"answerer": AlwaysA("a")})
     assert missing["applicable"] == 0.0 and missing["score"] == 0.0
+
+
+def test_per_sample_dicts_share_one_key_set_like_verl_needs():
+    # Regression: a not-applicable or failed sample returned fewer keys than a scored one, so verl's
+    # `reward_extra_info[key].append(value)` built ragged columns and the step failed.
+    from collections import defaultdict
+
+    rows = [("<think>a</think><answer>4</answer>", "4"), ("<think>a</think><answer>4</answer>", None),
+            ("no format", "4"), ("<think>a</think><answer>5</answer>", "")]
+    extra = defaultdict(list)
+    for sol, gold in rows * 2:
+        for k, v in va.compute_score("d", sol, gold, {}, reward="hfrrf", settings={"soft": True}).items():
+            extra[k].append(v)
+    assert {len(v) for v in extra.values()} == {len(rows) * 2}
+    assert extra["applicable"][-4:] == [1.0, 0.0, 1.0, 0.0]

@@ -341,7 +341,7 @@ def infer_record_type(columns: Iterable[str]) -> type:
         return RubricItem
     if {"text", "model"} <= cols:
         return Caption
-    from .sources import _find_image_column
+    from .sources.dataset import _find_image_column
 
     if _find_image_column(cols):
         return ImageRef
@@ -365,16 +365,6 @@ def dataset_to_records(
         except TypeError as e:  # missing required field
             raise RecordError(f"{cls.kind} row", str(e)) from None
     return out
-
-
-def _undecoded(ds: datasets.Dataset) -> datasets.Dataset:
-    """Cast HF ``Image`` columns to ``decode=False`` so only our loader ever decodes pixels."""
-    import datasets
-
-    for name, feat in ds.features.items():
-        if isinstance(feat, datasets.Image) and feat.decode:
-            ds = ds.cast_column(name, datasets.Image(decode=False))
-    return ds
 
 
 def _format_for(dest: Path, format: str | None) -> str:
@@ -486,9 +476,10 @@ def load_records(
     return dataset_to_records(source.dataset, cls)
 
 
-# Readers of image sources live in their own module; re-exported here because callers think of
-# them as part of the records API. Imported last: sources.py needs the record classes above.
+# Readers of image sources live in vlrl.sources; re-exported here because callers think of them as
+# part of the records API.
 from .sources import DatasetSource, load_any_dataset  # noqa: E402
+from .sources.dataset import undecoded as _undecoded  # noqa: E402
 
 __all__ = [
     "MCQ",

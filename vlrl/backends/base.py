@@ -152,8 +152,12 @@ class Accounting:
         return {k: v - other.get(k, 0) for k, v in self.snapshot().items()}
 
 
-class BackendError(RuntimeError):
-    """A backend could not be built or reached at all (not a per-request failure)."""
+class BackendError(RuntimeError, ValueError):
+    """A backend could not be built or reached at all (not a per-request failure).
+
+    Also a ``ValueError``: like a malformed spec, it is a bad setting the user must fix, so every
+    command that reports ``ValueError`` as one line reports this one the same way.
+    """
 
 
 class Backend(abc.ABC):
@@ -232,9 +236,14 @@ def choices_from_samples(texts: Sequence[str], choices: Sequence[str]) -> tuple[
 def first_choice(text: str, choices: Sequence[str]) -> str | None:
     """The choice the answer text names first, ignoring leading whitespace and punctuation."""
     s = text.strip().lstrip("([*\"' ")
-    for c in sorted(choices, key=len, reverse=True):
-        if s.startswith(c):
-            return c
+    for c in sorted(choices, key=lambda c: len(c.strip()), reverse=True):
+        # Choices often carry the space that follows a prefix (" B" after "The answer is"); the
+        # answer text was stripped, so compare stripped. A letter must stand alone: "Apple" is not "A".
+        core = c.strip()
+        if core and s.startswith(core):
+            rest = s[len(core):]
+            if not (core[-1].isalnum() and rest[:1].isalnum()):
+                return c
     return None
 
 

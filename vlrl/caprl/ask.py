@@ -130,6 +130,10 @@ def _sample_answer(res: Any, pres: Presentation) -> Answer:
 def _exact_answer(res: Any, pres: Presentation) -> Answer:
     if not res.ok:
         return Answer(error=res.error)
+    if getattr(res, "method", None) == "sampled" and not getattr(res, "mass", 1.0):
+        # A sampling fallback where no sample named an option: an off-format answer, scored as a
+        # parse failure like in sample mode (its uniform "probs" carry no information).
+        return Answer(correct=0.0, letter=None, parse_failure=True, exact=False)
     probs = {k.strip(): float(v) for k, v in res.probs.items()}
     total = sum(probs.get(L, 0.0) for L in pres.letters)
     if total <= 0:

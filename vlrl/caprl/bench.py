@@ -70,7 +70,10 @@ def bench_reward(
     try:
         # warm-up outside the timings (first-call allocation, kernel selection)
         for mode in ("sample", "exact"):
-            CapRLQAReward(backend, mode=mode, **common).score(captions[:2], questions=questions[:2])
+            warm = CapRLQAReward(backend, mode=mode, **common).score(captions[:2], questions=questions[:2])
+            if all(s.value is None for s in warm):  # timing failures would be meaningless
+                reason = warm[0].details.get("reason", "unknown") if warm else "no captions"
+                raise ValueError(f"answerer {answerer}: no caption could be scored in {mode} mode ({reason})")
         runs: dict[str, list[tuple[float, list[float | None], int]]] = {"sample": [], "exact": []}
         for rep in range(repeats):
             for mode in ("sample", "exact"):

@@ -34,11 +34,11 @@ from typing import Any
 
 from vlrl.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard
+from vlrl.prompts import render
 
 from .filtering import text_only_filter, visual_filter
 from .mcq import seeded_rng
 from .mcq_parse import parse_mcqs
-from .templates import render
 
 logger = logging.getLogger(__name__)
 
@@ -177,8 +177,9 @@ def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig)
         verdicts[owner].append((mcq, v, t))
     records = []
     for image_id, (raw, pr) in parsed.items():
-        if any(v.error or t.error for _, v, t in verdicts[image_id]):
-            logger.warning("%s: answering failed; will retry on the next run", image_id)
+        err = next((v.error or t.error for _, v, t in verdicts[image_id] if v.error or t.error), None)
+        if err:
+            logger.warning("%s: answering failed (%s); will retry on the next run", image_id, err)
             failed.append(image_id)
             continue
         dropped = Counter(d["reason"] for d in pr.dropped)

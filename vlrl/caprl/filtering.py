@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlrl.backends import Backend, load_backend
+from vlrl.prompts import render
 
 from .ask import Ask, ask
 from .mcq import MCQ, NONE_OF_THE_ABOVE, normalize_mcq, present, seeded_rng
-from .templates import render
 
 FILTER_PROMPT = "caprl_filter_answer"
 

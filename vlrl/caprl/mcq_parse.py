@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from .mcq import LETTERS, MCQ, MCQError, normalize_mcq
 
@@ -165,15 +164,12 @@ def _try_json(text: str) -> ParseResult | None:
         s = re.sub(r"^```[a-zA-Z]*\s*|\s*```$", "", s)
     if not s or s[0] not in "[{" or '"question"' not in s:
         return None
-    try:
-        data: Any = json.loads(s)
-    except json.JSONDecodeError:
-        try:
-            import json_repair
+    from vlrl.rubicap.structured import InvalidOutput, extract_json  # strict JSON, else json_repair
 
-            data = json_repair.loads(s)
-        except Exception:  # noqa: BLE001
-            return None
+    try:
+        data, _ = extract_json(s)
+    except InvalidOutput:
+        return None
     if isinstance(data, dict):
         data = data.get("questions", [data])
     if not isinstance(data, list):

@@ -28,10 +28,10 @@ from typing import Any
 
 from vlrl.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.pipeline import atomic_write_json
+from vlrl.prompts import render
 
 from .ask import Ask, ask
 from .mcq import MCQError, normalize_mcq, present
-from .templates import render
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +192,7 @@ def evaluate_prism(
                 img = load_row_image(first_row[k])
             except Exception as e:  # noqa: BLE001
                 errors[k] = f"image: {getattr(e, 'reason', e)}"
+                logger.warning("%s: %s", k, errors[k])
                 continue
             content = [{"type": "image", "image": img}, {"type": "text", "text": prompt}]
             reqs.append(ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=caption_max_tokens), id=k))
@@ -201,6 +202,7 @@ def evaluate_prism(
                 captions[k] = res.text
             else:
                 errors[k] = f"captioner: {res.error}"
+                logger.warning("%s: %s", k, errors[k])
     with open(out / "captions.jsonl", "w", encoding="utf-8") as fh:
         for k in keys:
             fh.write(json.dumps({"image": k, "caption": captions.get(k), "error": errors.get(k)}, ensure_ascii=False) + "\n")
@@ -233,9 +235,12 @@ def evaluate_prism(
             sa_idx.append(i)
     for i, a in zip(mc_idx, ask(ans_b, mc_asks, mode="sample", temperature=0.0, max_tokens=10) if mc_asks else [], strict=False):
         preds[i].update(prediction=a.letter, score=a.correct or 0.0, error=a.error, raw=a.text)
+        if a.error:
+            logger.warning("question %s: answerer failed: %s", preds[i]["id"], a.error)
     for i, res in zip(sa_idx, ans_b.chat(sa_reqs) if sa_reqs else [], strict=False):
         if not res.ok:
             preds[i]["error"] = res.error
+            logger.warning("question %s: answerer failed: %s", preds[i]["id"], res.error)
             continue
         p = short_answer(res.text)
         row = rows[i]

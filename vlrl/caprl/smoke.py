@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections import Counter
 from typing import Any
 
 from vlrl.backends import ChatRequest, SamplingParams, load_backend
@@ -31,7 +32,12 @@ def caption_images(captioner, images: list[Any], *, prompt: str = CAPTION_PROMPT
                     SamplingParams(max_tokens=max_tokens, temperature=0.0), id=f"image {i}")
         for i, im in enumerate(images)
     ]
-    return [r.text if r.ok else None for r in captioner.chat(reqs)]
+    out = []
+    for req, r in zip(reqs, captioner.chat(reqs), strict=False):
+        if not r.ok:
+            logger.warning("smoke: %s: captioning failed: %s", req.id, r.error)
+        out.append(r.text if r.ok else None)
+    return out
 
 
 def smoke_check(
@@ -95,6 +101,12 @@ def smoke_check(
         other = summary["variants"][v]["mean"]
         if real_mean is None or (other is not None and real_mean <= other):
             failures.append(f"real captions ({_fmt(real_mean)}) do not beat {v} captions ({_fmt(other)})")
+    unscored = Counter(str(s.details.get("reason", "unknown")) for s in scores if s.value is None)
+    if unscored and real_mean is None:  # nothing scored: say why instead of blaming the data
+        reason, count = unscored.most_common(1)[0]
+        failures.append(f"{sum(unscored.values())} of {len(scores)} captions could not be scored "
+                        f"(most common reason, {count}x: {reason})")
+    summary["unscored_reasons"] = dict(unscored)
     summary["passed"] = not failures
     summary["failures"] = failures
     summary["examples"] = [{"real": real[i][:300], "questions": len(questions[i])} for i in range(min(3, len(real)))]

@@ -109,7 +109,7 @@ def bench_caption(
     shared 2-core machine, 1 avoids oversubscription that slows *both* sides by an order of magnitude.
     """
     from vlrl.captioning.job import DEFAULT_PROMPT_FILE, PromptRenderer
-    from vlrl.captioning.sources import ImageItem
+    from vlrl.sources import ImageItem
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)

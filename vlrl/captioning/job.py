@@ -24,6 +24,7 @@ runs for days, on preemptible machines, over corpora with broken files in them. 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import resource
 import threading
@@ -38,14 +39,14 @@ from typing import Any
 from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
 from vlrl.images import ImageLoadError, load_image
 from vlrl.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.prompts import PROMPTS_DIR, from_string
+from vlrl.sources import ImageItem, ImageSource, TarShardSource, open_source
 
-from .sources import ImageItem, ImageSource, TarShardSource, open_source
 from .store import CaptionStore, part_prefix
 
 logger = logging.getLogger(__name__)
 
-PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
-DEFAULT_PROMPT_FILE = PROMPT_DIR / "caption_default.jinja"
+DEFAULT_PROMPT_FILE = PROMPTS_DIR / "caption_default.jinja"
 
 
 @dataclass
@@ -125,12 +126,21 @@ class CaptionJob:
         return {"manifest": f"manifest{tag}.json", "quarantine": f"quarantine{tag}.jsonl", "prefix": part_prefix((i, n))}
 
 
+PROMPT_VARIABLES = ("image_id", "meta")
+
+
 class PromptRenderer:
     def __init__(self, text: str) -> None:
         import jinja2
+        import jinja2.meta
 
-        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-        self.template = env.from_string(text)
+        try:
+            unknown = sorted(jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(text)) - set(PROMPT_VARIABLES))
+        except jinja2.TemplateSyntaxError as e:
+            raise ValueError(f"prompt template: {e}") from None
+        if unknown:  # would fail on every image: a job error, not a per-image quarantine
+            raise ValueError(f"prompt template uses undefined variable(s) {unknown}; use {{{{ image_id }}}} or {{{{ meta.COLUMN }}}}")
+        self.template = from_string(text)
         self.static = "{{" not in text and "{%" not in text
 
     def __call__(self, item: ImageItem) -> str:
@@ -255,6 +265,7 @@ class Sink:
         self.models: set[str] = set()
         self._last_manifest = 0.0
         self.bar = None
+        write_dataset_card(job.out, job.output_format)
         self.write_manifest("running")
 
     def is_done(self, image_id: str) -> bool:
@@ -309,7 +320,7 @@ class Sink:
                 "data_files": f"captions/{self.job.names()['prefix']}-*.{ext}",
                 "parts": self.store.files(),
                 "quarantine": self.job.names()["quarantine"],
-                "load_with": f"datasets.load_dataset({'json' if ext == 'jsonl' else 'parquet'!r}, data_files=OUT/captions/*.{ext})",
+                "load_with": "datasets.load_dataset(OUT, split='train')",
             },
             "counts": {"captioned": len(self.store), "quarantined": len(self.quarantine)},
             "this_run": {
@@ -334,6 +345,35 @@ class Sink:
         stopped_early = self.job.limit is not None and self.new >= self.job.limit
         status = "interrupted" if interrupted else ("incomplete" if self.failed or stopped_early else "complete")
         return self.write_manifest(status)
+
+
+DATASET_CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: "captions/*.{ext}"
+---
+# Captions written by `vlrl caption`
+
+`manifest.json` records the job (source, model, prompt, sampling) and its counts; unreadable images
+are listed in `quarantine.jsonl`. Load with `datasets.load_dataset("<this folder>", split="train")`.
+"""
+
+
+def write_dataset_card(out: Path, output_format: str) -> None:
+    """A README.md whose YAML ``configs`` point ``datasets.load_dataset(OUT)`` at the caption parts only.
+
+    Without it the json builder also reads ``manifest.json`` and ``quarantine.jsonl`` and fails on the
+    mismatched schemas. Every shard of a job writes the same card, so concurrent writers agree.
+    """
+    ext = "jsonl" if output_format == "jsonl" else "parquet"
+    card = out / "README.md"
+    text = DATASET_CARD.format(ext=ext)
+    if not card.is_file() or card.read_text(encoding="utf-8") != text:
+        tmp = out / f".README.md.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, card)
 
 
 def count_in_shard(source: ImageSource, shard: tuple[int, int]) -> int | None:
@@ -424,8 +464,8 @@ def run_caption(job: CaptionJob, backend: Backend | None = None) -> dict[str, An
         raise ValueError("several --model specs need --engine ray (one backend per worker)")
     source = job.open_source()
     shard = job.shard_tuple
+    render = PromptRenderer(job.prompt_text())  # a bad template fails before anything is written
     sink = Sink(job, source)
-    render = PromptRenderer(job.prompt_text())
     own_backend = backend is None
     interrupted = True
     try:

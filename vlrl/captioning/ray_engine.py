@@ -28,6 +28,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from vlrl.sources import ImageItem
+
 from .job import (
     CaptionJob,
     PromptRenderer,
@@ -40,7 +42,6 @@ from .job import (
     open_backend,
     pending_items,
 )
-from .sources import ImageItem
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +148,8 @@ def run_caption_ray(job: CaptionJob) -> dict[str, Any]:
     import ray.data
 
     source = job.open_source()
+    render = PromptRenderer(job.prompt_text())  # a bad template fails before anything is written
     sink = Sink(job, source)
-    render = PromptRenderer(job.prompt_text())
     interrupted = True
     started = False
     try:

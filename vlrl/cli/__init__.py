@@ -35,12 +35,24 @@ demo.register(app)
 def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
     level = logging.DEBUG if verbose else getattr(logging, os.environ.get("VLRL_LOG_LEVEL", "INFO"))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("httpx", "httpcore", "openai", "urllib3", "filelock"):
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _invoke(**kwargs) -> None:
+    """Run the app; a backend that cannot be built at all (a missing model folder, a bad server
+    address) is a one-line error with exit code 2, like every other bad input, not a traceback."""
+    from vlrl.backends.base import BackendError
+
+    try:
+        app(**kwargs)
+    except BackendError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
+
+
 def main() -> None:
-    app()
+    _invoke()
 
 
 def run(*command: str, argv: list[str] | None = None) -> None:
@@ -52,4 +64,4 @@ def run(*command: str, argv: list[str] | None = None) -> None:
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    app(args=[*command, *args], prog_name="vlrl")
+    _invoke(args=[*command, *args], prog_name="vlrl")

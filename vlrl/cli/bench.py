@@ -45,11 +45,16 @@ def bench_reward_cmd(
 
     from vlrl.caprl.bench import bench_reward
 
-    res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption, rounds=rounds)
+    try:
+        res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption, rounds=rounds)
+    except (OSError, ValueError) as e:
+        typer.echo(f"vlrl bench reward: {e}", err=True)
+        raise typer.Exit(2) from None
     _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
     for mode in ("sample", "exact"):
         r = res[mode]
-        typer.echo(f"{mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across repeats {r['reward_std_across_repeats']:.4f}, "
-                   f"mean reward {r['mean_reward']:.3f}")
+        std, mean = r["reward_std_across_repeats"], r["mean_reward"]
+        typer.echo(f"{mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across repeats "
+                   f"{'n/a' if std is None else f'{std:.4f}'}, mean reward {'n/a' if mean is None else f'{mean:.3f}'}")
     typer.echo(f"throughput ratio (exact/sample): {res['throughput_ratio']:.2f}x")

@@ -46,18 +46,13 @@ def caption_qa_cmd(
     setting: list[str] = typer.Option([], "--set", help="caprl_qa setting KEY=VALUE (e.g. mode=exact, rounds=4); repeatable."),
     batch_size: int = typer.Option(32, "--batch-size", help="Captions per reward call."),
 ) -> None:
-    import yaml
     from rich.console import Console
 
+    from vlrl.rewards.scoring import parse_setting_pairs
     from vlrl.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa
 
     try:
-        settings = {}
-        for kv in setting:
-            key, sep, value = kv.partition("=")
-            if not sep:
-                raise ValueError(f"--set {kv!r}: expected KEY=VALUE")
-            settings[key.strip()] = yaml.safe_load(value)
+        settings = parse_setting_pairs(setting)
         results = run_caption_qa(
             qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
             reward_settings=settings, batch_size=batch_size,

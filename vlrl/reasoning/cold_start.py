@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.caprl.templates import render
 from vlrl.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.prompts import render
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ def cold_start(
     optional ``choices``, ``id``). ``vlm``/``reasoner`` are backend specs or Backends."""
     from tqdm import tqdm
 
-    from vlrl.images import ImageLoadError, load_image
-    from vlrl.training.data import iter_source, record_image
+    from vlrl.images import ImageLoadError
+    from vlrl.training.data import iter_source, load_record_image, record_image
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,7 @@ def cold_start(
                 quarantine.add(rid, "record has no image")
                 continue
             try:
-                img = load_image(src, root=root if isinstance(src, str) and not Path(src).is_absolute() else None, record=rid)
+                img = load_record_image(src, root, rid)
             except ImageLoadError as e:
                 quarantine.add(rid, e.reason)
                 continue

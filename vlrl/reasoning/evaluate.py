@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.caprl.templates import render
 from vlrl.pipeline import JsonlStore, Quarantine, atomic_write_json, batched
+from vlrl.prompts import render
 
 from .cold_start import choice_lines
 
@@ -112,8 +112,8 @@ def evaluate_reasoning(
     """Evaluate ``model`` (backend spec or Backend) on ``bench`` (JSONL/dataset/``builtin:tiny_math``)."""
     from tqdm import tqdm
 
-    from vlrl.images import ImageLoadError, load_image
-    from vlrl.training.data import iter_source, record_image
+    from vlrl.images import ImageLoadError
+    from vlrl.training.data import iter_source, load_record_image, record_image
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ def evaluate_reasoning(
                 quarantine.add(rid, "item needs an image, a question and an answer")
                 continue
             try:
-                img = load_image(src, root=root if isinstance(src, str) and not Path(src).is_absolute() else None, record=rid)
+                img = load_record_image(src, root, rid)
             except ImageLoadError as e:
                 quarantine.add(rid, e.reason)
                 continue

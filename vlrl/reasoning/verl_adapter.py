@@ -17,8 +17,10 @@ styles, so a recipe's reward block moves to verl unchanged:
 
 The dict returned holds ``score`` (a float; a "not applicable" ``None`` becomes 0.0 with
 ``applicable: 0.0`` so verl's float tensors never see ``None``) and the reward's numeric
-sub-scores, which verl logs as reward extra info. Rewards are built once per process per
-(name, settings) and reused, so a judge backend is not rebuilt per sample. See docs/verl.md.
+sub-scores, which verl logs as reward extra info; every dict of one reward carries the same keys
+(NaN where a sample has no value, e.g. not applicable), since verl stacks them per key. Rewards
+are built once per process per (name, settings) and reused, so a judge backend is not rebuilt per
+sample. See docs/verl.md.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 _CACHE: dict[str, Any] = {}
+_KEYS: dict[int, set[str]] = {}  # id(reward) -> every numeric detail key it has reported in this process
 _LOCK = threading.Lock()
 
 
@@ -43,6 +46,20 @@ def _reward(name: str, settings: Mapping[str, Any]):
         if key not in _CACHE:
             _CACHE[key] = build_reward(name, **dict(settings))
         return _CACHE[key]
+
+
+def _uniform(reward, out: dict[str, Any]) -> dict[str, Any]:
+    """Give every per-sample dict of one reward the same keys (NaN where a sample has no value).
+
+    verl collects ``reward_extra_info[key].append(value)`` per sample (naive manager) or reads the
+    keys of sample 0 (reward loop): a key missing from one sample (a "not applicable" score, a
+    judge failure) makes ragged columns and stops the step.
+    """
+    with _LOCK:
+        known = _KEYS.setdefault(id(reward), set())
+        known.update(out)
+        keys = sorted(known)
+    return {k: out.get(k, float("nan")) for k in keys}
 
 
 def _choose(kw: dict[str, Any], extra_info: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -112,11 +129,11 @@ def compute_score(
     except Exception as e:  # noqa: BLE001 - verl would kill the whole step for one bad sample
         from vlrl.rewards import Score
 
-        score = Score(None, {"adapter_error": 1.0})
+        score = Score(None, {})
         import logging
 
         logging.getLogger(__name__).warning("reward %s failed on a %s sample: %s", name, data_source, e)
-    return _to_dict(score)
+    return _uniform(reward, _to_dict(score))
 
 
 async def compute_score_async(data_source, solution_str, ground_truth, extra_info=None, **kw) -> dict[str, Any]:

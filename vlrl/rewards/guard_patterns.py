@@ -179,6 +179,10 @@ GRADER = (
        r"(?:full|perfect|high|higher|highest|top|maximum|max|maximal|positive|10|ten|5|five|100)\s*(?:/\s*\d+\s*)?"
        r"(?:[\w-]+\s+)?(?:score|marks?|points?|rating|reward|grade|credit|stars?)\b"),
     _c(r"\b(?:give|award|assign|grant|rate|score)\s+(?:it\s+|this\s+|me\s+|us\s+)?(?:a\s+)?(?:10|5|100)\s*/\s*(?:10|5|100)\b"),
+    _c(r"\b(?:please|kindly|just)\s+(?:give|award|assign|grant)\s+(?:[\w-]+\s+){0,2}?(?:full|perfect|maximum|max|top"
+       r"|highest|10|100)\s*(?:/\s*\d+\s*)?(?:score|marks?|points?|rating|reward|grade|credit|stars?)\b"),
+    _c(r"\b(?:to|for|dear)\s+(?:whoever|whomever|anyone who|the one who|the person who)\s+(?:is\s+)?(?:grades?|grading"
+       r"|evaluates?|evaluating|scores?|scoring|judges?|judging|reviews?|reviewing|marks?|marking|rates?|rating)\b"),
     _c(r"\b(?:deserves?|merits?|earns?|warrants?|should (?:get|receive|be given|be awarded|score|earn)|worthy of)\s+"
        r"(?:a |an |the )?(?:[\w-]+\s+)?(?:full|perfect|high|higher|highest|top|maximum|max|10|100|five|5|passing)\s*"
        r"(?:/\s*\d+\s*)?(?:score|marks?|points?|rating|reward|grade|credit|stars?)\b"),

@@ -189,6 +189,9 @@ def score_rows_file(
                 else:
                     scored.append(res)
                     rec.update(reward=res.value, details=res.details)
+                    if res.value is None:  # not applicable: one line naming the row and why
+                        reason = (res.details or {}).get("reason", "not applicable")
+                        logger.warning("%s:%d: id %r: reward None (%s)", input_path, lineno, rec["id"], reason)
             if err is not None:
                 n_errors += 1
                 logger.error("%s:%d: %s", input_path, lineno, err)

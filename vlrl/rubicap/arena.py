@@ -39,11 +39,11 @@ from tqdm.auto import tqdm
 
 from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.pipeline import JsonlStore, atomic_write_json, batched
+from vlrl.prompts import render
 
 from .captioner import collect_captions, split_named, unique_names
 from .sources import ImageItem, load_images, open_image, read_captions
 from .structured import InvalidOutput, chat_structured, extract_json
-from .templates import render
 
 logger = logging.getLogger(__name__)
 

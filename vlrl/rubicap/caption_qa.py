@@ -42,7 +42,10 @@ def truncate_words(text: str, budget: int | None) -> str:
 
 
 def parse_budgets(spec: str | Sequence[int]) -> list[int]:
-    vals = [int(x) for x in spec.split(",") if x.strip()] if isinstance(spec, str) else [int(x) for x in spec]
+    try:
+        vals = [int(x) for x in spec.split(",") if x.strip()] if isinstance(spec, str) else [int(x) for x in spec]
+    except (TypeError, ValueError):
+        vals = []
     if not vals or any(v < 1 for v in vals):
         raise ValueError(f"--budgets {spec!r}: expected positive word counts such as 50,100,200,400")
     return sorted(set(vals))
@@ -94,6 +97,11 @@ def run_caption_qa(
             texts = [truncate_words(caps[n][iid], b) for n, b, iid in batch]
             scores = reward.score(texts, questions=[questions[iid] for _, _, iid in batch])
             for (n, b, iid), text, s in zip(batch, texts, scores, strict=True):
+                if s.value is None and s.details.get("errors"):
+                    # the answerer failed (endpoint down): not a result, so the next run retries it
+                    logger.warning("caption-qa: %s at %s words, %s: %s; will retry on the next run",
+                                   n, b or "full", iid, s.details.get("reason", "answerer failed"))
+                    continue
                 store.append(
                     {
                         "key": f"{n}::{b or 'full'}::{iid}",

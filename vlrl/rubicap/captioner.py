@@ -22,9 +22,9 @@ from tqdm.auto import tqdm
 
 from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.pipeline import JsonlStore, batched
+from vlrl.prompts import render
 
 from .sources import ImageItem, open_image, read_captions
-from .templates import render
 
 logger = logging.getLogger(__name__)
 
@@ -179,12 +179,14 @@ def collect_captions(
                     for b in batched(todo, batch_size)
                 )
             try:
-                for batch, outcomes in tqdm(chunks, desc=f"captions {name}", unit="batch"):
+                n_batches = 1 if backend is None else -(-len(todo) // batch_size)
+                for batch, outcomes in tqdm(chunks, desc=f"captions {name}", unit="batch", total=n_batches):
                     for it, oc in zip(batch, outcomes, strict=True):
                         key = f"{it.image_id}::{name}"
                         if oc.caption is not None:
                             store.append({"key": key, "image_id": it.image_id, "model": name, "caption": oc.caption})
                         else:
+                            logger.warning("captioner %s: %s: %s", name, it.image_id, oc.reason)
                             failures.append({"key": key, "image_id": it.image_id, "model": name, "reason": oc.reason})
             finally:
                 if backend is not None:

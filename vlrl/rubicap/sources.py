@@ -1,6 +1,6 @@
 """Where RubiCap jobs read images and captions from.
 
-``--images SRC`` accepts whatever :func:`vlrl.records.load_any_dataset` reads: a folder of images
+``--images SRC`` accepts whatever :func:`vlrl.sources.load_any_dataset` reads: a folder of images
 (the id is the relative path), an imagefolder, a JSONL/parquet manifest, or a ``save_to_disk``
 folder. Images stored as bytes are written once to a folder next to the job's output so later stages
 and audit rows can point at a file.
@@ -40,11 +40,11 @@ class ImageItem:
 
 
 def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> Iterator[ImageItem]:
-    """Yield the images of any source :func:`vlrl.records.load_any_dataset` reads.
+    """Yield the images of any source :func:`vlrl.sources.load_any_dataset` reads.
 
     The id is the row's ``image_id`` (else ``id``, else its path).
     """
-    from vlrl.records import load_any_dataset
+    from vlrl.sources import load_any_dataset
 
     source = load_any_dataset(src)
     root = source.root.resolve()

@@ -35,13 +35,13 @@ from tqdm.auto import tqdm
 
 from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.prompts import render
 
 from .captioner import caption_images, captions_from_file, is_captions_file
 from .schema import validate_writer_output
 from .sources import ImageItem, open_image
 from .structured import chat_structured
 from .teachers import DEFAULT_PROMPT, read_teacher_dataset
-from .templates import render
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def build_rubrics(
         todo = [r for r in rows if str(r["image_id"]) not in store]
         for r in [r for r in todo if len(r.get("teacher_captions") or {}) < min_teachers]:
             n = len(r.get("teacher_captions") or {})
-            rejected.append(
+            _reject(rejected, 
                 {
                     "image_id": str(r["image_id"]),
                     "reason": f"only {n} teacher caption(s); consensus needs {min_teachers}",
@@ -142,7 +142,7 @@ def _student_captions(
             students.append({"image_id": it.image_id, "caption": oc.caption})
             student_caps[it.image_id] = oc.caption
         else:
-            rejected.append({"image_id": it.image_id, "reason": f"student caption missing: {oc.reason}"})
+            _reject(rejected, {"image_id": it.image_id, "reason": f"student caption missing: {oc.reason}"})
 
 
 class _StudentFile:
@@ -184,7 +184,7 @@ def _write_rubrics(
             try:
                 content.insert(0, {"type": "image", "image": open_image(r["image"], record=iid)})
             except Exception as e:
-                rejected.append({"image_id": iid, "reason": f"bad image: {e}"})
+                _reject(rejected, {"image_id": iid, "reason": f"bad image: {e}"})
                 continue
         requests.append(
             ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=max_tokens), id=iid)
@@ -197,7 +197,7 @@ def _write_rubrics(
     for r, res in zip(live, results, strict=True):
         iid = str(r["image_id"])
         if not res.ok:
-            rejected.append(
+            _reject(rejected, 
                 {"image_id": iid, "reason": f"rubric writer: {res.error}", "attempts": res.attempts, "raw": res.raw}
             )
             continue
@@ -214,6 +214,12 @@ def _write_rubrics(
                 "writer": {"attempts": res.attempts, "repaired": res.repaired, "dropped_facts": v["dropped_facts"]},
             }
         )
+
+
+def _reject(rejected: JsonlStore, row: dict[str, Any]) -> None:
+    """Record a rejected image, with one log line naming it and the reason."""
+    logger.warning("%s: rejected: %s", row["image_id"], row["reason"])
+    rejected.append(row)
 
 
 def _stats(rows: Sequence[dict], store: JsonlStore, rejected: JsonlStore) -> dict[str, Any]:

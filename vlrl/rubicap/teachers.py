@@ -32,10 +32,10 @@ from tqdm.auto import tqdm
 
 from vlrl.backends import Backend, SamplingParams, load_backend
 from vlrl.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard, read_jsonl
+from vlrl.prompts import render
 
 from .captioner import caption_images, split_named, unique_names
 from .sources import ImageItem, load_images
-from .templates import render
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,7 @@ def _run_one_teacher(
                 if oc.caption is not None:
                     captions.append({"key": key, "image_id": it.image_id, "teacher": name, "caption": oc.caption})
                 else:
+                    logger.warning("teacher %s: %s: %s", name, it.image_id, oc.reason)
                     failures.append({"key": key, "image_id": it.image_id, "teacher": name, "reason": oc.reason})
     finally:
         backend.close()

@@ -127,9 +127,9 @@ def iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[di
         import datasets
 
         if (p / "dataset_info.json").exists() or (p / "state.json").exists() or (p / "dataset_dict.json").exists():
-            ds = datasets.load_from_disk(str(p))
-            if isinstance(ds, datasets.DatasetDict):
-                ds = ds["train"] if "train" in ds else ds[next(iter(ds))]
+            from vlrl.sources import load_disk_dataset
+
+            ds, _ = load_disk_dataset(p)
         else:
             ds = datasets.load_dataset(str(p), split="train")
         yield from ds
@@ -164,6 +164,9 @@ def dataset_columns(data) -> set[str]:
         cols |= set(rec)
         if uniform or i >= 49:
             break
+    else:
+        if not cols:  # an empty source has no columns: say so instead of listing what is missing
+            raise ValueError(f"{source!r} holds no records; point data.source at a non-empty dataset")
     return _adapted_columns(cols)
 
 
@@ -188,6 +191,18 @@ def record_image(rec: dict[str, Any]) -> Any:
     return None
 
 
+def load_record_image(src: Any, root: str | None, record: str) -> Any:
+    """Decode a record's image (from :func:`record_image`) through the one loader.
+
+    A relative path must stay inside ``root`` (the data file's folder); an absolute path, bytes or a
+    PIL image was named explicitly and loads as it is. Raises ``ImageLoadError``.
+    """
+    from vlrl.images import load_image
+
+    relative = isinstance(src, str) and not Path(src).is_absolute()
+    return load_image(src, root=root if relative else None, record=record)
+
+
 def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     """The user turn: the record's own prompt, else the recipe prompt rendered with the record's fields.
 
@@ -198,9 +213,9 @@ def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     if isinstance(own, str) and own.strip():
         return own
     if "{{" in default_prompt or "{%" in default_prompt:
-        import jinja2
+        from vlrl.prompts import from_string
 
-        return jinja2.Template(default_prompt, undefined=jinja2.StrictUndefined).render(**rec).strip()
+        return from_string(default_prompt).render(**rec).strip()
     q = rec.get("question")
     if isinstance(q, str) and q.strip():
         return f"{q}\n{default_prompt}" if default_prompt else q

@@ -350,7 +350,20 @@ def check_stages(stages: list[StageSpec] | None, where: str) -> list[str]:
                 errors.append(f"{where}: stages[{i}].{key} is {v!r}; it must be a positive integer")
         if isinstance(s.num_generations, int) and 0 < s.num_generations < 2:
             errors.append(f"{where}: stages[{i}].num_generations is {s.num_generations}; GRPO needs at least 2 per prompt")
+    caps = [s.max_completion_length for s in stages]
+    if all(isinstance(c, int) for c in caps):
+        for i in range(1, len(caps)):
+            if caps[i] < caps[i - 1]:  # each stage starts from the previous one's weights: caps only grow
+                errors.append(
+                    f"{where}: stages[{i}].max_completion_length ({caps[i]}) is below stages[{i - 1}]'s ({caps[i - 1]}); "
+                    "PTST stages must not shrink the length cap: order the stages by max_completion_length"
+                )
     return errors
+
+
+def _looks_local(path: str) -> bool:
+    """A filesystem path, not a hub id (``org/name``) or a ``tiny:`` spec."""
+    return isinstance(path, str) and path.startswith(("/", "./", "../", "~", "."))
 
 
 def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None = None) -> None:
@@ -364,6 +377,9 @@ def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None 
         errors.append(f"{where}: method {recipe.method!r} is unknown; use one of {METHODS}")
     if not recipe.model.path:
         errors.append(f"{where}: model.path is empty; give a local model folder or tiny:qwen2_5_vl")
+    elif _looks_local(recipe.model.path) and not Path(recipe.model.path).expanduser().is_dir():
+        errors.append(f"{where}: model.path {recipe.model.path!r} is not a folder; give an existing model folder, "
+                      "a hub id (org/name) or tiny:qwen2_5_vl")
     if recipe.model.dtype not in ("auto", "bfloat16", "float16", "float32"):
         errors.append(f"{where}: model.dtype {recipe.model.dtype!r}; use auto, bfloat16, float16 or float32")
     if not recipe.data.source:

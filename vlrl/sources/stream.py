@@ -1,4 +1,4 @@
-"""Image sources for batch captioning, all streamed: a corpus is never held in memory.
+"""Streamed image sources (used by batch captioning): a corpus is never held in memory.
 
 A re-captioning job walks millions of images, so every source is a lazy iterator of
 :class:`ImageItem` — an id, a *locator* (a small JSON-able dict that says how any process can read
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.images import IMAGE_EXTENSIONS
+
+from .dataset import load_disk_dataset, undecoded
 
 logger = logging.getLogger(__name__)
 
@@ -224,28 +226,6 @@ class ManifestSource(ImageSource):
 # -- HF dataset saved to disk ------------------------------------------------------------------------
 
 
-def _load_hf(path: str, split: str | None):
-    from datasets import DatasetDict, load_from_disk
-
-    ds = load_from_disk(path)
-    if isinstance(ds, DatasetDict):
-        if split is None:
-            split = "train" if "train" in ds else next(iter(ds))
-        if split not in ds:
-            raise ValueError(f"{path}: no split {split!r} (have {', '.join(ds)})")
-        ds = ds[split]
-    return ds, split
-
-
-def _undecoded(ds, column: str):
-    from datasets import Image
-
-    feat = ds.features.get(column)
-    if isinstance(feat, Image) and feat.decode:
-        ds = ds.cast_column(column, Image(decode=False))
-    return ds
-
-
 class HFDiskSource(ImageSource):
     kind = "hf"
 
@@ -256,15 +236,15 @@ class HFDiskSource(ImageSource):
         self.id_column = id_column
 
     def iter_items(self, with_data: bool = True) -> Iterator[ImageItem]:
-        ds, split = _load_hf(self.root, self.split)
+        ds, split = load_disk_dataset(self.root, self.split)
         img_col = self.image_column or _pick(ds.column_names, IMAGE_COLUMNS, "image", self.root)
         id_col = self.id_column or _pick(ds.column_names, ID_COLUMNS, "id", self.root, required=False)
-        ds = _undecoded(ds, img_col)
+        ds = undecoded(ds)
         root = os.path.abspath(self.root)
         if not with_data:
             rest = [c for c in ds.column_names if c != img_col]
             ds = ds.select_columns(rest) if rest else None
-            n_rows = len(_load_hf(self.root, self.split)[0])
+            n_rows = len(load_disk_dataset(self.root, self.split)[0])
             batches = ds.iter(batch_size=256) if ds is not None else ({"__row__": list(range(k, min(k + 256, n_rows)))} for k in range(0, n_rows, 256))
             i = 0
             for batch in batches:
@@ -293,7 +273,7 @@ class HFDiskSource(ImageSource):
                 i += 1
 
     def count(self) -> int | None:
-        ds, _ = _load_hf(self.root, self.split)
+        ds, _ = load_disk_dataset(self.root, self.split)
         return len(ds)
 
     def describe(self) -> dict[str, Any]:
@@ -445,8 +425,8 @@ def read_locator(loc: dict[str, Any]) -> Any:
     if kind == "hf":
         key = ("hf", loc["path"], loc.get("split"))
         if key not in _HANDLES:
-            ds, _ = _load_hf(loc["path"], loc.get("split"))
-            _HANDLES[key] = _undecoded(ds, loc["column"])
+            ds, _ = load_disk_dataset(loc["path"], loc.get("split"))
+            _HANDLES[key] = undecoded(ds)
         value = _HANDLES[key][int(loc["index"])][loc["column"]]
         return value
     if kind == "parquet":

@@ -1,6 +1,6 @@
-"""Read an image dataset of any layout without letting ``datasets`` decode a single pixel.
+"""Random access to an image dataset of any layout, without letting ``datasets`` decode a pixel.
 
-The caption job, QA curation and ``vlrl data check`` all start from "some images": a folder of
+QA curation, the Prism eval, RubiCap jobs and ``vlrl data check`` all start from "some images": a folder of
 files, an HF ``imagefolder``, a JSONL or parquet file (or a folder of them), or a ``save_to_disk``
 folder someone made with the Image feature. :func:`load_any_dataset` recognises the layout and
 returns a :class:`DatasetSource` that knows the *dataset root* its relative paths resolve against.
@@ -26,13 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .images import IMAGE_EXTENSIONS, ImageLoadError, iter_image_files, load_image
-from .pipeline import read_jsonl
-from .records import ImageRef, _as_dict, _undecoded
+from vlrl.images import IMAGE_EXTENSIONS, ImageLoadError, iter_image_files, load_image
+from vlrl.pipeline import read_jsonl
 
 if TYPE_CHECKING:
     import datasets
     from PIL import Image
+
+    from vlrl.records import ImageRef
+
+# vlrl.records re-exports this module's readers and this module builds its record classes, so the
+# record imports below happen inside the functions that need them (no import cycle either way round).
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +70,7 @@ class DatasetSource:
     base: Path | None = None
 
     def __post_init__(self) -> None:
-        self.dataset = _undecoded(self.dataset)
+        self.dataset = undecoded(self.dataset)
         self.root = Path(self.root)
         self.base = self.root if self.base is None else Path(self.base)
         if self.image_column is None:
@@ -123,6 +127,8 @@ class DatasetSource:
     def image_refs(self) -> list[ImageRef]:
         """Every row as an :class:`ImageRef` (paths relative to :attr:`base`); columns other than
         id/image/path go to ``meta``."""
+        from vlrl.records import ImageRef, _as_dict
+
         refs = []
         skip = {"id", "meta", "path", self.image_column}
         assert self.base is not None
@@ -179,12 +185,7 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     elif any((path / m).is_file() for m in _METADATA_FILES):
         ds, kind, default_root, base = _read_imagefolder(path), "imagefolder", path, path
     elif (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-        loaded = datasets.load_from_disk(str(path))
-        if isinstance(loaded, datasets.DatasetDict):
-            split = "train" if "train" in loaded else next(iter(loaded))
-            logger.info("%s: using split %r of %s", src, split, list(loaded))
-            loaded = loaded[split]
-        ds, kind, default_root = loaded, "disk", path.parent
+        ds, kind, default_root = load_disk_dataset(path)[0], "disk", path.parent
     elif next(iter_image_files(path), None) is not None:
         ids = list(iter_image_files(path))
         ds, kind, default_root, base = datasets.Dataset.from_dict({"id": ids, "image": ids}), "folder", path, path
@@ -196,6 +197,34 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     else:
         raise ValueError(f"{src}: no images, imagefolder metadata, save_to_disk files, parquet or JSONL found")
     return DatasetSource(ds, Path(root) if root is not None else default_root, kind, base=base)
+
+
+def load_disk_dataset(path: str | os.PathLike[str], split: str | None = None) -> tuple[datasets.Dataset, str | None]:
+    """A ``save_to_disk`` folder as one ``Dataset`` and the split it came from.
+
+    A ``DatasetDict`` gives ``split``, by default ``"train"`` if it has one, else its first split.
+    """
+    import datasets
+
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if split is None:
+            split = "train" if "train" in loaded else next(iter(loaded))
+            logger.info("%s: using split %r of %s", path, split, list(loaded))
+        if split not in loaded:
+            raise ValueError(f"{path}: no split {split!r} (have {', '.join(loaded)})")
+        loaded = loaded[split]
+    return loaded, split
+
+
+def undecoded(ds: datasets.Dataset) -> datasets.Dataset:
+    """Cast HF ``Image`` columns to ``decode=False`` so only our loader ever decodes pixels."""
+    import datasets
+
+    for name, feat in ds.features.items():
+        if isinstance(feat, datasets.Image) and feat.decode:
+            ds = ds.cast_column(name, datasets.Image(decode=False))
+    return ds
 
 
 def _read_json_rows(path: Path) -> list[dict[str, Any]]:
