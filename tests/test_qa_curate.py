@@ -314,3 +314,49 @@ def test_smoke_check_names_the_reason_when_nothing_can_be_scored(tmp_path):
     assert not summary["passed"]
     assert any("could not be scored" in f and "connection refused" in f for f in summary["failures"])
     assert sum(summary["unscored_reasons"].values()) == 12
+
+
+class JunkVLM(Backend):
+    """A model that ignores the format entirely (random weights, wrong prompt)."""
+
+    kind = "junk-vlm"
+
+    def __init__(self):
+        super().__init__("junk")
+
+    def _chat(self, requests):
+        return [ChatResult(texts=["thinkthinkthink \" \" qu qu"]) for _ in requests]
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def test_images_whose_answer_holds_no_question_are_counted_and_logged(tmp_path, caplog):
+    images = make_images(tmp_path / "imgs")
+    with caplog.at_level("WARNING", logger="vlrl.caprl.curate"):
+        stats = curate(images, JunkVLM(), ScriptedTextAnswerer(), tmp_path / "out",
+                       CurateConfig(per_image=5, rounds=2, batch_size=2), progress=False)
+    assert stats["generated"] == 0 and stats["images_done"] == 3 and stats["images_no_question_found"] == 3
+    lines = [r.getMessage() for r in caplog.records if "holds no multiple-choice question" in r.getMessage()]
+    assert sorted(m.split(":")[0] for m in lines) == ["blue.png", "green.png", "red.png"]
+
+
+def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import vlrl.caprl.smoke as smoke
+    from vlrl.cli import app
+
+    seen = {}
+
+    def fake_check(qa, captioner, answerer, **kw):
+        seen.update(kw)
+        v = {"mean": 1.0, "none": 0, "cannot_answer_rate": 0.0}
+        return {"images": 2, "variants": dict.fromkeys(("real", "generic", "empty", "shuffled"), v), "passed": True, "failures": []}
+
+    monkeypatch.setattr(smoke, "smoke_check", fake_check)
+    base = ["reward", "smoke", "--qa", "x", "--captioner", "hf:x", "--answerer", "hf:y", "--out", str(tmp_path / "s.json")]
+    assert CliRunner().invoke(app, base).exit_code == 0
+    assert seen["limit"] == 256  # a smoke check on a 75k-image corpus would hold every image in memory
+    assert CliRunner().invoke(app, [*base, "--limit", "0"]).exit_code == 0
+    assert seen["limit"] is None

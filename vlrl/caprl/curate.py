@@ -164,6 +164,8 @@ def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig)
             failed.append(image_id)
         else:
             parsed[image_id] = (res.text, parse_mcqs(res.text))
+            if not parsed[image_id][1].found:
+                logger.warning("%s: the VLM's answer holds no multiple-choice question (%r)", image_id, res.text[:80])
     items, keys, owners = [], [], []
     for image_id, (_, pr) in parsed.items():
         for qi, mcq in enumerate(pr.questions[: cfg.per_image]):
@@ -223,6 +225,7 @@ def finalize(out: str | Path, all_ids: list[str], cfg: CurateConfig, *, source_r
         "filtered": sum(len(r["questions"]) for r in records.values()),
         "kept": kept,
         "images_with_questions": sum(any(q["kept"] for q in r["questions"]) for r in records.values()),
+        "images_no_question_found": sum(r["generated"] == 0 for r in records.values()),
         "drop_reasons": dict(sorted((parse_drops + filter_drops).items())),
         "settings": asdict(cfg),
     }

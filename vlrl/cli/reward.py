@@ -78,7 +78,9 @@ def smoke_cmd(
     captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner."),
     answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
     mode: str = typer.Option("exact", "--mode", help="caprl_qa mode: exact or sample."),
-    limit: int | None = typer.Option(None, "--limit", help="Use only the first N images."),
+    limit: int = typer.Option(
+        256, "--limit", min=0, help="Use only the first N images (0: all). A sample is enough; the whole corpus is held in memory."
+    ),
     questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
     rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
     out: str = typer.Option("smoke.json", "--out", help="Where to write the JSON summary."),
@@ -93,7 +95,7 @@ def smoke_cmd(
     from vlrl.pipeline import atomic_write_json
 
     try:
-        summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit, questions_per_caption=questions_per_caption,
+        summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
                               rounds=rounds, cache=cache)
     except (OSError, ValueError) as e:
         typer.echo(f"vlrl reward smoke: {e}", err=True)
