@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from PIL import Image
 
 from vlrl.sources import load_any_dataset, open_source
@@ -25,3 +26,30 @@ def test_streamed_and_random_access_readers_agree_on_a_folder(tmp_path):
     streamed = [it.image_id for it in open_source(tmp_path)]
     random_access = [label for label, _ in load_any_dataset(tmp_path).iter_images()]
     assert sorted(streamed) == sorted(random_access) == ["a/x.png", "a/y.jpg", "b.png"]
+
+
+def test_a_bad_manifest_row_is_quarantined_not_fatal(tmp_path):
+    """One row with no image or an escaping path must not abort reading the other rows."""
+    import json
+
+    from PIL import Image
+
+    from vlrl.images import ImageLoadError
+    from vlrl.records import UnloadableImageRef
+    from vlrl.rubicap.sources import load_images, open_item
+    from vlrl.sources import load_any_dataset
+
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "ok.png")
+    rows = [{"id": "good", "image": "ok.png"}, {"id": "noimg", "image": None}, {"id": "escape", "image": "../x.png"}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    refs = load_any_dataset(tmp_path / "m.jsonl").image_refs()
+    assert [r.id for r in refs] == ["good", "noimg", "escape"]
+    assert not isinstance(refs[0], UnloadableImageRef)
+    for bad in refs[1:]:
+        assert isinstance(bad, UnloadableImageRef)
+        with pytest.raises(ImageLoadError, match=bad.id):
+            bad.load()
+    items = load_images(tmp_path / "m.jsonl")
+    assert open_item(items[0]).size == (8, 8)
+    with pytest.raises(ImageLoadError, match="escape"):
+        open_item(items[2])

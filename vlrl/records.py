@@ -154,6 +154,25 @@ class ImageRef(_Record):
 
 
 @dataclass
+class UnloadableImageRef(ImageRef):
+    """A source row that names no usable image (no path, a path escaping the root...).
+
+    Reading a source never fails on one bad row: the row becomes this ref, which raises its
+    :class:`ImageLoadError` when loaded, so each pipeline quarantines it with the reason and goes on.
+    """
+
+    reason: str = "unusable image reference"
+
+    def __post_init__(self) -> None:
+        self.id = str(self.id)
+        self.path = None
+        self.data = None
+
+    def load(self, root: str | os.PathLike[str] | None = None, **kwargs: Any) -> Image.Image:
+        raise ImageLoadError(self.id, self.reason)
+
+
+@dataclass
 class MCQ(_Record):
     """A multiple-choice question with lettered options (A, B, ...) and one correct letter."""
 

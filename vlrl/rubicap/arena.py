@@ -42,7 +42,7 @@ from vlrl.pipeline import JsonlStore, atomic_write_json, batched
 from vlrl.prompts import render
 
 from .captioner import collect_captions, split_named, unique_names
-from .sources import ImageItem, load_images, open_image, read_captions
+from .sources import ImageItem, load_images, open_item, read_captions
 from .structured import InvalidOutput, chat_structured, extract_json
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def _judge_all(
             requests, live = [], []
             for key, it, b, order, a_text, b_text in batch:
                 try:
-                    image = open_image(it.image, record=it.image_id)
+                    image = open_item(it)
                 except Exception as e:
                     logger.warning("arena: %s: %s", it.image_id, e)
                     continue

@@ -24,7 +24,7 @@ from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.pipeline import JsonlStore, batched
 from vlrl.prompts import render
 
-from .sources import ImageItem, open_image, read_captions
+from .sources import ImageItem, open_item, read_captions
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def caption_images(
     slots: list[int] = []
     for i, it in enumerate(items):
         try:
-            image = open_image(it.image)
+            image = open_item(it)
         except Exception as e:  # unreadable image: this record only
             outcomes[i] = CaptionOutcome(None, f"bad image: {e}")
             continue

@@ -34,6 +34,8 @@ class ImageItem:
     """Path of the image file."""
     extra: tuple[tuple[str, Any], ...] = ()
     """Other manifest fields (kept as pairs so the item stays hashable)."""
+    error: str | None = None
+    """Why the row names no usable image (it is quarantined when opened)."""
 
     def extras(self) -> dict[str, Any]:
         return dict(self.extra)
@@ -49,7 +51,12 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
     source = load_any_dataset(src)
     root = source.root.resolve()
     out_dir = Path(materialize_dir) if materialize_dir else root / f"{Path(src).name}_images"
+    from vlrl.records import UnloadableImageRef
+
     for ref in source.image_refs():
+        if isinstance(ref, UnloadableImageRef):
+            yield ImageItem(ref.id, "", (), error=ref.reason)
+            continue
         meta = dict(ref.meta)
         image_id = str(meta.pop("image_id", None) or ref.id)
         if ref.path and (root / ref.path).exists():
@@ -99,3 +106,12 @@ def open_image(path: str, record: object = None):
     from vlrl.images import load_image
 
     return load_image(path, record=record or path)
+
+
+def open_item(item: ImageItem):
+    """Load an :class:`ImageItem`'s image, raising ``ImageLoadError`` with the reason for a bad row."""
+    if item.error:
+        from vlrl.images import ImageLoadError
+
+        raise ImageLoadError(item.image_id, item.error)
+    return open_image(item.image, record=item.image_id)

@@ -127,7 +127,7 @@ class DatasetSource:
     def image_refs(self) -> list[ImageRef]:
         """Every row as an :class:`ImageRef` (paths relative to :attr:`base`); columns other than
         id/image/path go to ``meta``."""
-        from vlrl.records import ImageRef, _as_dict
+        from vlrl.records import ImageRef, RecordError, UnloadableImageRef, _as_dict
 
         refs = []
         skip = {"id", "meta", "path", self.image_column}
@@ -137,14 +137,18 @@ class DatasetSource:
             data, path = (value.get("bytes"), value.get("path")) if isinstance(value, dict) else (None, value)
             if isinstance(row.get("path"), str) and row["path"]:
                 path = row["path"]  # the relative path column written next to an Image feature
-            if path and Path(path).is_absolute():
-                try:
-                    path = Path(path).resolve().relative_to(self.base.resolve()).as_posix()
-                except ValueError:
-                    raise ImageLoadError(self._id(i, row), f"path {path!r} is outside the dataset root") from None
-            meta = _as_dict(row.get("meta"), "meta", f"image {self._id(i, row)}")
-            meta.update({k: v for k, v in row.items() if k not in skip and v is not None})
-            refs.append(ImageRef(id=self._id(i, row), path=path or None, data=data or None, meta=meta))
+            try:
+                if path and Path(path).is_absolute():
+                    try:
+                        path = Path(path).resolve().relative_to(self.base.resolve()).as_posix()
+                    except ValueError:
+                        raise ImageLoadError(self._id(i, row), f"path {path!r} is outside the dataset root") from None
+                meta = _as_dict(row.get("meta"), "meta", f"image {self._id(i, row)}")
+                meta.update({k: v for k, v in row.items() if k not in skip and v is not None})
+                refs.append(ImageRef(id=self._id(i, row), path=path or None, data=data or None, meta=meta))
+            except (ImageLoadError, RecordError) as e:  # one bad row never aborts a job
+                reason = getattr(e, "reason", None) or str(e)
+                refs.append(UnloadableImageRef(id=self._id(i, row), reason=reason))
         return refs
 
 
