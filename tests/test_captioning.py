@@ -433,3 +433,41 @@ def test_cli_missing_model_folder_is_one_line_not_a_traceback(folder, tmp_path):
                           "--out", str(tmp_path / "o"), "--no-progress"], capture_output=True, text=True)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "no-model' does not exist" in res.stderr.strip().splitlines()[-1]
+
+
+def test_ray_worker_that_cannot_build_its_backend_is_one_line():
+    # Regression: `--engine ray` with a missing model folder printed ~300 lines of Ray tracebacks;
+    # Ray keeps only the worker's traceback text, from which the reason is read.
+    from vlrl.backends.base import BackendError
+    from vlrl.captioning.ray_engine import worker_start_error
+
+    text = ("The actor died because of an error raised in its creation task, ray::MapWorker(...).__init__()\n"
+            "  File \"vlrl/backends/hf.py\", line 80, in __init__\n"
+            "vlrl.backends.base.BackendError: hf backend: model folder '/m' does not exist (the hub is not used)\n")
+    err = worker_start_error(RuntimeError(text))
+    assert isinstance(err, BackendError) and "\n" not in str(err)
+    assert str(err).endswith("model folder '/m' does not exist (the hub is not used)")
+    assert "died" in str(worker_start_error(RuntimeError("The actor died.\nmore")))
+
+
+def test_bench_caption_bad_flags_are_one_line(tmp_path):
+    # Regression: `vlrl bench caption --images 0` died with ZeroDivisionError, and a missing --model
+    # only failed inside the child `vlrl caption`, as a RuntimeError traceback.
+    from typer.testing import CliRunner
+
+    from vlrl.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "caption", "--json", str(tmp_path / "b.json"), "--images", "0"])
+    assert res.exit_code == 2 and "n_images must be a positive integer" in res.output
+    res = runner.invoke(app, ["bench", "caption", "--json", str(tmp_path / "b.json"), "--model", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "no such model folder" in res.output
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_dataset_card_never_replaces_a_users_readme(folder, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("# my notes\n")
+    run_caption(_job(folder, out), backend=ScriptedBackend())
+    assert (out / "README.md").read_text() == "# my notes\n"

@@ -206,3 +206,16 @@ def test_caprl_tiny_trl_completion_table(tmp_path):
     run_grpo(load_recipe(TINY / "caprl_tiny.yaml", [f"output_dir={out}", "max_steps=1"]))
     assert (out / "completions" / "completions_00001.parquet").is_file()
     assert (out / "completions" / "step-00001.jsonl").is_file()
+
+
+def test_latest_checkpoint_skips_one_torn_while_saving(tmp_path):
+    # Regression: a kill -9 while the Trainer wrote trainer_state.json (its last, non-atomic file)
+    # left a newest checkpoint whose state did not parse, and every rerun crashed on it.
+    from vlrl.training.grpo import latest_checkpoint
+
+    for n, state in ((2, '{"global_step": 2}'), (4, '{"global_st'), (10, None)):
+        (tmp_path / f"checkpoint-{n}").mkdir()
+        if state is not None:
+            (tmp_path / f"checkpoint-{n}" / "trainer_state.json").write_text(state)
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
+    assert latest_checkpoint(tmp_path / "missing") is None

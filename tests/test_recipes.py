@@ -292,3 +292,41 @@ def test_empty_dataset_is_named_as_empty(no_models, tmp_path):
     with pytest.raises(RecipeError, match="holds no records") as e:
         validate(load_recipe(doc={**_doc(method="sft"), "data": {"source": str(empty)}}))
     assert "has no 'image' column" not in str(e.value)
+
+
+def test_dataset_adapter_skips_missing_and_corrupt_images_up_front(tmp_path, caplog):
+    # Regression: a missing or non-image file passed the adapter and crashed the trainer's data
+    # loader mid-run (after the models were loaded); now the record is skipped with a warning.
+    from vlrl.training.data import to_trl_dataset
+    from vlrl.training.recipe import DataSpec
+
+    Image.new("RGB", (16, 16), "blue").save(tmp_path / "ok.png")
+    (tmp_path / "bad.jpg").write_bytes(b"<html>404</html>")
+    recs = [{"id": "ok", "image": "ok.png"}, {"id": "bad", "image": "bad.jpg"}, {"id": "gone", "image": "gone.png"}]
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with caplog.at_level("WARNING"):
+        ds = to_trl_dataset(DataSpec(source=str(src)), cache_dir=tmp_path / "cache")
+    assert len(ds) == 1 and ds[0]["id"] == "ok" and ds[0]["image"].size == (16, 16)
+    assert "record bad:" in caplog.text and "record gone:" in caplog.text and "not found" in caplog.text
+
+
+def test_sft_adapter_resolves_relative_images_like_grpo_and_skips_bad_ones(tmp_path, monkeypatch):
+    # Regression: SFT resolved relative image paths against the working directory (GRPO: the data
+    # file's folder) and let missing/corrupt files through to crash the trainer mid-run.
+    from vlrl.training.recipe import DataSpec
+    from vlrl.training.sft import to_sft_dataset
+
+    (tmp_path / "data" / "img").mkdir(parents=True)
+    Image.new("RGB", (12, 10), "green").save(tmp_path / "data" / "img" / "a.png")
+    (tmp_path / "data" / "img" / "bad.png").write_bytes(b"\x89PNG broken")
+    resp = "<think>x</think><answer>1</answer>"
+    recs = [{"id": "a", "image": "img/a.png", "question": "q", "response": resp},
+            {"id": "bad", "image": "img/bad.png", "question": "q", "response": resp},
+            {"id": "gone", "image": "img/gone.png", "question": "q", "response": resp}]
+    src = tmp_path / "data" / "sft.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    monkeypatch.chdir(tmp_path)  # not the data folder
+    ds = to_sft_dataset(DataSpec(source=str(src), response_column="response"), cache_dir=tmp_path / "cache")
+    assert len(ds) == 1 and ds[0]["image"].size == (12, 10)
+    assert ds[0]["completion"] == [{"role": "assistant", "content": resp}]

@@ -108,6 +108,11 @@ def bench_caption(
     ``threads`` sets ``OMP_NUM_THREADS`` for both sides (default: inherit the environment). On a
     shared 2-core machine, 1 avoids oversubscription that slows *both* sides by an order of magnitude.
     """
+    for name, v in (("n_images", n_images), ("batch_size", batch_size), ("max_tokens", max_tokens), ("large_factor", large_factor)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if model is not None and not Path(model).is_dir():
+        raise ValueError(f"model {model}: no such model folder")
     from vlrl.captioning.job import DEFAULT_PROMPT_FILE, PromptRenderer
     from vlrl.sources import ImageItem
 

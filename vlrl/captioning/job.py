@@ -370,6 +370,9 @@ def write_dataset_card(out: Path, output_format: str) -> None:
     ext = "jsonl" if output_format == "jsonl" else "parquet"
     card = out / "README.md"
     text = DATASET_CARD.format(ext=ext)
+    if card.is_file() and "written by `vlrl caption`" not in card.read_text(encoding="utf-8"):
+        logger.warning("%s is not vlrl's dataset card; left as is (load with data_files=captions/*.%s)", card, ext)
+        return
     if not card.is_file() or card.read_text(encoding="utf-8") != text:
         tmp = out / f".README.md.{os.getpid()}.tmp"
         tmp.write_text(text, encoding="utf-8")

@@ -28,6 +28,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from vlrl.backends.base import BackendError
 from vlrl.sources import ImageItem
 
 from .job import (
@@ -143,6 +144,18 @@ def _init_ray(job: CaptionJob, workers: int) -> bool:
     return True
 
 
+def worker_start_error(e: BaseException) -> BackendError:
+    """One line for a worker that died building its backend (a missing model folder, a bad server).
+
+    Ray keeps only the worker's traceback text (no exception object), so the reason is read from it.
+    """
+    import re
+
+    reasons = re.findall(r"BackendError: (.+)", str(e))
+    reason = reasons[-1].strip() if reasons else (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return BackendError(f"a Ray caption worker could not start its backend: {reason}")
+
+
 def run_caption_ray(job: CaptionJob) -> dict[str, Any]:
     import ray
     import ray.data
@@ -182,6 +195,8 @@ def run_caption_ray(job: CaptionJob) -> dict[str, Any]:
                 if job.limit is not None and sink.new >= job.limit:
                     break
         interrupted = False
+    except ray.exceptions.ActorDiedError as e:
+        raise worker_start_error(e) from None
     finally:
         manifest = sink.close(interrupted=interrupted)
         if started:

@@ -21,7 +21,11 @@ def bench_caption_cmd(
 
     from vlrl.captioning.bench import bench_caption
 
-    res = bench_caption(model=model, n_images=images, batch_size=batch_size, max_tokens=max_tokens, threads=threads)
+    try:
+        res = bench_caption(model=model, n_images=images, batch_size=batch_size, max_tokens=max_tokens, threads=threads)
+    except (ValueError, RuntimeError) as e:  # bad flags, or a child run that failed (its stderr tail follows)
+        typer.echo(f"vlrl bench caption: {e}", err=True)
+        raise typer.Exit(2) from None
     _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
     typer.echo(f"batched (vlrl caption): {res['batched_images_per_s']:.2f} img/s")

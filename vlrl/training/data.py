@@ -241,6 +241,20 @@ def _materialize_image(img: Any, cache: Path, rid: str) -> str:
     return str(path)
 
 
+def _probe_image(path: str) -> None:
+    """Cheap check (file header only) that ``path`` is an image: a missing or non-image file would
+    otherwise fail later, inside the trainer's data loader, after the models are loaded."""
+    from PIL import Image
+
+    if not Path(path).is_file():
+        raise ValueError(f"image {path} not found")
+    try:
+        with Image.open(path):
+            pass
+    except Exception as e:  # noqa: BLE001 - hostile headers raise all sorts of things
+        raise ValueError(f"image {path} is not a readable image ({e.__class__.__name__})") from None
+
+
 def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column: str | None = None):
     """Build the ``datasets.Dataset`` GRPOTrainer trains on (``prompt`` + ``image`` + reward columns).
 
@@ -268,6 +282,11 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
             continue
         if root is not None and not Path(img).is_absolute():
             img = str(root / img)
+        try:
+            _probe_image(img)
+        except Exception as e:  # noqa: BLE001 - found now, not as a crash in the trainer's data loader
+            logger.warning("record %s: %s; skipped", rid, e)
+            continue
         prompt = []
         if data.system_prompt:
             prompt.append({"role": "system", "content": data.system_prompt})

@@ -186,7 +186,11 @@ _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` folder (one with ``trainer_state.json``), if any."""
+    """The newest complete ``checkpoint-N`` folder, if any.
+
+    Complete means its ``trainer_state.json`` (the last file the Trainer writes, not atomically)
+    parses: a kill -9 while it was being written leaves a folder to skip, not one to crash on.
+    """
     d = Path(output_dir)
     if not d.is_dir():
         return None
@@ -194,6 +198,11 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     for p in d.iterdir():
         m = _CKPT_RE.match(p.name)
         if m and (p / "trainer_state.json").is_file():
+            try:
+                json.loads((p / "trainer_state.json").read_text())
+            except (OSError, ValueError):
+                logger.warning("skipping %s: trainer_state.json is incomplete (interrupted while saving)", p)
+                continue
             found.append((int(m.group(1)), p))
     return max(found)[1] if found else None
 

@@ -25,9 +25,12 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
     """prompt/completion/image rows; images open lazily through vlrl's loader."""
     import datasets
 
-    from .data import _materialize_image, iter_source, record_image, user_text
+    from .data import _materialize_image, _probe_image, iter_source, record_image, user_text
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
+    # relative image paths resolve as in GRPO's adapter: against data.image_root, else the data file's folder
+    src_dir = Path(data.source).parent if not data.source.startswith("builtin:") else None
+    root = Path(data.image_root) if data.image_root else src_dir
     rows: dict[str, list] = {"prompt": [], "completion": [], "image": []}
     for i, rec in enumerate(iter_source(data.source, cache_dir=cache)):
         if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
@@ -40,11 +43,12 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
             continue
         try:
             img = _materialize_image(img, cache / "dataset_images", rid)
+            if root is not None and not Path(img).is_absolute():
+                img = str(root / img)
+            _probe_image(img)  # a missing or corrupt file is skipped now, not a crash mid-training
         except Exception as e:  # noqa: BLE001 - one bad record is skipped
             logger.warning("record %s: %s; skipped", rid, e)
             continue
-        if data.image_root and not Path(img).is_absolute():
-            img = str(Path(data.image_root) / img)
         prompt = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
         prompt.append({"role": "user", "content": user_text(rec, data.prompt)})
         rows["prompt"].append(prompt)
