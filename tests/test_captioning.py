@@ -234,16 +234,20 @@ def test_all_source_kinds_stream_and_locators_reread(tmp_path):
         source = open_source(src)
         assert source.kind == kind
         items = list(source)
-        assert [it.image_id for it in items] == list(blobs), src
+        # tar ids are <shard>/<key>; other sources use the dataset's id
+        key = (lambda i: i.split("/", 1)[1]) if kind == "wds" else (lambda i: i)
+        if kind == "wds":
+            assert [it.image_id.split("/")[0] for it in items] == ["shard-000"] * 3 + ["shard-001"] * 3
+        assert [key(it.image_id) for it in items] == list(blobs), src
         for it in items:
-            assert it.data == blobs[it.image_id]
+            assert it.data == blobs[key(it.image_id)]
         listed = list(source.iter_items(with_data=False))  # what the Ray driver ships: no bytes
-        assert [it.image_id for it in listed] == list(blobs) and all(it.data is None for it in listed)
+        assert [key(it.image_id) for it in listed] == list(blobs) and all(it.data is None for it in listed)
         assert source.count() in (len(blobs), None)
         for it in listed:
             reread = read_locator(json.loads(json.dumps(it.locator)))  # what a Ray worker does
             reread = reread["bytes"] if isinstance(reread, dict) else reread
-            assert reread == blobs[it.image_id], (src, it.locator)
+            assert reread == blobs[key(it.image_id)], (src, it.locator)
 
     # no id column: the row index is the id, listed without touching the image column
     Dataset.from_dict({"image": [{"bytes": v, "path": None} for v in blobs.values()]}, features=Features({"image": HFImage()})).save_to_disk(
@@ -255,7 +259,7 @@ def test_all_source_kinds_stream_and_locators_reread(tmp_path):
 
     out = tmp_path / "out"
     run_caption(_job(tmp_path / "shards", out, batch_size=4), backend=ScriptedBackend())
-    assert sorted(r["image_id"] for r in _captions(out)) == sorted(blobs)
+    assert sorted(r["image_id"].split("/", 1)[1] for r in _captions(out)) == sorted(blobs)
 
 
 def test_store_recovers_parquet_conversion_interrupted(tmp_path):
@@ -335,9 +339,9 @@ def test_ray_engine_on_a_local_cluster_matches_the_output_format(tiny_vlm, tmp_p
     m = run_caption(job)
     assert m["status"] == "complete" and m["engine"] == "ray"
     rows = _captions(out)
-    assert sorted(r["image_id"] for r in rows) == [f"{i:04d}" for i in range(12)]
+    assert sorted(r["image_id"] for r in rows) == [f"shard-00{i // 7}/{i:04d}" for i in range(12)]
     assert {"caption", "model", "prompt", "sampling", "seconds", "finish_reason"} <= set(rows[0])
-    assert [json.loads(line)["image_id"] for line in (out / "quarantine.jsonl").read_text().splitlines()] == ["zz-corrupt"]
+    assert [json.loads(line)["image_id"] for line in (out / "quarantine.jsonl").read_text().splitlines()] == ["shard-001/zz-corrupt"]
     assert not (out / ".ray").exists()
     # rerun on Ray: nothing pending, nothing duplicated
     m = run_caption(job)
@@ -471,3 +475,13 @@ def test_dataset_card_never_replaces_a_users_readme(folder, tmp_path):
     (out / "README.md").write_text("# my notes\n")
     run_caption(_job(folder, out), backend=ScriptedBackend())
     assert (out / "README.md").read_text() == "# my notes\n"
+
+
+def test_tar_shards_reusing_a_key_lose_no_image(tmp_path):
+    """Two shards that both hold 0000.png: both images are listed, under distinct ids."""
+    rng = np.random.default_rng(9)
+    (tmp_path / "s").mkdir()
+    _tar(tmp_path / "s" / "a.tar", {"0000": _png(rng), "0001": _png(rng)})
+    _tar(tmp_path / "s" / "b.tar", {"0000": _png(rng)})
+    ids = [it.image_id for it in open_source(tmp_path / "s")]
+    assert ids == ["a/0000", "a/0001", "b/0000"]

@@ -19,7 +19,7 @@ Supported layouts (``open_source`` picks one from the path; ``kind=`` overrides)
 * ``hf`` — a dataset written by ``Dataset.save_to_disk`` (or a ``DatasetDict``; ``split=`` picks one).
   Arrow files are memory-mapped, and rows are read in small batches with images left undecoded.
 * ``wds`` — WebDataset-style tar shards (a ``.tar`` file, a folder of them, a glob or a brace range
-  ``shards-{000..009}.tar``). Read as a stream; the id is the sample's ``__key__``.
+  ``shards-{000..009}.tar``). Read as a stream; the id is ``<shard name>/<sample __key__>``.
 """
 
 from __future__ import annotations
@@ -302,6 +302,16 @@ def _split_key(name: str) -> tuple[str, str]:
     return (f"{d}/{stem}" if d else stem), ext.lower()
 
 
+def _shard_name(path: str) -> str:
+    """``/data/shards-003.tar.gz`` → ``shards-003``: ids are ``<shard>/<key>``, unique even when two
+    shards reuse a key (WebDataset only asks writers to avoid that; a reader must not lose images)."""
+    name = os.path.basename(path)
+    for ext in (".tar.gz", ".tgz", ".tar"):
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
 class TarShardSource(ImageSource):
     kind = "wds"
 
@@ -321,6 +331,7 @@ class TarShardSource(ImageSource):
         for shard in self.shards:
             shard = os.path.abspath(shard)
             seekable = shard.endswith(".tar")
+            prefix = _shard_name(shard)
             try:
                 # a plain .tar listed without data is opened seekable: headers are read, data seeked over
                 mode = "r:" if seekable and not with_data else "r|*"
@@ -347,7 +358,7 @@ class TarShardSource(ImageSource):
                             if seekable
                             else {"kind": "tar", "path": shard, "member": member.name}
                         )
-                        yield ImageItem(key, loc, data=data)
+                        yield ImageItem(f"{prefix}/{key}", loc, data=data)
                         tf.members.clear()  # TarFile keeps every header it read; a stream needs none
                 except (OSError, tarfile.TarError, EOFError) as e:
                     logger.warning("%s: tar shard is damaged after key %s (%s); skipping the rest of it", shard, seen, e)
