@@ -124,3 +124,122 @@ def test_unseeded_sampling_duplicates_are_independent_draws(tiny_lm, tmp_path):
     assert len(set(first)) > 1  # 6 draws of 12 tokens from a random model are not all equal
     again = b.chat([req] * 6)
     assert [r.text for r in again] == first and all(r.cached for r in again)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "words"),
+    [
+        ("", "no model folder"),  # "hf:" used to load the working directory
+        ("?batch_size=abc", "not an integer"),
+        ("?batch_size=0", "batch_size must be >= 1"),
+        ("?dtype=float99", "not a torch floating dtype"),  # was an AttributeError traceback
+        ("?device=banana", "not a torch device"),
+        ("?device=cuda:0", "no CUDA device"),
+    ],
+)
+def test_bad_hf_options_are_backend_errors(tiny_lm, suffix, words):
+    import torch
+
+    from vlrl.backends import BackendError
+
+    if "cuda" in suffix and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(BackendError, match=words):
+        load_backend("hf:" + suffix if not suffix else f"hf:{tiny_lm}{suffix}")
+
+
+def test_folder_that_is_not_a_model_is_a_backend_error(tmp_path):
+    """A folder without a usable config (or a file) gave a raw ValueError/OSError from transformers,
+    which commands catching only BackendError printed as a traceback."""
+    from vlrl.backends import BackendError
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("x")
+    for target in ("empty", "file"):
+        with pytest.raises(BackendError, match="cannot load a model from"):
+            load_backend(f"hf:{tmp_path / target}")
+
+
+def test_dtype_is_part_of_the_cache_identity(tiny_lm):
+    a = load_backend(f"hf:{tiny_lm}?device=cpu&dtype=float32")
+    b = load_backend(f"hf:{tiny_lm}?device=cpu&dtype=bfloat16")
+    assert a.identity() != b.identity() and a.identity()["dtype"] == "torch.float32"
+
+
+def test_close_logs_the_accounting_once(tiny_lm, tmp_path, caplog):
+    """Every job that closes its backend ends with one line of what it cost (HF backends logged
+    nothing), cache hits included when wrapped in the response cache."""
+    import logging
+
+    reqs = [ChatRequest([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2))]
+    with caplog.at_level(logging.INFO, logger="vlrl.backends.base"):
+        b = load_backend(f"hf:{tiny_lm}", cache=tmp_path)
+        b.chat(reqs)
+        b.close()
+        b.close()
+        b2 = load_backend(f"hf:{tiny_lm}", cache=tmp_path)
+        b2.chat(reqs)
+        b2.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "vlrl.backends.base"]
+    assert len(lines) == 2, lines
+    assert "requests=1 " in lines[0] and "completion_tokens=" in lines[0] and "cache_hits=0" in lines[0]
+    assert "requests=0 " in lines[1] and "cache_hits=1" in lines[1] and str(tiny_lm.resolve()) in lines[1]
+
+
+def test_unscorable_choices_are_per_request_errors(tiny_lm):
+    """No choices used to come back ok with empty probs; an empty choice as 'list index out of
+    range'. Both are now one clear error for that request only, and nothing is sent for it."""
+    b = load_backend(f"hf:{tiny_lm}")
+    m = [{"role": "user", "content": "Pick one."}]
+    res = b.score_choices([
+        ChoiceRequest(m, [], id="q-none"),
+        ChoiceRequest(m, ["A", ""], id="q-empty"),
+        ChoiceRequest(m, ["A", " A"], id="q-dup"),
+        ChoiceRequest(m, ["A", "B"], prefix="The answer is ", id="q-ok"),
+    ])
+    assert [r.ok for r in res] == [False, False, False, True]
+    assert res[0].error == "q-none: no choices given"
+    assert "q-empty" in res[1].error and "empty" in res[1].error
+    assert "q-dup" in res[2].error and "repeat" in res[2].error
+    assert math.isclose(sum(res[3].probs.values()), 1.0) and res[3].method == "logits"
+    assert b.stats.requests == 4 and b.stats.failures == 3
+
+
+def test_sampling_params_refuse_nonsense_and_keep_stop_strings_whole():
+    for bad in ({"max_tokens": 0}, {"n": 0}, {"temperature": -0.5}, {"top_p": 0.0}, {"top_k": -1}):
+        with pytest.raises(ValueError, match="sampling"):
+            SamplingParams(**bad)
+    assert SamplingParams(stop="###").stop == ("###",)
+    sp = SamplingParams(stop=["\n", "END"])
+    assert sp.stop == ("\n", "END") and hash(sp) == hash(SamplingParams(stop=("\n", "END")))
+
+
+def test_corrupt_or_blocked_cache_file_is_a_backend_error(tmp_path):
+    """A garbage responses.sqlite (or a folder in its place) was a sqlite3 traceback in every CLI."""
+    from vlrl.backends import BackendError
+
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "responses.sqlite").write_bytes(b"not a database, just junk" * 200)
+    (tmp_path / "blocked" / "responses.sqlite").mkdir(parents=True)
+    for folder in ("garbage", "blocked"):
+        with pytest.raises(BackendError, match="response cache .* cannot open it as SQLite"):
+            load_backend("openai:http://127.0.0.1:9/v1@m", cache=tmp_path / folder)
+
+
+def test_cache_keys_image_paths_by_file_content(tiny_vlm, tmp_path):
+    """An image passed as a path was keyed by the path string: regenerating the file at the same
+    path replayed the old answer from the cache."""
+    img = tmp_path / "scene.png"
+    b = load_backend(f"hf:{tiny_vlm}", cache=tmp_path / "cache")
+
+    def ask():
+        msgs = [{"role": "user", "content": [{"type": "image", "image": str(img)}, {"type": "text", "text": "What?"}]}]
+        return b.chat([ChatRequest(msgs, SamplingParams(max_tokens=1))])[0]
+
+    _img("red").save(img)
+    assert not ask().cached and ask().cached
+    _img("blue").save(img)
+    assert not ask().cached
+    _img("red").save(img)
+    assert ask().cached
+    b.close()

@@ -190,3 +190,66 @@ def test_unreadable_source_is_a_clear_failure(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "no such file or folder" in proc.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_special_files_and_undecodable_names_never_crash_the_check(tmp_path: Path) -> None:
+    """A FIFO (opening it would block forever), a zero-byte file, a folder named like an image, a
+    dangling link, a newline and a non-UTF-8 byte in file names, a file chmod 000: every one is
+    reported on its own line and the report is still written (a non-UTF-8 name used to abort it)."""
+    root = tmp_path / "odd"
+    root.mkdir()
+    _noise(8, 8).save(root / "good.png")
+    os.mkfifo(root / "fifo.jpg")
+    (root / "zero.jpg").write_bytes(b"")
+    (root / "folder.jpg").mkdir()
+    os.symlink(root / "gone.png", root / "dangling.png")
+    _noise(8, 8).save(root / "new\nline.png")
+    bad_name = os.path.join(os.fsencode(root), b"bad\xffname.png")
+    with open(bad_name, "wb") as fh:
+        fh.write(_encoded(_noise(8, 8), "PNG"))
+    _noise(8, 8).save(root / "locked.png")
+    os.chmod(root / "locked.png", 0)
+    out = tmp_path / "r.json"
+    proc = run_check(str(root), "--json", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    by_path = {f["path"]: f for f in _read_report(out)["files"]}
+    assert by_path["good.png"]["status"] == "ok" and by_path["new\nline.png"]["status"] == "ok"
+    assert "not a regular file" in by_path["fifo.jpg"]["reason"]
+    assert "empty file" in by_path["zero.jpg"]["reason"]
+    assert "not found" in by_path["dangling.png"]["reason"]
+    assert "not valid UTF-8" in by_path["bad\\xffname.png"]["reason"]
+    assert "folder.jpg" not in by_path  # a directory is not a file of the folder
+    # root reads anything; any other user gets a clear "cannot read file"
+    assert by_path["locked.png"]["status"] == "ok" or "cannot read file" in by_path["locked.png"]["reason"]
+
+
+def test_manifest_with_mixed_value_types_reports_the_bad_rows(hostile_folder: Path, tmp_path: Path) -> None:
+    """`"image": 5` among path strings made Arrow refuse the whole JSONL (a traceback); now only
+    those rows fail, each with its reason."""
+    manifest = hostile_folder / "m.jsonl"
+    rows = [{"id": "a", "image": "good.png"}, {"id": "b", "image": 5}, {"id": 7, "image": ["x.png"]}]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "r.json"
+    proc = run_check(str(manifest), "--json", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    files = _read_report(out)["files"]
+    assert [(f["path"], f["status"]) for f in files] == [("good.png", "ok"), ("b", "error"), ("7", "error")]
+    assert "unsupported image source type int" in files[1]["reason"]
+
+
+def test_report_path_that_is_a_folder_fails_before_the_check(hostile_folder: Path, tmp_path: Path) -> None:
+    proc = run_check(str(hostile_folder), "--json", str(tmp_path), "-q")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is a folder" in proc.stderr and not list(tmp_path.glob(".*"))
+    proc = run_check(str(hostile_folder), "--json", str(tmp_path / "r.json"), "--max-pixels", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_manifest_with_bom_and_crlf_is_read(hostile_folder: Path, tmp_path: Path) -> None:
+    """A JSONL saved by a Windows editor (UTF-8 BOM, CRLF) was refused as 'not valid JSON' on line 1."""
+    manifest = hostile_folder / "win.jsonl"
+    manifest.write_bytes(b'\xef\xbb\xbf{"id": "a", "image": "good.png"}\r\n{"id": "b", "image": "random.jpg"}\r\n')
+    out = tmp_path / "r.json"
+    proc = run_check(str(manifest), "--json", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert [(f["path"], f["status"]) for f in _read_report(out)["files"]] == [("good.png", "ok"), ("random.jpg", "error")]

@@ -86,9 +86,10 @@ def test_random_bytes_with_jpg_extension(tmp_path: Path) -> None:
 def test_empty_and_html_files(tmp_path: Path) -> None:
     (tmp_path / "empty.png").write_bytes(b"")
     (tmp_path / "page.jpg").write_text("<html><body>403 Forbidden</body></html>")
-    for name in ("empty.png", "page.jpg"):
-        with pytest.raises(ImageLoadError, match="not an image"):
-            load_image(tmp_path / name)
+    with pytest.raises(ImageLoadError, match=r"empty file \(0 bytes\)"):
+        load_image(tmp_path / "empty.png")
+    with pytest.raises(ImageLoadError, match="not an image"):
+        load_image(tmp_path / "page.jpg")
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:
@@ -334,3 +335,34 @@ def test_check_images_never_raises(tmp_path: Path) -> None:
     assert [f["status"] for f in report["files"]] == ["ok", "error", "error", "error"]
     assert report["files"][0]["reason"] is None
     assert all(isinstance(f["reason"], str) and f["reason"] for f in report["files"][1:])
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_one_sided_budget_below_or_above_qwen_defaults(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    """max_pixels alone below qwen-vl-utils' default min (4*28*28) used to trip its assert (a crash,
+    not an ImageLoadError); min_pixels alone above its default max likewise. Both are valid budgets."""
+    import vlrl.images
+
+    if fallback:
+        monkeypatch.setattr(vlrl.images, "_qwen_smart_resize_fn", lambda: None)
+    tiny = load_image(_noise(300, 200), max_pixels=28 * 28)
+    assert tiny.size == (28, 28)
+    assert qwen_smart_resize(200, 300, max_pixels=2 * 28 * 28) == (28, 28)  # never a 0-pixel side
+    assert qwen_smart_resize(2000, 3000, max_pixels=6 * 28 * 28) == (56, 84)
+    h, w = qwen_smart_resize(28, 28, min_pixels=20000 * 28 * 28)
+    assert h * w >= 20000 * 28 * 28 and h % 28 == 0 and w % 28 == 0
+
+
+def test_postscript_disguised_as_jpeg_is_refused_before_ghostscript(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PIL decodes EPS by running Ghostscript on the file; a hostile `.jpg` holding PostScript must
+    be refused without ever reaching an interpreter (here: one that would record being called)."""
+    from PIL import EpsImagePlugin
+
+    calls = []
+    monkeypatch.setattr(EpsImagePlugin, "Ghostscript", lambda *a, **k: calls.append(a) or None)
+    p = tmp_path / "photo.jpg"
+    p.write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nnewpath 0 0 moveto 10 10 lineto stroke\n%%EOF\n")
+    with pytest.raises(ImageLoadError, match="PostScript") as exc:
+        load_image(p, record="photo.jpg")
+    _assert_refused(exc, "photo.jpg", "refused")
+    assert calls == []

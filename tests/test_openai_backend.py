@@ -106,6 +106,28 @@ def test_spec_options_and_identity(monkeypatch):
         load_backend("openai:http://127.0.0.1:9/v1@m?api_key=sk-x")
 
 
+def test_spec_refuses_credentials_in_the_url_and_an_empty_model():
+    """http://user:KEY@host put a secret on the command line (and into identity(), logs and cache
+    keys); an empty model name after '@' was accepted and failed on every request."""
+    for spec in ("openai:http://user:sk-SECRET@127.0.0.1:9/v1@m", "openai:https://sk-SECRET@api.example.com/v1@m"):
+        with pytest.raises(ValueError, match="credentials") as exc:
+            load_backend(spec)
+        assert "SECRET" not in str(exc.value)
+    with pytest.raises(ValueError, match="no model name"):
+        load_backend("openai:http://127.0.0.1:9/v1@")
+
+
+def test_close_logs_the_accounting(caplog):
+    import logging
+
+    b = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=1, timeout=2, **FAST)
+    with caplog.at_level(logging.INFO, logger="vlrl.backends.base"):
+        b.chat([ChatRequest(user("hi"))])
+        b.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "vlrl.backends.base"]
+    assert "@m:" in line and "requests=1" in line and "retries=1" in line and "failures=1" in line
+
+
 def test_connection_refused_is_a_clear_error_not_an_exception(tmp_path):
     b = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=1, timeout=2, **FAST)
     with b:

@@ -79,3 +79,16 @@ def test_atomic_json_and_bad_jsonl(tmp_path):
     p.write_text('{"id": 1}\nnot json\n')
     with pytest.raises(ValueError, match=r"rows.jsonl:2: not valid JSON"):
         list(read_jsonl(p))
+
+
+def test_atomic_json_failure_leaves_no_temp_file(tmp_path):
+    import pytest
+
+    from vlrl.pipeline import atomic_write_json
+
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IsADirectoryError):
+        atomic_write_json(tmp_path / "taken", {"a": 1})
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_json(tmp_path / "x.json", {"name": "bad\udcffname"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]

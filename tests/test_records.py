@@ -303,3 +303,15 @@ def test_foreign_dataset_with_broken_image_bytes_is_not_decoded_by_datasets(tmp_
     with pytest.raises(ImageLoadError) as exc:
         source.load_image(1)
     assert exc.value.record == "1"
+
+
+def test_imagefolder_refuses_non_image_records_and_stringifies_odd_meta(tmp_path: Path) -> None:
+    """format='imagefolder' with MCQs used to die with AttributeError ('MCQ' has no 'data'); a meta
+    value JSON cannot encode (a Path) crashed save_imagefolder though every other format stores it."""
+    with pytest.raises(ValueError, match="cannot write MCQ records"):
+        save_records(MCQS, tmp_path / "qa", format="imagefolder")
+    ref = ImageRef(id="mem-1", data=_png(5, 4, 9), meta={"origin": Path("/data/x.png"), "nested": {"k": [1, None]}})
+    dest = save_records([ref], tmp_path / "if", format="imagefolder")
+    (back,) = load_records(dest)
+    assert back.meta == {"origin": "/data/x.png", "nested": {"k": [1, None]}}
+    assert (dest / back.path).read_bytes() == ref.data

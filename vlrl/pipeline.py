@@ -138,11 +138,15 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, ensure_ascii=False, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2, ensure_ascii=False, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # unencodable text, a folder in the way, a full disk: leave no temp file
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -157,8 +161,9 @@ def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Read a JSONL file, naming the file and line of any malformed record."""
-    with open(path, encoding="utf-8") as fh:
+    """Read a JSONL file, naming the file and line of any malformed record (a leading UTF-8 BOM,
+    as Windows editors write, is skipped)."""
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

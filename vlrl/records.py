@@ -413,6 +413,9 @@ def save_records(
     fmt = _format_for(dest, format)
     records = list(records)
     if fmt == "imagefolder":
+        other = sorted({type(r).__name__ for r in records if not isinstance(r, ImageRef)})
+        if other:
+            raise ValueError(f"an imagefolder holds images: cannot write {', '.join(other)} records as one")
         return save_imagefolder(records, dest, root=root)  # type: ignore[arg-type]
     if fmt == "jsonl":
         if image_mode == "feature":
@@ -465,7 +468,7 @@ def save_imagefolder(
         target = resolve_under_root(rel, dest, ref.id)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-        row = {"file_name": rel, "id": ref.id, "meta": json.dumps(ref.meta, ensure_ascii=False, sort_keys=True)}
+        row = {"file_name": rel, "id": ref.id, "meta": json.dumps(ref.meta, ensure_ascii=False, sort_keys=True, default=str)}
         row.update({name: values[i] for name, values in columns.items()})
         lines.append(json.dumps(row, ensure_ascii=False, default=str))
     (dest / "metadata.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")

@@ -23,9 +23,11 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,18 @@ class SamplingParams:
     n: int = 1
     seed: int | None = None
     stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A bad setting fails where it is made, not as n empty answers or one error per request.
+        if self.max_tokens < 1 or self.n < 1 or self.top_k < 0:
+            raise ValueError(f"sampling: need max_tokens >= 1, n >= 1 and top_k >= 0 (got {self})")
+        if not (self.temperature >= 0 and 0 < self.top_p <= 1):
+            raise ValueError(f"sampling: need temperature >= 0 and 0 < top_p <= 1 (got {self})")
+        # stop="###" must not become three "#" stops; a list must stay hashable (batches group by params)
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        elif not isinstance(self.stop, tuple):
+            object.__setattr__(self, "stop", tuple(self.stop))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -180,16 +194,45 @@ class Backend(abc.ABC):
     def score_choices(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult]:
         if not requests:
             return []
-        results = self._score_choices(list(requests))
-        self.stats.add(requests=len(requests), failures=sum(not r.ok for r in results))
-        return results
+        results: list[ChoiceResult | None] = [None] * len(requests)
+        valid = []
+        for i, r in enumerate(requests):
+            bad = choices_problem(r.choices)
+            if bad:
+                results[i] = ChoiceResult(error=f"{r.id or f'request {i}'}: {bad}")
+            else:
+                valid.append(i)
+        if valid:
+            for i, res in zip(valid, self._score_choices([requests[i] for i in valid]), strict=True):
+                results[i] = res
+        out = [r if r is not None else ChoiceResult(error="not processed") for r in results]
+        self.stats.add(requests=len(requests), failures=sum(not r.ok for r in out))
+        return out
 
     def identity(self) -> dict[str, Any]:
         """What makes two backends give the same answers (the cache key's backend part)."""
         return {"kind": self.kind, "model": self.model}
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources (HTTP sessions, GPU memory)."""
+    def close(self) -> None:
+        """Release resources (HTTP sessions, GPU memory) and log the accounting.
+
+        Subclasses release their own resources and then call ``super().close()``: every job that
+        closes its backends (caption, QA curation, teacher captions, ...) thereby ends with one log
+        line of what it cost, without each job formatting its own.
+        """
+        self.log_accounting()
+
+    def log_accounting(self) -> dict[str, int]:
+        """Log the counters at INFO (once per change: closing twice logs once) and return them."""
+        snap = self.stats.snapshot()
+        if snap != self.__dict__.get("_last_logged"):
+            self._last_logged = snap
+            url = self.identity().get("base_url")
+            logger.info(
+                "backend %s %s: %s", self.kind, f"{url}@{self.model}" if url else self.model,
+                " ".join(f"{k}={v}" for k, v in snap.items()),
+            )
+        return snap
 
     # -- for subclasses ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -214,6 +257,17 @@ class Backend(abc.ABC):
 
 
 # -- helpers shared by backends -------------------------------------------------------------------
+
+
+def choices_problem(choices: Sequence[str]) -> str | None:
+    """Why a set of answer strings cannot be scored (None: it can): none, empty or repeated ones."""
+    if not choices:
+        return "no choices given"
+    if any(not isinstance(c, str) or not c.strip() for c in choices):
+        return f"choices {list(choices)!r} include an empty one"
+    if len({c.strip() for c in choices}) != len(choices):
+        return f"choices {list(choices)!r} repeat a choice"
+    return None
 
 
 def choices_from_samples(texts: Sequence[str], choices: Sequence[str]) -> tuple[dict[str, float], float]:
@@ -258,9 +312,31 @@ def message_images(messages: Sequence[dict[str, Any]]) -> list[Any]:
 
 
 def request_key(identity: dict[str, Any], payload: dict[str, Any]) -> str:
-    """Stable hash of (backend identity, request payload); images are hashed by their pixels."""
+    """Stable hash of (backend identity, request payload); images are hashed by their pixels, and
+    images given as file paths by the file's bytes (a regenerated image at the same path is a new
+    request, not a stale cache hit)."""
+    if "messages" in payload:
+        payload = dict(payload, messages=[_digest_image_paths(m) for m in payload["messages"]])
     blob = json.dumps({"backend": identity, "request": payload}, sort_keys=True, default=_jsonable)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _digest_image_paths(message: Any) -> Any:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    parts = []
+    for part in content:
+        image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
+        if isinstance(image, (str, os.PathLike)) and not str(image).startswith(("http://", "https://", "data:")):
+            try:
+                digest = hashlib.sha256(Path(image).read_bytes()).hexdigest()
+            except OSError:  # missing/unreadable: the backend reports it; the path alone keys the error
+                digest = None
+            if digest is not None:
+                part = dict(part, image={"image_file_sha256": digest})
+        parts.append(part)
+    return dict(message, content=parts)
 
 
 def _jsonable(obj: Any) -> Any:

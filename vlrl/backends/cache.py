@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .base import (
     Backend,
+    BackendError,
     ChatRequest,
     ChatResult,
     ChoiceRequest,
@@ -41,10 +42,15 @@ class ResponseCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._db.commit()
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._db.commit()
+        except sqlite3.Error as e:  # a garbage file, a folder in the way, a read-only location
+            raise BackendError(
+                f"response cache {self.path}: cannot open it as SQLite ({e}); move it away to start a fresh cache"
+            ) from None
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}

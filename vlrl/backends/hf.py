@@ -71,6 +71,8 @@ class HFBackend(Backend):
             if path is None:
                 raise BackendError("HFBackend needs a model folder or a loaded model")
             path = str(path)
+            if not path.strip():
+                raise BackendError("hf backend: no model folder given (use 'hf:PATH')")
             from vlrl.models.tiny import resolve_model_ref
 
             path = resolve_model_ref(path)
@@ -79,11 +81,25 @@ class HFBackend(Backend):
         super().__init__(name or str(Path(path).resolve()) if path else (name or "in-memory"))
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise BackendError(f"hf backend: device={device!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise BackendError(f"hf backend: device={device!r} but no CUDA device is available")
         self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise BackendError(f"hf backend: batch_size must be >= 1, got {self.batch_size}")
         if model is None:
-            model, processor = self._load(path, dtype)
+            try:
+                model, processor = self._load(path, dtype)
+            except BackendError:
+                raise
+            except Exception as e:  # noqa: BLE001 - not a model folder, broken config, bad weights...
+                reason = " ".join(str(e).split())[:300] or type(e).__name__
+                raise BackendError(f"hf backend: cannot load a model from {path!r}: {reason}") from None
         self.net = model.to(self.device).eval()
+        self._dtype = next(self.net.parameters()).dtype
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.tokenizer.padding_side = "left"
@@ -98,7 +114,11 @@ class HFBackend(Backend):
         unknown = set(opts) - known
         if unknown:
             raise ValueError(f"hf backend: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
-        return cls(target, device=opts.get("device", "auto"), dtype=opts.get("dtype", "auto"), batch_size=int(opts.get("batch_size", 16)))
+        try:
+            batch_size = int(opts.get("batch_size", 16))
+        except ValueError:
+            raise BackendError(f"hf backend: batch_size={opts['batch_size']!r} is not an integer") from None
+        return cls(target, device=opts.get("device", "auto"), dtype=opts.get("dtype", "auto"), batch_size=batch_size)
 
     @staticmethod
     def _load(path: str, dtype: str):
@@ -108,8 +128,10 @@ class HFBackend(Backend):
         cfg = AutoConfig.from_pretrained(path)
         if dtype == "auto":
             torch_dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-        else:
+        elif isinstance(getattr(torch, dtype, None), torch.dtype) and getattr(torch, dtype).is_floating_point:
             torch_dtype = getattr(torch, dtype)
+        else:
+            raise BackendError(f"hf backend: dtype={dtype!r} is not a torch floating dtype (float32, bfloat16, float16)")
         if hasattr(cfg, "vision_config"):
             model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch_dtype)
             processor = AutoProcessor.from_pretrained(path)
@@ -128,7 +150,8 @@ class HFBackend(Backend):
         return h.hexdigest()[:16]
 
     def identity(self) -> dict[str, Any]:
-        return {"kind": self.kind, "model": self.model, "weights": self._weights_tag}
+        # dtype changes answers (bf16 vs fp32 greedy text and choice probabilities differ)
+        return {"kind": self.kind, "model": self.model, "weights": self._weights_tag, "dtype": str(self._dtype)}
 
     # -- prompt building ---------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], record: str | None) -> tuple[str, list[Any]]:
@@ -327,3 +350,4 @@ class HFBackend(Backend):
 
     def close(self) -> None:
         self.net = None
+        super().close()

@@ -94,6 +94,15 @@ class OpenAIBackend(Backend):
         super().__init__(model)
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai backend: base_url {base_url!r} must start with http:// or https://")
+        from urllib.parse import urlsplit
+
+        if urlsplit(base_url).netloc.rpartition("@")[1]:  # user:password@host (not echoed: it is a secret)
+            raise ValueError(
+                "openai backend: the base URL carries credentials (user:password@); never put a key in the "
+                "spec, name its environment variable with api_key_env="
+            )
+        if not model.strip():
+            raise ValueError(f"openai backend: no model name after '@' in {base_url}@ (e.g. @Qwen/Qwen2.5-VL-3B-Instruct)")
         if logprobs not in ("auto", "on", "off"):
             raise ValueError(f"openai backend: logprobs={logprobs!r}; use auto, on or off")
         if prefix_mode not in ("auto", "assistant", "user"):
@@ -198,18 +207,17 @@ class OpenAIBackend(Backend):
         with self._start_lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
-        if loop is None or not thread.is_alive():
-            return
-        if self._client is not None:
-            try:
-                asyncio.run_coroutine_threadsafe(self._client.close(), loop).result(timeout=10)
-            except Exception as e:  # closing must not fail a job
-                logger.debug("closing the openai client failed: %s", e)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._client = None
-        logger.info("openai backend %s@%s: %s", self.base_url, self.model, self.stats.snapshot())
+        if loop is not None and thread.is_alive():
+            if self._client is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(self._client.close(), loop).result(timeout=10)
+                except Exception as e:  # closing must not fail a job
+                    logger.debug("closing the openai client failed: %s", e)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+            self._client = None
+        super().close()  # logs the accounting
 
     # -- one HTTP request, with timeout and retries ----------------------------------------------
     async def _create(self, rid: str, **kwargs: Any) -> Any:

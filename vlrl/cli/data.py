@@ -17,6 +17,7 @@ def check(
     max_pixels: int = typer.Option(
         89_478_485,  # vlrl.images.DEFAULT_MAX_PIXELS_LIMIT, kept literal so --help stays instant
         "--max-pixels",
+        min=1,
         help="Refuse images declaring more pixels than this (decompression bombs)."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -27,6 +28,9 @@ def check(
     from vlrl.pipeline import atomic_write_json
     from vlrl.records import load_any_dataset
 
+    if Path(json_out).is_dir():  # found out before checking, not when writing the report
+        typer.echo(f"vlrl data check: --json {json_out} is a folder; give a file path", err=True)
+        raise typer.Exit(2)
     try:
         source = load_any_dataset(src, root=root)
         items = source.iter_images()
@@ -34,7 +38,14 @@ def check(
         typer.echo(f"vlrl data check: {e}", err=True)
         raise typer.Exit(2) from None
     report = check_images(items, root=source.root, max_pixels_limit=max_pixels, total=len(source), progress=not quiet)
-    atomic_write_json(json_out, report)
+    if source.skipped:  # files the source could not even list (e.g. names that are not UTF-8)
+        report["files"] += [{"path": s["path"], "status": "error", "reason": s["reason"]} for s in source.skipped]
+        report["errors"] += len(source.skipped)
+    try:
+        atomic_write_json(json_out, report)
+    except OSError as e:
+        typer.echo(f"vlrl data check: cannot write {json_out}: {e}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(
         f"checked {len(report['files'])} images from {src} ({source.kind}, root {Path(source.root)}): "
         f"{report['ok']} ok, {report['errors']} errors -> {json_out}"

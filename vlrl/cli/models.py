@@ -15,8 +15,8 @@ def make_tiny_cmd(
     out: Path = typer.Option(..., "--out", help="Folder to write model, tokenizer and processor to."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initialisation."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Use this tokenizer folder (e.g. a real Qwen one) instead of training one."),
-    hidden_size: int | None = typer.Option(None, "--hidden-size"),
-    layers: int | None = typer.Option(None, "--layers"),
+    hidden_size: int | None = typer.Option(None, "--hidden-size", min=8, help="Text hidden size (a multiple of 4 attention heads)."),
+    layers: int | None = typer.Option(None, "--layers", min=1, help="Text decoder layers."),
 ) -> None:
     """Build a randomly initialised tiny model that loads offline with from_pretrained."""
     from vlrl.models.tiny import ARCHS, make_tiny
@@ -28,5 +28,9 @@ def make_tiny_cmd(
         overrides["hidden_size"] = hidden_size
     if layers:
         overrides["num_hidden_layers"] = layers
-    path = make_tiny(arch, out, seed=seed, tokenizer=tokenizer, **overrides)
+    try:
+        path = make_tiny(arch, out, seed=seed, tokenizer=tokenizer, **overrides)
+    except (OSError, ValueError) as e:
+        typer.echo(f"vlrl models make-tiny: {e}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(str(path))

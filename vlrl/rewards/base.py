@@ -64,6 +64,14 @@ class Reward:
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Close the backends this reward opened (which logs their accounting); safe to call twice."""
+        from vlrl.backends.base import Backend
+
+        for value in vars(self).values():
+            if isinstance(value, Backend):
+                value.close()
+
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
         log_metric = kwargs.get("log_metric")
         columns = {k: v for k, v in kwargs.items() if k not in TRL_KWARGS}

@@ -81,7 +81,7 @@ def build_rubrics(
         todo = [r for r in rows if str(r["image_id"]) not in store]
         for r in [r for r in todo if len(r.get("teacher_captions") or {}) < min_teachers]:
             n = len(r.get("teacher_captions") or {})
-            _reject(rejected, 
+            _reject(rejected,
                 {
                     "image_id": str(r["image_id"]),
                     "reason": f"only {n} teacher caption(s); consensus needs {min_teachers}",
@@ -197,7 +197,7 @@ def _write_rubrics(
     for r, res in zip(live, results, strict=True):
         iid = str(r["image_id"])
         if not res.ok:
-            _reject(rejected, 
+            _reject(rejected,
                 {"image_id": iid, "reason": f"rubric writer: {res.error}", "attempts": res.attempts, "raw": res.raw}
             )
             continue

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,8 @@ class DatasetSource:
     kind: str
     image_column: str | None = None
     base: Path | None = None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    """Files seen but not listed (``{"path", "reason"}``): names Arrow cannot hold (not UTF-8)."""
 
     def __post_init__(self) -> None:
         self.dataset = undecoded(self.dataset)
@@ -171,11 +173,12 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     if not path.exists():
         raise FileNotFoundError(f"{src}: no such file or folder")
     base: Path | None = None  # None: relative to root
+    skipped: list[dict[str, str]] = []
     if path.is_file():
         default_root = path.parent
         suffix = path.suffix.lower()
         if suffix in (".jsonl", ".json"):
-            ds, kind = datasets.Dataset.from_list(_read_json_rows(path)), "jsonl"
+            ds, kind = _from_rows(_read_json_rows(path), src), "jsonl"
         elif suffix == ".parquet":
             ds, kind = _read_parquet(path), "parquet"
         elif suffix in IMAGE_EXTENSIONS:
@@ -191,16 +194,16 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     elif (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
         ds, kind, default_root = load_disk_dataset(path)[0], "disk", path.parent
     elif next(iter_image_files(path), None) is not None:
-        ids = list(iter_image_files(path))
+        ids, skipped = _utf8_names(iter_image_files(path), path)
         ds, kind, default_root, base = datasets.Dataset.from_dict({"id": ids, "image": ids}), "folder", path, path
     elif parquet := sorted(path.glob("*.parquet")):
         ds, kind, default_root = _read_parquet(*parquet), "parquet", path
     elif jsonl := sorted(path.glob("*.jsonl")):
         rows = [r for f in jsonl for r in _read_json_rows(f)]
-        ds, kind, default_root = datasets.Dataset.from_list(rows), "jsonl", path
+        ds, kind, default_root = _from_rows(rows, src), "jsonl", path
     else:
         raise ValueError(f"{src}: no images, imagefolder metadata, save_to_disk files, parquet or JSONL found")
-    return DatasetSource(ds, Path(root) if root is not None else default_root, kind, base=base)
+    return DatasetSource(ds, Path(root) if root is not None else default_root, kind, base=base, skipped=skipped)
 
 
 def load_disk_dataset(path: str | os.PathLike[str], split: str | None = None) -> tuple[datasets.Dataset, str | None]:
@@ -232,9 +235,9 @@ def undecoded(ds: datasets.Dataset) -> datasets.Dataset:
 
 
 def _read_json_rows(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         head = fh.read(1024).lstrip()
-    rows = json.loads(path.read_text(encoding="utf-8")) if head.startswith("[") else list(read_jsonl(path))
+    rows = json.loads(path.read_text(encoding="utf-8-sig")) if head.startswith("[") else list(read_jsonl(path))
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
     if bad is not None:
         raise ValueError(f"{path}: record {bad + 1} is not a JSON object")
@@ -256,8 +259,6 @@ def _read_imagefolder(folder: Path) -> datasets.Dataset:
     """HF imagefolder layout: ``file_name`` in each metadata file is relative to that file's folder."""
     import csv
 
-    import datasets
-
     rows: list[dict[str, Any]] = []
     for meta in sorted(p for name in _METADATA_FILES for p in folder.rglob(name)):
         if meta.name.endswith(".csv"):
@@ -273,4 +274,36 @@ def _read_imagefolder(folder: Path) -> datasets.Dataset:
             name = row.pop("file_name")
             row["image"] = name if rel_dir == Path(".") else (rel_dir / name).as_posix()
             rows.append(row)
-    return datasets.Dataset.from_list(rows)
+    return _from_rows(rows, folder)
+
+
+def _from_rows(rows: list[dict[str, Any]], where: object) -> datasets.Dataset:
+    """Rows → Dataset. A column whose values differ in type across rows (a hand-edited manifest
+    with ``"image": 5`` among paths) would make Arrow refuse the whole file; such columns keep each
+    row's own value (``Json`` feature) so the bad row fails alone, later, with its own reason."""
+    import datasets
+    import pyarrow as pa
+
+    try:
+        return datasets.Dataset.from_list(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        try:
+            return datasets.Dataset.from_list(rows, on_mixed_types="use_json")
+        except TypeError:  # a datasets release without Json(): say which file, not a traceback
+            raise ValueError(f"{where}: a column holds values of different types ({e})") from None
+
+
+def _utf8_names(names: Iterable[str], folder: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """Split file names into those Arrow can store and those that are not valid UTF-8."""
+    good, bad = [], []
+    for name in names:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(name).decode("utf-8", "backslashreplace")
+            bad.append({"path": shown, "reason": "file name is not valid UTF-8 (rename the file)"})
+            continue
+        good.append(name)
+    if bad:
+        logger.warning("%s: skipping %d file(s) whose names are not valid UTF-8, e.g. %s", folder, len(bad), bad[0]["path"])
+    return good, bad
