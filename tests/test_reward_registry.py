@@ -44,3 +44,19 @@ def test_unknown_names_fail_clearly():
         build_reward("nope")
     with pytest.raises(ValueError, match="cannot import"):
         build_reward("no_such_pkg.mod:fn")
+
+
+def test_close_closes_only_backends_the_reward_opened(tiny_lm):
+    """A backend built from a spec is closed (and logs accounting); one handed in stays usable."""
+    from vlrl.backends import ChatRequest, SamplingParams, load_backend
+
+    mine = load_backend(f"hf:{tiny_lm}")
+    given = build_reward("caprl_qa", answerer=mine, mode="exact")
+    _ = given.backend
+    given.close()
+    assert mine.chat([ChatRequest([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2))])[0].ok
+
+    owned = build_reward("caprl_qa", answerer=f"hf:{tiny_lm}", mode="exact", guards=True)
+    backend = owned.inner.backend
+    owned.close()
+    assert backend.net is None

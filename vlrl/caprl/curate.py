@@ -131,7 +131,6 @@ def curate(
         bar.close()
         store.close()
         quarantine.close()
-        logger.info("backend calls: vlm %s; answerer %s", vlm_backend.stats.snapshot(), text_backend.stats.snapshot())
         for b in {id(vlm_backend): vlm_backend, id(text_backend): text_backend}.values():
             b.close()
     if retry:

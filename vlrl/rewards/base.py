@@ -65,11 +65,18 @@ class Reward:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Close the backends this reward opened (which logs their accounting); safe to call twice."""
+        """Close the backends this reward opened (which logs their accounting); safe to call twice.
+
+        Backends the caller handed in (public settings such as ``answerer=<Backend>``) stay open:
+        the caller owns them. Wrapped rewards (guards) are closed too.
+        """
         from vlrl.backends.base import Backend
 
+        given = {id(v) for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, Backend)}
         for value in vars(self).values():
-            if isinstance(value, Backend):
+            if isinstance(value, Backend) and id(value) not in given:
+                value.close()
+            elif isinstance(value, Reward) and value is not self:
                 value.close()
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:

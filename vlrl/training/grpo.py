@@ -383,6 +383,14 @@ def prepare(recipe: Recipe) -> Recipe:
     return resolve_tiny(recipe)
 
 
+def close_rewards(trainer: Any) -> None:
+    """Close rewards that hold backends (answerers, judges): frees them and logs their accounting."""
+    for fn in getattr(trainer, "reward_funcs", []):
+        close = getattr(fn, "close", None)
+        if callable(close):
+            close()
+
+
 def run_grpo(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
     """Train with GRPO; with ``resume`` (default), continue from the newest checkpoint in output_dir."""
     recipe = prepare(recipe)
@@ -391,7 +399,10 @@ def run_grpo(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
     if ckpt:
         logger.info("resuming from %s", ckpt)
     trainer, ckpt_arg = build_trainer(recipe, resume=ckpt)
-    trainer.train(resume_from_checkpoint=ckpt_arg)
+    try:
+        trainer.train(resume_from_checkpoint=ckpt_arg)
+    finally:
+        close_rewards(trainer)
     trainer.save_model(str(out))
     metrics = summarize_history(trainer.state.log_history)
     metrics["global_step"] = trainer.state.global_step

@@ -117,7 +117,7 @@ def read_state(output_dir: str | Path) -> dict[str, Any] | None:
 def run_ptst(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
     """Run (or resume) every PTST stage in order; returns the per-stage metrics."""
     from .data import to_trl_dataset
-    from .grpo import build_trainer, latest_checkpoint, prepare, summarize_history
+    from .grpo import build_trainer, close_rewards, latest_checkpoint, prepare, summarize_history
 
     recipe = prepare(recipe)
     ignored = sorted(k for k in recipe.trainer if k in PLANNED_KEYS)
@@ -155,7 +155,10 @@ def run_ptst(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
             recipe, model_path=start, resume=ckpt, output_dir=str(stage_dir), train_dataset=dataset,
             stage_overrides=_overrides(sp),
         )
-        trainer.train(resume_from_checkpoint=ckpt_arg)
+        try:
+            trainer.train(resume_from_checkpoint=ckpt_arg)
+        finally:
+            close_rewards(trainer)
         _save_stage_weights(trainer, stage_dir)
         trainer.accelerator.wait_for_everyone()  # the next stage loads these files on every rank
         metrics = {**summarize_history(trainer.state.log_history), "global_step": trainer.state.global_step,
