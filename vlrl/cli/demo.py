@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command("demo", help="Run the shapes-world CapRL demo end to end on CPU (what `make demo` runs).")
     def demo(
         out: Path = typer.Option(Path("runs/demo"), "--out", help="Output folder (metrics.json, report.html)."),
-        quick: bool = typer.Option(False, "--quick", help="Fewer GRPO steps and eval scenes (CI; ~3 min with cached warm starts)."),
+        quick: bool = typer.Option(False, "--quick", help="60 GRPO steps and 60 eval scenes (what CI runs; under a minute with cached warm starts)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and GRPO."),
         force: bool = typer.Option(False, "--force", help="Overwrite a finished or different demo run in --out."),
         cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Warm-start cache (default ~/.cache/vlrl/demo)."),
