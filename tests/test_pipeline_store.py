@@ -30,7 +30,7 @@ def test_torn_last_line_is_dropped(tmp_path):
     with JsonlStore(p) as s:
         assert s.keys() == {"a", "b"}
         s.append({"id": "c"})
-    assert [json.loads(l)["id"] for l in p.read_text().splitlines()] == ["a", "b", "c"]
+    assert [json.loads(line)["id"] for line in p.read_text().splitlines()] == ["a", "b", "c"]
 
 
 def test_kill_9_then_resume_is_exactly_once(tmp_path):
@@ -55,7 +55,7 @@ def test_kill_9_then_resume_is_exactly_once(tmp_path):
     n_before = len(out.read_text().splitlines())
     assert 0 < n_before < 400
     subprocess.run([sys.executable, "-c", script], check=True)
-    ids = [json.loads(l)["id"] for l in out.read_text().splitlines()]
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert sorted(ids, key=int) == [str(i) for i in range(400)]
 
 

@@ -134,10 +134,10 @@ class CachedBackend(Backend):
     def _through(self, requests, keys, call, build, storable):
         hits = self.cache.get_many(sorted(set(keys)))
         todo: dict[str, object] = {}
-        for k, r in zip(keys, requests):
+        for k, r in zip(keys, requests, strict=True):
             if k not in hits and k not in todo:
                 todo[k] = r
-        fresh = dict(zip(todo, call(list(todo.values())))) if todo else {}
+        fresh = dict(zip(todo, call(list(todo.values())), strict=True)) if todo else {}
         self.cache.put_many({k: _to_dict(v) for k, v in fresh.items() if storable(v)})
         self.stats.add(cache_hits=sum(k in hits for k in keys))
         out = []

@@ -123,7 +123,13 @@ class HFBackend(Backend):
     @staticmethod
     def _load(path: str, dtype: str):
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForImageTextToText,
+            AutoProcessor,
+            AutoTokenizer,
+        )
 
         cfg = AutoConfig.from_pretrained(path)
         if dtype == "auto":
@@ -344,7 +350,7 @@ class HFBackend(Backend):
                 p = probs[row, tokens].tolist()
                 mass = float(sum(p))
                 choices = requests[i].choices
-                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p)}
+                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=True)}
                 results[i] = ChoiceResult(probs=norm, method="logits", mass=mass)
         return [r if r is not None else ChoiceResult(error="not processed") for r in results]
 

@@ -262,10 +262,8 @@ def make_tiny(
     out.mkdir(parents=True, exist_ok=True)
     cfg = tiny_config(arch, tok, **overrides)
     torch.manual_seed(seed)
-    if arch == "qwen2":
-        model = AutoModelForCausalLM.from_config(cfg)
-    else:
-        model = AutoModelForImageTextToText.from_config(cfg)
+    auto = AutoModelForCausalLM if arch == "qwen2" else AutoModelForImageTextToText
+    model = auto.from_config(cfg)
     model.generation_config.eos_token_id = [cfg.get_text_config().eos_token_id]
     model.generation_config.pad_token_id = cfg.get_text_config().pad_token_id
     model.generation_config.do_sample = False
