@@ -192,3 +192,11 @@ def test_cold_start_cli_with_tiny_models_then_sft(tmp_path):
                          [f"output_dir={tmp_path / 'sft'}", f"data.source={cs / 'sft.jsonl'}", "max_steps=2"])
     m = run_sft(recipe)
     assert m["rows"] == 3 and m["global_step"] == 2
+
+
+def test_missing_input_fails_before_any_model_is_loaded(tmp_path):
+    from vlrl.reasoning.cold_start import cold_start
+
+    with pytest.raises(ValueError, match="--input .* does not exist"):
+        # the specs point nowhere: reaching load_backend would raise a different error
+        cold_start(str(tmp_path / "nope.jsonl"), f"hf:{tmp_path}/no-vlm", f"hf:{tmp_path}/no-lm", tmp_path / "out")

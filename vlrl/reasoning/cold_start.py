@@ -84,6 +84,8 @@ def cold_start(
     from vlrl.images import ImageLoadError
     from vlrl.training.data import iter_source, load_record_image, record_image
 
+    if isinstance(source, str) and not source.startswith("builtin:") and not Path(source).exists():
+        raise ValueError(f"--input {source!r} does not exist")  # before two models are loaded
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     shard_t = parse_shard(shard)
