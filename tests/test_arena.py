@@ -12,29 +12,10 @@ import re
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult
+from tests.scripted import Scripted
+from vlrl.backends import ChatResult
 from vlrl.rubicap.arena import candidate_view, parse_winner, run_arena, score_arena
 from vlrl.rubicap.sources import ImageItem
-
-
-class Scripted(Backend):
-    kind = "scripted"
-
-    def __init__(self, name, answer) -> None:
-        super().__init__(name)
-        self.answer = answer
-        self.requests = []
-
-    def _chat(self, requests):
-        self.requests += requests
-        out = []
-        for r in requests:
-            a = self.answer(r)
-            out.append(a if isinstance(a, ChatResult) else ChatResult(texts=[a]))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
 
 
 def biased_judge(req) -> str:

@@ -13,34 +13,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlrl.backends.base import Backend, ChatResult
+from tests.scripted import Scripted
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Scripted(Backend):
-    """Test-only model at the backend seam: answers from a function of the request."""
-
-    kind = "scripted"
-
-    def __init__(self, name, fn):
-        super().__init__(name)
-        self.fn = fn
-        self.requests = []
-
-    def _chat(self, requests):
-        self.requests.extend(requests)
-        out = []
-        for r in requests:
-            text = self.fn(r)
-            if text is None:
-                out.append(ChatResult(error="server exploded"))
-            else:
-                out.append(ChatResult(texts=[text], finish_reasons=["stop"], completion_tokens=len(text.split())))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
 
 
 def _text(req) -> str:
@@ -119,8 +94,9 @@ def test_cold_start_keeps_only_verified_well_formed_samples(tmp_path):
 
 SCRIPT = r'''
 import sys, time
-sys.path.insert(0, {tests!r})
-from test_cold_start import Scripted, vlm_fn
+sys.path.insert(0, {root!r})
+from tests.scripted import Scripted
+from tests.test_cold_start import vlm_fn
 from vlrl.reasoning.cold_start import cold_start
 
 def slow_vlm(req):
@@ -142,7 +118,7 @@ def test_cold_start_exactly_once_after_kill_9(tmp_path):
     src.write_text("".join(json.dumps({"id": f"r{i}", "image": "imgs/a.png", "question": f"q{i}?", "answer": "4"}) + "\n" for i in range(n)))
     out = tmp_path / "out"
     script = tmp_path / "run.py"
-    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), src=str(src), out=str(out)))
+    script.write_text(SCRIPT.format(root=str(Path(__file__).parents[1]), src=str(src), out=str(out)))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120

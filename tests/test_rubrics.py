@@ -11,7 +11,8 @@ import json
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult
+from tests.scripted import Scripted
+from vlrl.backends import ChatResult
 from vlrl.pipeline import read_jsonl
 from vlrl.rubicap.schema import validate_writer_output
 from vlrl.rubicap.synthesis import build_rubrics
@@ -87,26 +88,6 @@ def test_schema_accepts_and_normalises():
 def test_schema_rejects(patch, message):
     with pytest.raises(ValueError, match=message):
         validate_writer_output({**GOOD, **patch}, LABELS)
-
-
-class Scripted(Backend):
-    kind = "scripted"
-
-    def __init__(self, name, answer) -> None:
-        super().__init__(name)
-        self.answer = answer
-        self.requests = []
-
-    def _chat(self, requests):
-        self.requests += requests
-        out = []
-        for r in requests:
-            a = self.answer(r)
-            out.append(a if isinstance(a, ChatResult) else ChatResult(texts=[a]))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
 
 
 def _text(req) -> str:

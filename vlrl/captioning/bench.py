@@ -31,7 +31,7 @@ import json, sys, time
 import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
-model_dir, images, max_tokens, prompt = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+model_dir, images, max_tokens, prompt, result = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
 proc = AutoProcessor.from_pretrained(model_dir)
 t0 = time.perf_counter()
@@ -44,7 +44,8 @@ for path in images:
         out = model.generate(**enc, max_new_tokens=max_tokens, do_sample=False)
     proc.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 dt = time.perf_counter() - t0
-print(json.dumps({"images": len(images), "seconds": dt}))
+with open(result, "w") as fh:  # a file, not stdout: library warnings cannot corrupt the result
+    json.dump({"images": len(images), "seconds": dt}, fh)
 """
 
 
@@ -85,13 +86,15 @@ def run_vlrl_caption(model: Path, images: Path, out: Path, batch_size: int, max_
 
 
 def run_single(model: Path, images: list[str], max_tokens: int, prompt: str, threads: int | None = None) -> dict[str, Any]:
-    res = subprocess.run(
-        [sys.executable, "-c", SINGLE_SCRIPT, str(model), json.dumps(images), str(max_tokens), prompt],
-        env=_env(threads), capture_output=True, text=True,
-    )
-    if res.returncode != 0:
-        raise RuntimeError(f"single-image baseline failed:\n{res.stderr[-3000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "single.json"
+        res = subprocess.run(
+            [sys.executable, "-c", SINGLE_SCRIPT, str(model), json.dumps(images), str(max_tokens), prompt, str(result)],
+            env=_env(threads), capture_output=True, text=True,
+        )
+        if res.returncode != 0 or not result.exists():
+            raise RuntimeError(f"single-image baseline failed:\n{res.stderr[-3000:]}")
+        return json.loads(result.read_text())
 
 
 def bench_caption(

@@ -14,6 +14,7 @@ them per row.
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ def completion_text(completion: Any) -> str:
 TRL_KWARGS = {"trainer_state", "log_metric", "log_extra", "completion_ids", "prompts"}
 
 
-class Reward:
+class Reward(abc.ABC):
     """Base class for rewards with settings. Subclasses implement :meth:`score`.
 
     ``required_columns`` names the dataset columns the reward needs; the trainer checks them before
@@ -61,8 +62,9 @@ class Reward:
     def __name__(self) -> str:  # TRL names the reward's metrics after __name__
         return self.name
 
+    @abc.abstractmethod
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
-        raise NotImplementedError
+        """One :class:`Score` per completion; columns arrive as lists aligned with completions."""
 
     def close(self) -> None:
         """Close the backends this reward opened (which logs their accounting); safe to call twice.

@@ -50,6 +50,7 @@ rate.
 
 from __future__ import annotations
 
+import abc
 import logging
 import re
 import unicodedata
@@ -126,7 +127,7 @@ def register_guard(name: str) -> Callable[[type[Guard]], type[Guard]]:
     return deco
 
 
-class Guard:
+class Guard(abc.ABC):
     """A check that fires on a caption. ``match`` returns the evidence (a snippet) or ``None``."""
 
     name = "guard"
@@ -134,8 +135,9 @@ class Guard:
     def __init__(self, penalty: float = 1.0) -> None:
         self.penalty = float(penalty)
 
+    @abc.abstractmethod
     def match(self, doc: Doc) -> str | None:
-        raise NotImplementedError
+        """The evidence (a snippet of the caption) when the guard fires, else ``None``."""
 
     def fires(self, text: str) -> bool:
         return self.match(Doc.of(text)) is not None

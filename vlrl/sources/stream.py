@@ -24,6 +24,7 @@ Supported layouts (``open_source`` picks one from the path; ``kind=`` overrides)
 
 from __future__ import annotations
 
+import abc
 import glob
 import json
 import logging
@@ -61,7 +62,7 @@ class ImageItem:
         return self.data if self.data is not None else read_locator(self.locator)
 
 
-class ImageSource:
+class ImageSource(abc.ABC):
     """Base class: iterate :class:`ImageItem` lazily; ``count()`` is cheap or ``None``.
 
     ``iter_items(with_data=False)`` lists ids and locators without reading image bytes where the
@@ -74,8 +75,9 @@ class ImageSource:
     def __init__(self, root: str | Path) -> None:
         self.root = str(root)
 
-    def iter_items(self, with_data: bool = True) -> Iterator[ImageItem]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def iter_items(self, with_data: bool = True) -> Iterator[ImageItem]:
+        """Yield the source's items in a stable order (bytes read only when ``with_data``)."""
 
     def __iter__(self) -> Iterator[ImageItem]:
         return self.iter_items(with_data=True)
