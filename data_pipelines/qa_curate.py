@@ -2,7 +2,7 @@
 
 A strong VLM writes K multiple-choice questions per image; a question is kept only when a small VLM
 answers it right with the image every round and a text-only model answers it wrong without the
-image. The logic lives in :mod:`vlrl.caprl.curate`; this file is the same command as
+image. The logic lives in :mod:`vlrl.methods.caprl.curate`; this file is the same command as
 ``vlrl data qa-curate`` (all flags identical), kept for pipelines that call scripts.
 """
 

@@ -3,7 +3,7 @@
 The student captions each image; the rubric writer keeps the facts at least two teachers agree on,
 diagnoses the student's deficiencies (critical / important / minor) and writes one weighted binary
 rubric per deficiency, validated against a schema (repaired, retried, else rejected with the reason).
-The logic lives in :mod:`vlrl.rubicap.synthesis`; this is the same command as ``vlrl data rubrics``.
+The logic lives in :mod:`vlrl.methods.rubicap.synthesis`; this is the same command as ``vlrl data rubrics``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every teacher (any mix of ``openai:`` endpoints and ``hf:`` folders, optionally ``NAME=SPEC``) captions
 every image from a prompt template; the job is resumable and cached, and a teacher that fails has its
 missing captions recorded with the reason instead of stopping the others. The logic lives in
-:mod:`vlrl.rubicap.teachers`; this is the same command as ``vlrl data teacher-captions``.
+:mod:`vlrl.methods.rubicap.teachers`; this is the same command as ``vlrl data teacher-captions``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A VLM judge compares the candidate's caption with each baseline's, image in view, in both orders so a
 position-biased judge cannot move the result; reports win rate, the CapArena-style score and average
-caption lengths. The logic lives in :mod:`vlrl.rubicap.arena`; same command as ``vlrl eval arena``.
+caption lengths. The logic lives in :mod:`vlrl.methods.rubicap.arena`; same command as ``vlrl eval arena``.
 """
 
 from __future__ import annotations

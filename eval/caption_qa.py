@@ -2,7 +2,7 @@
 
 Captions are cut to word budgets (50, 100, 200, 400 by default) and scored with the ``caprl_qa``
 reward; writes a table and a plot of accuracy against budget per captioner. The logic lives in
-:mod:`vlrl.rubicap.caption_qa`; same command as ``vlrl eval caption-qa``.
+:mod:`vlrl.methods.rubicap.caption_qa`; same command as ``vlrl eval caption-qa``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Prism-style decoupled evaluation as a script: ``python eval/prism.py --captioner SPEC --answerer SPEC --bench FILE --out DIR``.
 
 The captioner describes each benchmark image; a text-only answerer answers the benchmark question
-from that caption alone. Same flags as ``vlrl eval prism``; the logic is :mod:`vlrl.caprl.prism`
+from that caption alone. Same flags as ``vlrl eval prism``; the logic is :mod:`vlrl.methods.caprl.prism`
 and the bring-your-own benchmark format is in ``docs/prism.md``.
 """
 

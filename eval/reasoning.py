@@ -2,7 +2,7 @@
 
 One attempt per item (no retrying until well-formed), answers extracted exactly as the ``hfrrf``
 reward does, with format-failure rate and length statistics beside accuracy.
-Same command as ``vlrl eval reasoning``; the logic lives in :mod:`vlrl.reasoning.evaluate`.
+Same command as ``vlrl eval reasoning``; the logic lives in :mod:`vlrl.methods.vision_r1.evaluate`.
 """
 
 from __future__ import annotations

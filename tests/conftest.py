@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
     """Path of a tiny random Qwen2.5-VL (model + tokenizer + processor)."""
-    from vlrl.models.tiny import make_tiny
+    from vlrl.core.tiny import make_tiny
 
     return make_tiny("qwen2_5_vl", tmp_path_factory.mktemp("tiny_vlm"), seed=0)
 
@@ -23,6 +23,6 @@ def tiny_vlm(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory):
     """Path of a tiny random Qwen2 text LM (model + tokenizer)."""
-    from vlrl.models.tiny import make_tiny
+    from vlrl.core.tiny import make_tiny
 
     return make_tiny("qwen2", tmp_path_factory.mktemp("tiny_lm"), seed=0)

@@ -6,7 +6,7 @@ for a failed request. Every call's requests are recorded so tests can assert wha
 
 from __future__ import annotations
 
-from vlrl.backends import Backend, ChatResult
+from vlrl.core.backends import Backend, ChatResult
 
 
 class Scripted(Backend):

@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from tests.scripted import Scripted
-from vlrl.backends import ChatResult
-from vlrl.rubicap.arena import candidate_view, parse_winner, run_arena, score_arena
-from vlrl.rubicap.sources import ImageItem
+from vlrl.core.backends import ChatResult
+from vlrl.methods.rubicap.arena import candidate_view, parse_winner, run_arena, score_arena
+from vlrl.methods.rubicap.sources import ImageItem
 
 
 def biased_judge(req) -> str:
@@ -153,7 +153,7 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm):
 
 def test_missing_captions_are_one_log_line_each(tmp_path, caplog):
     base = Scripted("base", lambda r: ChatResult(error="connection refused") if r.id == "1.png" else BASE[r.id])
-    with caplog.at_level("WARNING", logger="vlrl.rubicap.captioner"):
+    with caplog.at_level("WARNING", logger="vlrl.methods.rubicap.captioner"):
         run_arena(_captioner("cand", CAND), [base], Scripted("judge", biased_judge), _images(tmp_path, 4), tmp_path / "out")
     lines = [r.getMessage() for r in caplog.records]
     mine = [m for m in lines if m.startswith("captioner base:")]

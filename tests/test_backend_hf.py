@@ -7,7 +7,7 @@ import math
 import pytest
 from PIL import Image
 
-from vlrl.backends import ChatRequest, ChoiceRequest, SamplingParams, load_backend, parse_spec
+from vlrl.core.backends import ChatRequest, ChoiceRequest, SamplingParams, load_backend, parse_spec
 
 
 def _img(color="red"):
@@ -25,7 +25,7 @@ def test_spec_parsing_errors():
 
 
 def test_missing_model_folder_is_clear(tmp_path):
-    from vlrl.backends import BackendError
+    from vlrl.core.backends import BackendError
 
     with pytest.raises(BackendError, match="does not exist"):
         load_backend(f"hf:{tmp_path / 'nope'}")
@@ -140,7 +140,7 @@ def test_unseeded_sampling_duplicates_are_independent_draws(tiny_lm, tmp_path):
 def test_bad_hf_options_are_backend_errors(tiny_lm, suffix, words):
     import torch
 
-    from vlrl.backends import BackendError
+    from vlrl.core.backends import BackendError
 
     if "cuda" in suffix and torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -151,7 +151,7 @@ def test_bad_hf_options_are_backend_errors(tiny_lm, suffix, words):
 def test_folder_that_is_not_a_model_is_a_backend_error(tmp_path):
     """A folder without a usable config (or a file) gave a raw ValueError/OSError from transformers,
     which commands catching only BackendError printed as a traceback."""
-    from vlrl.backends import BackendError
+    from vlrl.core.backends import BackendError
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("x")
@@ -172,7 +172,7 @@ def test_close_logs_the_accounting_once(tiny_lm, tmp_path, caplog):
     import logging
 
     reqs = [ChatRequest([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2))]
-    with caplog.at_level(logging.INFO, logger="vlrl.backends.base"):
+    with caplog.at_level(logging.INFO, logger="vlrl.core.backends.base"):
         b = load_backend(f"hf:{tiny_lm}", cache=tmp_path)
         b.chat(reqs)
         b.close()
@@ -180,7 +180,7 @@ def test_close_logs_the_accounting_once(tiny_lm, tmp_path, caplog):
         b2 = load_backend(f"hf:{tiny_lm}", cache=tmp_path)
         b2.chat(reqs)
         b2.close()
-    lines = [r.getMessage() for r in caplog.records if r.name == "vlrl.backends.base"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "vlrl.core.backends.base"]
     assert len(lines) == 2, lines
     assert "requests=1 " in lines[0] and "completion_tokens=" in lines[0] and "cache_hits=0" in lines[0]
     assert "requests=0 " in lines[1] and "cache_hits=1" in lines[1] and str(tiny_lm.resolve()) in lines[1]
@@ -216,7 +216,7 @@ def test_sampling_params_refuse_nonsense_and_keep_stop_strings_whole():
 
 def test_corrupt_or_blocked_cache_file_is_a_backend_error(tmp_path):
     """A garbage responses.sqlite (or a folder in its place) was a sqlite3 traceback in every CLI."""
-    from vlrl.backends import BackendError
+    from vlrl.core.backends import BackendError
 
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "responses.sqlite").write_bytes(b"not a database, just junk" * 200)

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from vlrl.backends import Backend, ChatResult, ChoiceResult
-from vlrl.caprl.mcq import LETTERS
+from vlrl.core.backends import Backend, ChatResult, ChoiceResult
+from vlrl.methods.caprl.mcq import LETTERS
 from vlrl.rewards import build_reward
 
 QUESTIONS = [
@@ -187,7 +187,7 @@ def test_bench_reward_cli(tmp_path):
 
 
 def test_group_by_prefix_keeps_captions_together():
-    from vlrl.backends.prefix_share import group_by_prefix
+    from vlrl.core.backends.prefix_share import group_by_prefix
 
     instr = list(range(40))
     cap_a, cap_b = [100] * 60, [200] * 60
@@ -203,7 +203,7 @@ def test_shared_prefix_scoring_matches_plain_forward(tiny_lm):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vlrl.backends.prefix_share import shared_prefix_probs
+    from vlrl.core.backends.prefix_share import shared_prefix_probs
 
     net = AutoModelForCausalLM.from_pretrained(str(tiny_lm)).eval()
     tok = AutoTokenizer.from_pretrained(str(tiny_lm))
@@ -219,7 +219,7 @@ def test_shared_prefix_scoring_matches_plain_forward(tiny_lm):
 
 
 def test_accepts_vlrl_records_mcq():
-    from vlrl.records import MCQ as RecordMCQ
+    from vlrl.core.records import MCQ as RecordMCQ
 
     rec = RecordMCQ(question="Colour?", options=["blue", "red", "green"], answer="B")
     scores = reward(FactAnswerer()).score(["a red box", "nothing"], questions=[[rec], [rec]])
@@ -234,7 +234,7 @@ class SampledFallbackAnswerer(FactAnswerer):
         self.junk = junk
 
     def _score_choices(self, requests):
-        from vlrl.backends.base import choices_from_samples
+        from vlrl.core.backends.base import choices_from_samples
 
         out = []
         for r in requests:
@@ -257,7 +257,7 @@ def test_exact_mode_on_a_sampling_fallback_reads_the_sampled_letters():
 
 
 def test_bench_reward_with_a_dead_answerer_is_a_clear_error_not_numbers():
-    from vlrl.caprl.bench import bench_reward
+    from vlrl.methods.caprl.bench import bench_reward
 
     with pytest.raises(ValueError, match="no caption could be scored in sample mode .*answerer"):
         bench_reward(FactAnswerer(fail=True), n_captions=2, repeats=1, questions_per_caption=1, rounds=1)

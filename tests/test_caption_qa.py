@@ -12,8 +12,8 @@ import re
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult
-from vlrl.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa, truncate_words
+from vlrl.core.backends import Backend, ChatResult
+from vlrl.methods.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa, truncate_words
 
 COLOURS = ["red", "blue", "green"]
 

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult
 from vlrl.captioning import CaptionJob, CaptionStore, open_source, run_caption
+from vlrl.core.backends import Backend, ChatResult
 
 try:
     from servers import FaultProxy, transformers_server  # noqa: F401 - session fixture
 except ImportError:  # tests/ imported as a package
     from tests.servers import FaultProxy, transformers_server  # noqa: F401
-from vlrl.sources import read_locator
+from vlrl.core.sources import read_locator
 
 
 class ScriptedBackend(Backend):
@@ -442,12 +442,12 @@ def test_cli_missing_model_folder_is_one_line_not_a_traceback(folder, tmp_path):
 def test_ray_worker_that_cannot_build_its_backend_is_one_line():
     # Regression: `--engine ray` with a missing model folder printed ~300 lines of Ray tracebacks;
     # Ray keeps only the worker's traceback text, from which the reason is read.
-    from vlrl.backends.base import BackendError
     from vlrl.captioning.ray_engine import worker_start_error
+    from vlrl.core.backends.base import BackendError
 
     text = ("The actor died because of an error raised in its creation task, ray::MapWorker(...).__init__()\n"
-            "  File \"vlrl/backends/hf.py\", line 80, in __init__\n"
-            "vlrl.backends.base.BackendError: hf backend: model folder '/m' does not exist (the hub is not used)\n")
+            "  File \"vlrl/core/backends/hf.py\", line 80, in __init__\n"
+            "vlrl.core.backends.base.BackendError: hf backend: model folder '/m' does not exist (the hub is not used)\n")
     err = worker_start_error(RuntimeError(text))
     assert isinstance(err, BackendError) and "\n" not in str(err)
     assert str(err).endswith("model folder '/m' does not exist (the hub is not used)")

@@ -67,7 +67,7 @@ def _write_input(tmp_path: Path, n_extra_bad: bool = True) -> Path:
 
 
 def test_cold_start_keeps_only_verified_well_formed_samples(tmp_path):
-    from vlrl.reasoning.cold_start import cold_start
+    from vlrl.methods.vision_r1.cold_start import cold_start
 
     src = _write_input(tmp_path)
     vlm, rsn = Scripted("vlm", vlm_fn), Scripted("reasoner", reasoner_fn)
@@ -97,7 +97,7 @@ import sys, time
 sys.path.insert(0, {root!r})
 from tests.scripted import Scripted
 from tests.test_cold_start import vlm_fn
-from vlrl.reasoning.cold_start import cold_start
+from vlrl.methods.vision_r1.cold_start import cold_start
 
 def slow_vlm(req):
     time.sleep(0.15)
@@ -161,7 +161,7 @@ def test_cold_start_cli_with_tiny_models_then_sft(tmp_path):
     # SFT on a verified cold-start set (the scripted run's output format)
     src = _write_input(tmp_path, n_extra_bad=False)
     cs = tmp_path / "verified"
-    from vlrl.reasoning.cold_start import cold_start
+    from vlrl.methods.vision_r1.cold_start import cold_start
 
     cold_start(str(src), Scripted("vlm", vlm_fn), Scripted("reasoner", reasoner_fn), cs)
     recipe = load_recipe(ROOT / "train" / "recipes" / "tiny" / "sft_tiny.yaml",
@@ -171,7 +171,7 @@ def test_cold_start_cli_with_tiny_models_then_sft(tmp_path):
 
 
 def test_missing_input_fails_before_any_model_is_loaded(tmp_path):
-    from vlrl.reasoning.cold_start import cold_start
+    from vlrl.methods.vision_r1.cold_start import cold_start
 
     with pytest.raises(ValueError, match="--input .* does not exist"):
         # the specs point nowhere: reaching load_backend would raise a different error

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from vlrl.caprl.mcq import normalize_mcq
-from vlrl.shapes import world as W
-from vlrl.shapes.demo import DemoConfig, DemoError, prepare_out
+from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.demo import DemoConfig, DemoError, prepare_out
+from vlrl.methods.caprl.mcq import normalize_mcq
 
 CFG = W.WorldConfig()
 
@@ -176,8 +176,8 @@ def test_demo_quick_learns(tmp_path):
 SMALL = textwrap.dedent(
     """
     import sys
-    from vlrl.shapes.demo import DemoConfig, run_demo
-    from vlrl.shapes.warmstart import WarmStartConfig
+    from vlrl.demos.shapes.demo import DemoConfig, run_demo
+    from vlrl.demos.shapes.warmstart import WarmStartConfig
     if __name__ == "__main__":
         w = WarmStartConfig(sft_steps=8, ans_steps=8, ans_pool=1500, sft_images=128)
         cfg = DemoConfig(seed=0, quick=True, grpo_steps=60, eval_scenes=4, warm=w)

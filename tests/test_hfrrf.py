@@ -6,8 +6,7 @@ import threading
 
 import pytest
 
-from vlrl.rewards import build_reward
-from vlrl.rewards.format_answer import (
+from vlrl.methods.vision_r1.reward import (
     HFRRFReward,
     check_answer,
     extract_answer,
@@ -16,6 +15,7 @@ from vlrl.rewards.format_answer import (
     split_think_answer,
     to_number,
 )
+from vlrl.rewards import build_reward
 
 GOOD = "<think>6 times 7 is 42.</think>\n<answer>42</answer>"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from vlrl.images import (
+from vlrl.core.images import (
     DEFAULT_MAX_PIXELS_LIMIT,
     ImageLoadError,
     check_images,
@@ -302,7 +302,7 @@ def test_pixel_budget_uses_qwen_smart_resize(tmp_path: Path) -> None:
 def test_fallback_resize_rules_match_qwen_vl_utils(monkeypatch: pytest.MonkeyPatch) -> None:
     from qwen_vl_utils import smart_resize
 
-    import vlrl.images
+    import vlrl.core.images
 
     cases = [
         (500, 1000, None, 200 * 784),
@@ -311,7 +311,7 @@ def test_fallback_resize_rules_match_qwen_vl_utils(monkeypatch: pytest.MonkeyPat
         (7, 9, None, None),
     ]
     expected = [smart_resize(h, w, factor=28, min_pixels=lo, max_pixels=hi) for h, w, lo, hi in cases]
-    monkeypatch.setattr(vlrl.images, "_qwen_smart_resize_fn", lambda: None)
+    monkeypatch.setattr(vlrl.core.images, "_qwen_smart_resize_fn", lambda: None)
     got = [qwen_smart_resize(h, w, factor=28, min_pixels=lo, max_pixels=hi) for h, w, lo, hi in cases]
     assert got == expected
 
@@ -341,10 +341,10 @@ def test_check_images_never_raises(tmp_path: Path) -> None:
 def test_one_sided_budget_below_or_above_qwen_defaults(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
     """max_pixels alone below qwen-vl-utils' default min (4*28*28) used to trip its assert (a crash,
     not an ImageLoadError); min_pixels alone above its default max likewise. Both are valid budgets."""
-    import vlrl.images
+    import vlrl.core.images
 
     if fallback:
-        monkeypatch.setattr(vlrl.images, "_qwen_smart_resize_fn", lambda: None)
+        monkeypatch.setattr(vlrl.core.images, "_qwen_smart_resize_fn", lambda: None)
     tiny = load_image(_noise(300, 200), max_pixels=28 * 28)
     assert tiny.size == (28, 28)
     assert qwen_smart_resize(200, 300, max_pixels=2 * 28 * 28) == (28, 28)  # never a 0-pixel side

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlrl.caprl.mcq import MCQError, normalize_mcq, parse_letter, present, seeded_rng
-from vlrl.caprl.mcq_parse import parse_mcqs
+from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present, seeded_rng
+from vlrl.methods.caprl.mcq_parse import parse_mcqs
 
 GOOD = """Question 1: What colour is the car?
 A. Red

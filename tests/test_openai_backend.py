@@ -17,8 +17,8 @@ import pickle
 import pytest
 from PIL import Image
 
-from vlrl.backends import ChatRequest, ChoiceRequest, SamplingParams, load_backend
-from vlrl.backends.openai_http import OpenAIBackend, probs_from_top_logprobs, top_logprobs_from_response
+from vlrl.core.backends import ChatRequest, ChoiceRequest, SamplingParams, load_backend
+from vlrl.core.backends.openai_http import OpenAIBackend, probs_from_top_logprobs, top_logprobs_from_response
 
 try:
     from servers import FaultProxy, free_port, inject_logprobs, transformers_server
@@ -121,10 +121,10 @@ def test_close_logs_the_accounting(caplog):
     import logging
 
     b = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=1, timeout=2, **FAST)
-    with caplog.at_level(logging.INFO, logger="vlrl.backends.base"):
+    with caplog.at_level(logging.INFO, logger="vlrl.core.backends.base"):
         b.chat([ChatRequest(user("hi"))])
         b.close()
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "vlrl.backends.base"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "vlrl.core.backends.base"]
     assert "@m:" in line and "requests=1" in line and "retries=1" in line and "failures=1" in line
 
 
@@ -178,7 +178,7 @@ def test_text_and_image_chat(backend, proxy, tmp_path):
 @pytest.mark.slow
 def test_n_samples_fall_back_to_separate_requests(backend, proxy, caplog):
     sp = SamplingParams(max_tokens=4, temperature=1.0, n=3, seed=5)
-    with caplog.at_level(logging.WARNING, logger="vlrl.backends.openai_http"):
+    with caplog.at_level(logging.WARNING, logger="vlrl.core.backends.openai_http"):
         first = backend.chat([ChatRequest(user("Say something."), sp)])[0]
         second = backend.chat([ChatRequest(user("Say more."), sp)])[0]
     assert first.ok and second.ok
@@ -198,7 +198,7 @@ def test_score_choices_detects_missing_logprobs_and_samples(backend, proxy, capl
         ChoiceRequest(user(f"Question {i}? A or B."), ["A", "B"], prefix="The answer is ", samples=3, seed=i, id=f"q{i}")
         for i in range(3)
     ]
-    with caplog.at_level(logging.WARNING, logger="vlrl.backends.openai_http"):
+    with caplog.at_level(logging.WARNING, logger="vlrl.core.backends.openai_http"):
         res = backend.score_choices(reqs)
         again = backend.score_choices(reqs[:1])
     for r in res + again:
@@ -315,7 +315,7 @@ def json_text(body) -> str:
 
 
 def test_choices_from_samples_matches_space_prefixed_letters_and_whole_letters_only():
-    from vlrl.backends.base import choices_from_samples, first_choice
+    from vlrl.core.backends.base import choices_from_samples, first_choice
 
     probs, mass = choices_from_samples(["B", " B.", "(C)", "Apple", "A"], [" A", " B", " C"])
     assert probs == pytest.approx({" A": 0.25, " B": 0.5, " C": 0.25}) and mass == pytest.approx(0.8)

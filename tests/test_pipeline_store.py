@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from vlrl.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl
 
 
 def test_append_is_unique_by_key(tmp_path):
@@ -38,7 +38,7 @@ def test_kill_9_then_resume_is_exactly_once(tmp_path):
     out = tmp_path / "out.jsonl"
     script = textwrap.dedent(f"""
         import time
-        from vlrl.pipeline import JsonlStore
+        from vlrl.core.pipeline import JsonlStore
         s = JsonlStore({str(out)!r})
         for i in range(400):
             if str(i) in s:
@@ -84,7 +84,7 @@ def test_atomic_json_and_bad_jsonl(tmp_path):
 def test_atomic_json_failure_leaves_no_temp_file(tmp_path):
     import pytest
 
-    from vlrl.pipeline import atomic_write_json
+    from vlrl.core.pipeline import atomic_write_json
 
     (tmp_path / "taken").mkdir()
     with pytest.raises(IsADirectoryError):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult
-from vlrl.caprl.prism import anls, evaluate_prism, parse_number, question_type, relaxed_accuracy, short_answer
+from vlrl.core.backends import Backend, ChatResult
+from vlrl.methods.caprl.prism import anls, evaluate_prism, parse_number, question_type, relaxed_accuracy, short_answer
 
 COLOURS = {"red": (220, 20, 20), "blue": (20, 20, 220)}
 
@@ -153,7 +153,7 @@ class DownReader(Backend):
 
 def test_every_failed_record_is_one_log_line_naming_it(tmp_path, caplog):
     bench = make_bench(tmp_path)
-    with caplog.at_level("WARNING", logger="vlrl.caprl.prism"):
+    with caplog.at_level("WARNING", logger="vlrl.methods.caprl.prism"):
         res = evaluate_prism(Captioner(), DownReader(), bench, tmp_path / "out", progress=False)
     assert res["errors"] == 7 and res["overall"] == 0.0
     msgs = [r.getMessage() for r in caplog.records]

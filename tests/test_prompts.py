@@ -1,10 +1,10 @@
-"""The one prompt renderer (vlrl.prompts): names, paths, strictness, and what ships."""
+"""The one prompt renderer (vlrl.core.prompts): names, paths, strictness, and what ships."""
 
 from __future__ import annotations
 
 import pytest
 
-from vlrl.prompts import PROMPTS_DIR, PromptNotFoundError, from_string, load_template, render
+from vlrl.core.prompts import PromptNotFoundError, bundled_templates, from_string, load_template, render, template_path
 
 
 def test_stem_file_name_and_path_render_the_same(tmp_path):
@@ -12,7 +12,7 @@ def test_stem_file_name_and_path_render_the_same(tmp_path):
     by_stem = render("caprl_answer", **kw)
     assert "a red cube" in by_stem and "B. blue" in by_stem
     assert render("caprl_answer.jinja", **kw) == by_stem
-    assert render(PROMPTS_DIR / "caprl_answer.jinja", **kw) == by_stem
+    assert render(template_path("caprl_answer"), **kw) == by_stem
     own = tmp_path / "mine.txt"  # a user's file may have any suffix
     own.write_text("Caption: {{ caption }}\n\n", encoding="utf-8")
     assert render(str(own), caption="x") == "Caption: x"  # stripped
@@ -45,7 +45,16 @@ def test_inline_templates_follow_the_same_rules():
 
 
 def test_every_bundled_template_parses():
-    names = sorted(p.name for p in PROMPTS_DIR.glob("*.jinja"))
+    names = sorted(bundled_templates())
     assert "teacher_caption.jinja" in names and "caprl_answer.jinja" in names
     for name in names:
         load_template(name)
+
+
+def test_templates_live_beside_their_owner():
+    """Each method keeps its prompts in its own folder; nothing is left in a shared prompt dump."""
+    owners = {name: path.parent.parent.name for name, path in bundled_templates().items()}
+    assert owners["caprl_answer.jinja"] == "caprl"
+    assert owners["rubric_judge.jinja"] == "rubicap"
+    assert owners["cold_start_reason.jinja"] == "vision_r1"
+    assert owners["caption_default.jinja"] == "captioning"

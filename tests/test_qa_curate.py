@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult, ChoiceResult
-from vlrl.caprl.curate import CurateConfig, curate
-from vlrl.caprl.filtering import text_only_filter
+from vlrl.core.backends import Backend, ChatResult, ChoiceResult
+from vlrl.methods.caprl.curate import CurateConfig, curate
+from vlrl.methods.caprl.filtering import text_only_filter
 
 COLOURS = {"red": (220, 20, 20), "green": (20, 200, 20), "blue": (20, 20, 220)}
 
@@ -244,7 +244,7 @@ class CaptionReader(Backend):
 def test_smoke_check_passes_on_good_data_and_fails_on_leaky_data(tmp_path):
     import datasets
 
-    from vlrl.caprl.smoke import smoke_check
+    from vlrl.methods.caprl.smoke import smoke_check
 
     run(tmp_path)
     summary = smoke_check(str(tmp_path / "out" / "dataset"), ScriptedCaptioner(), CaptionReader(), mode="exact")
@@ -297,7 +297,7 @@ class FailingTextAnswerer(Backend):
 
 def test_answerer_failure_is_one_line_per_image_with_its_reason(tmp_path, caplog):
     images = make_images(tmp_path / "imgs")
-    with caplog.at_level("WARNING", logger="vlrl.caprl.curate"):
+    with caplog.at_level("WARNING", logger="vlrl.methods.caprl.curate"):
         stats = curate(images, ScriptedVLM(), FailingTextAnswerer(), tmp_path / "out",
                        CurateConfig(per_image=5, rounds=2, batch_size=2), progress=False)
     assert stats["images_pending"] == 3 and stats["images_done"] == 0
@@ -307,7 +307,7 @@ def test_answerer_failure_is_one_line_per_image_with_its_reason(tmp_path, caplog
 
 
 def test_smoke_check_names_the_reason_when_nothing_can_be_scored(tmp_path):
-    from vlrl.caprl.smoke import smoke_check
+    from vlrl.methods.caprl.smoke import smoke_check
 
     run(tmp_path)
     summary = smoke_check(str(tmp_path / "out" / "dataset"), ScriptedCaptioner(), FailingTextAnswerer(), mode="sample")
@@ -333,7 +333,7 @@ class JunkVLM(Backend):
 
 def test_images_whose_answer_holds_no_question_are_counted_and_logged(tmp_path, caplog):
     images = make_images(tmp_path / "imgs")
-    with caplog.at_level("WARNING", logger="vlrl.caprl.curate"):
+    with caplog.at_level("WARNING", logger="vlrl.methods.caprl.curate"):
         stats = curate(images, JunkVLM(), ScriptedTextAnswerer(), tmp_path / "out",
                        CurateConfig(per_image=5, rounds=2, batch_size=2), progress=False)
     assert stats["generated"] == 0 and stats["images_done"] == 3 and stats["images_no_question_found"] == 3
@@ -344,7 +344,7 @@ def test_images_whose_answer_holds_no_question_are_counted_and_logged(tmp_path, 
 def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    import vlrl.caprl.smoke as smoke
+    import vlrl.methods.caprl.smoke as smoke
     from vlrl.cli import app
 
     seen = {}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlrl.backends.base import Backend, ChatResult
-from vlrl.reasoning.evaluate import evaluate_reasoning, score_output
+from vlrl.core.backends.base import Backend, ChatResult
+from vlrl.methods.vision_r1.evaluate import evaluate_reasoning, score_output
 
 
 class Scripted(Backend):

@@ -38,7 +38,7 @@ def no_models(monkeypatch):
 
     for cls in ("AutoModelForImageTextToText", "AutoModelForCausalLM", "AutoProcessor", "AutoTokenizer"):
         monkeypatch.setattr(getattr(transformers, cls), "from_pretrained", boom)
-    monkeypatch.setattr("vlrl.models.tiny.make_tiny", boom)
+    monkeypatch.setattr("vlrl.core.tiny.make_tiny", boom)
     monkeypatch.setenv("WORLD_SIZE", "1")
 
 

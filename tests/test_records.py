@@ -10,15 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlrl.images import ImageLoadError
-from vlrl.records import (
-    MCQ,
-    Caption,
-    ImageRef,
-    RecordError,
-    RubricItem,
+from vlrl.core.images import ImageLoadError
+from vlrl.core.records import MCQ, Caption, ImageRef, RecordError, RubricItem
+from vlrl.core.sources import load_any_dataset
+from vlrl.core.sources.records_io import (
     dataset_to_records,
-    load_any_dataset,
     load_records,
     records_to_dataset,
     save_imagefolder,

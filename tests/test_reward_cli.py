@@ -313,7 +313,7 @@ def test_score_caprl_qa_with_a_tiny_answerer(tmp_path, tiny_lm):
         assert 0.0 <= r["reward"] <= 1.0  # random weights: structure, not quality
     assert recs[2]["reward"] is None and recs[2]["details"]["n_questions"] == 0
     # the answerer's accounting is logged when the command ends (it was never closed, so never logged)
-    (line,) = [ln for ln in proc.stderr.splitlines() if "vlrl.backends.base: backend hf" in ln]
+    (line,) = [ln for ln in proc.stderr.splitlines() if "vlrl.core.backends.base: backend hf" in ln]
     assert "requests=" in line and "cache_hits=" in line
 
 

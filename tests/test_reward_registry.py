@@ -48,7 +48,7 @@ def test_unknown_names_fail_clearly():
 
 def test_close_closes_only_backends_the_reward_opened(tiny_lm):
     """A backend built from a spec is closed (and logs accounting); one handed in stays usable."""
-    from vlrl.backends import ChatRequest, SamplingParams, load_backend
+    from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 
     mine = load_backend(f"hf:{tiny_lm}")
     given = build_reward("caprl_qa", answerer=mine, mode="exact")

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from vlrl.backends import Backend, ChatResult
+from vlrl.core.backends import Backend, ChatResult
+from vlrl.methods.rubicap.reward import parse_score, parse_single_verdict, parse_verdicts
 from vlrl.rewards import build_reward
-from vlrl.rewards.rubric import parse_score, parse_single_verdict, parse_verdicts
 
 RUBRICS = [
     {

@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 
 from tests.scripted import Scripted
-from vlrl.backends import ChatResult
-from vlrl.pipeline import read_jsonl
-from vlrl.rubicap.schema import validate_writer_output
-from vlrl.rubicap.synthesis import build_rubrics
+from vlrl.core.backends import ChatResult
+from vlrl.core.pipeline import read_jsonl
+from vlrl.methods.rubicap.schema import validate_writer_output
+from vlrl.methods.rubicap.synthesis import build_rubrics
 
 LABELS = {"T1": "gemini", "T2": "gpt", "T3": "qwen"}
 
@@ -225,8 +225,8 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm, tiny_lm):
 
 _CHILD = """
 import json, sys, time
-from vlrl.backends import Backend, ChatResult
-from vlrl.rubicap.synthesis import build_rubrics
+from vlrl.core.backends import Backend, ChatResult
+from vlrl.methods.rubicap.synthesis import build_rubrics
 
 GOOD = json.loads(sys.argv[3])
 
@@ -276,7 +276,7 @@ def test_kill9_then_rerun_is_exactly_once(tmp_path):
 
 def test_each_rejected_image_is_one_log_line_with_its_reason(tmp_path, caplog):
     tdir = _teacher_dir(tmp_path, ["good", "garbage", "timeout", "lonely"])
-    with caplog.at_level("WARNING", logger="vlrl.rubicap.synthesis"):
+    with caplog.at_level("WARNING", logger="vlrl.methods.rubicap.synthesis"):
         build_rubrics(tdir, Scripted("s", lambda r: "A red truck."), Scripted("writer", writer_answer),
                       tmp_path / "out", max_retries=0)
     lines = [r.getMessage() for r in caplog.records if ": rejected: " in r.getMessage()]

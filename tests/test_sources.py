@@ -1,4 +1,4 @@
-"""vlrl.sources: one package for both ways of reading images (random access and streamed)."""
+"""vlrl.core.sources: one package for both ways of reading images (random access and streamed)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import sys
 import pytest
 from PIL import Image
 
-from vlrl.sources import load_any_dataset, open_source
+from vlrl.core.sources import load_any_dataset, open_source
 
 
 def test_package_imports_in_either_order():
-    for first, second in (("vlrl.sources", "vlrl.records"), ("vlrl.records", "vlrl.sources")):
-        code = f"import {first}, {second}; from vlrl.sources import DatasetSource, ImageItem, open_source"
+    for first, second in (("vlrl.core.sources", "vlrl.core.records"), ("vlrl.core.records", "vlrl.core.sources")):
+        code = f"import {first}, {second}; from vlrl.core.sources import DatasetSource, ImageItem, open_source"
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -34,10 +34,10 @@ def test_a_bad_manifest_row_is_quarantined_not_fatal(tmp_path):
 
     from PIL import Image
 
-    from vlrl.images import ImageLoadError
-    from vlrl.records import UnloadableImageRef
-    from vlrl.rubicap.sources import load_images, open_item
-    from vlrl.sources import load_any_dataset
+    from vlrl.core.images import ImageLoadError
+    from vlrl.core.records import UnloadableImageRef
+    from vlrl.core.sources import load_any_dataset
+    from vlrl.methods.rubicap.sources import load_images, open_item
 
     Image.new("RGB", (8, 8), "red").save(tmp_path / "ok.png")
     rows = [{"id": "good", "image": "ok.png"}, {"id": "noimg", "image": None}, {"id": "escape", "image": "../x.png"}]

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlrl.backends import Backend, ChatResult
-from vlrl.pipeline import read_jsonl
-from vlrl.rubicap.captioner import check_caption, split_named, unique_names
-from vlrl.rubicap.teachers import run_teacher_committee
+from vlrl.core.backends import Backend, ChatResult
+from vlrl.core.pipeline import read_jsonl
+from vlrl.methods.rubicap.captioner import check_caption, split_named, unique_names
+from vlrl.methods.rubicap.teachers import run_teacher_committee
 
 
 class Teacher(Backend):
@@ -108,8 +108,8 @@ def test_names_and_caption_checks():
 _CHILD = textwrap.dedent(
     """
     import sys, time
-    from vlrl.backends import Backend, ChatResult
-    from vlrl.rubicap.teachers import run_teacher_committee
+    from vlrl.core.backends import Backend, ChatResult
+    from vlrl.methods.rubicap.teachers import run_teacher_committee
 
     class Slow(Backend):
         kind = "scripted"
@@ -192,7 +192,7 @@ def test_cli_with_tiny_hf_teachers(tmp_path, tiny_vlm):
 def test_each_missing_caption_is_one_log_line_naming_teacher_and_image(tmp_path, caplog):
     src = make_images(tmp_path / "imgs", 2)
     down = Teacher("down", answer=lambda req: ChatResult(error="connection refused"))
-    with caplog.at_level("WARNING", logger="vlrl.rubicap.teachers"):
+    with caplog.at_level("WARNING", logger="vlrl.methods.rubicap.teachers"):
         run_teacher_committee(src, [Teacher("good"), down], tmp_path / "out", batch_size=2)
     lines = [r.getMessage() for r in caplog.records]
     for img in ("img0.png", "img1.png"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vlrl.models.tiny import QWEN_SPECIAL_TOKENS, make_tiny, resolve_model_ref
+from vlrl.core.tiny import QWEN_SPECIAL_TOKENS, make_tiny, resolve_model_ref
 
 VLRL = [str(Path(sys.executable).parent / "vlrl")]
 
@@ -55,7 +55,7 @@ def test_seed_changes_weights(tmp_path):
 
 def test_real_tokenizer_folder_is_used(tmp_path):
     """--tokenizer DIR keeps that tokenizer's vocabulary (here: one trained with a different size)."""
-    from vlrl.models.tiny import train_tokenizer
+    from vlrl.core.tiny import train_tokenizer
 
     tok = train_tokenizer(vocab_size=400, out=tmp_path / "tok")
     out = make_tiny("qwen2", tmp_path / "m", tokenizer=tmp_path / "tok")
@@ -112,7 +112,7 @@ def test_real_qwen_tokenizer_builds_a_vlm_that_renders_images(real_qwen_tokenize
     from PIL import Image
     from transformers import AutoConfig, AutoProcessor
 
-    from vlrl.backends import ChatRequest, SamplingParams, load_backend
+    from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 
     out = tmp_path / "vlm"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from vlrl.reasoning import verl_adapter as va
+from vlrl.training import verl as va
 
 
 def test_signature_matches_verl_custom_reward_function():
@@ -60,7 +60,7 @@ def test_async_and_batch_forms_agree():
 
 def test_caption_reward_reads_questions_from_extra_info():
     """caprl_qa through verl: MCQs arrive in extra_info; the answerer is a scripted backend."""
-    from vlrl.backends.base import Backend, ChatResult
+    from vlrl.core.backends.base import Backend, ChatResult
 
     class AlwaysA(Backend):
         kind = "scripted"

@@ -117,12 +117,12 @@ def bench_caption(
     if model is not None and not Path(model).is_dir():
         raise ValueError(f"model {model}: no such model folder")
     from vlrl.captioning.job import DEFAULT_PROMPT_FILE, PromptRenderer
-    from vlrl.sources import ImageItem
+    from vlrl.core.sources import ImageItem
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)
         if model is None:
-            from vlrl.models.tiny import make_tiny
+            from vlrl.core.tiny import make_tiny
 
             model = make_tiny("qwen2_5_vl", tmp / "tiny_vlm", seed=0)
         model = Path(model)

@@ -11,14 +11,14 @@ runs for days, on preemptible machines, over corpora with broken files in them. 
   skips them. Model calls go through the response cache (``OUT/cache``), so the batch that was in flight when the job was
   killed is replayed, not paid for twice. A rerun with a *different* model, prompt, sampling or
   source into the same folder is refused: mixing two jobs' captions would be silent corruption.
-* **Bad images never stop the job.** Anything :func:`vlrl.images.load_image` refuses goes to
+* **Bad images never stop the job.** Anything :func:`vlrl.core.images.load_image` refuses goes to
   ``quarantine.jsonl`` with its reason (and is not retried). A request the *backend* fails (server
   down, timeout) is not quarantined: it is counted, left uncaptioned, and retried by the next run.
 * **Any backend.** The job builds :class:`ChatRequest` batches; the in-process ``hf:`` backend runs
   each batch as one left-padded ``generate``, the ``openai:`` backend keeps the batch's requests in
   flight concurrently (raise ``--batch-size`` and the spec's ``concurrency`` together for vLLM).
 
-``engine="ray"`` hands the same job to :mod:`vlrl.captioning.ray_engine`; the output is identical.
+``engine="ray"`` hands the same job to :mod:`vlrl.captioning.ray_engine` (see :func:`vlrl.captioning.run_caption`); the output is identical.
 """
 
 from __future__ import annotations
@@ -36,17 +36,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vlrl.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
-from vlrl.images import ImageLoadError, load_image
-from vlrl.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
-from vlrl.prompts import PROMPTS_DIR, from_string
-from vlrl.sources import ImageItem, ImageSource, TarShardSource, open_source
-
-from .store import CaptionStore, part_prefix
+from vlrl.captioning.store import CaptionStore, part_prefix
+from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
+from vlrl.core.images import ImageLoadError, load_image
+from vlrl.core.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.core.prompts import from_string, template_path
+from vlrl.core.sources import ImageItem, ImageSource, TarShardSource, open_source
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PROMPT_FILE = PROMPTS_DIR / "caption_default.jinja"
+DEFAULT_PROMPT_FILE = template_path("caption_default")
 
 
 @dataclass
@@ -455,14 +454,8 @@ def open_backend(job: CaptionJob, spec: str, cache_name: str = "responses.sqlite
     return backend
 
 
-def run_caption(job: CaptionJob, backend: Backend | None = None) -> dict[str, Any]:
-    """Run the job to the end of its source (or ``job.limit``); returns the final manifest."""
-    if job.engine == "ray":
-        from .ray_engine import run_caption_ray
-
-        return run_caption_ray(job)
-    if job.engine != "local":
-        raise ValueError(f"--engine {job.engine!r}: expected 'local' or 'ray'")
+def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[str, Any]:
+    """Run the job in this process to the end of its source (or ``job.limit``); returns the final manifest."""
     if backend is None and len(job.models) > 1:
         raise ValueError("several --model specs need --engine ray (one backend per worker)")
     source = job.open_source()
@@ -513,4 +506,4 @@ def job_to_dict(job: CaptionJob) -> dict[str, Any]:
     return d
 
 
-__all__ = ["CaptionJob", "caption_batch", "load_one", "open_backend", "run_caption"]
+__all__ = ["CaptionJob", "caption_batch", "load_one", "open_backend", "run_caption_local"]

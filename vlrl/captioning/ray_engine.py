@@ -11,7 +11,7 @@ Layout, and why:
    ``openai:`` client for the ``vllm serve`` next to it — taking the next ``--model`` spec from a
    small dispenser actor, so ``--model`` repeated once per GPU server gives each worker its own
    server. Workers read images from the locators (the corpus must be on storage every node can
-   see), decode them with :func:`vlrl.images.load_image`, and return caption records.
+   see), decode them with :func:`vlrl.core.images.load_image`, and return caption records.
 3. **The driver is the single writer.** It consumes the result stream and appends through the
    same :class:`~vlrl.captioning.job.Sink` (caption parts, quarantine, manifest) as the local
    engine, so the output format and the exactly-once guarantee are the same: kill the driver at
@@ -28,10 +28,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from vlrl.backends.base import BackendError
-from vlrl.sources import ImageItem
-
-from .job import (
+from vlrl.captioning.job import (
     CaptionJob,
     PromptRenderer,
     Sink,
@@ -43,6 +40,8 @@ from .job import (
     open_backend,
     pending_items,
 )
+from vlrl.core.backends.base import BackendError
+from vlrl.core.sources import ImageItem
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 One JSONL file per million captions is unwieldy to copy and to load in parallel, and a parquet file
 cannot be appended to. So captions go to numbered *parts* under ``OUT/captions/``:
 
-* each part is a :class:`vlrl.pipeline.JsonlStore` (one flushed line per caption: the commit; fsynced
+* each part is a :class:`vlrl.core.pipeline.JsonlStore` (one flushed line per caption: the commit; fsynced
   once per batch), and a
   new part starts when the current one reaches ``max_records`` lines or ``max_bytes``;
 * with ``fmt="parquet"`` a full part (and the last one at the end of the job) is converted to
@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vlrl.pipeline import JsonlStore, read_jsonl
+from vlrl.core.pipeline import JsonlStore, read_jsonl
 
 logger = logging.getLogger(__name__)
 

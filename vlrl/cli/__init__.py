@@ -3,16 +3,24 @@
 Each command group lives in its own module and only parses flags, builds library objects and
 prints results; the logic lives in ``vlrl.*``. Heavy imports (torch, transformers, trl) happen
 inside commands so ``vlrl --help`` is instant.
+
+The verb groups (``data``, ``reward``, ``eval``, ``bench``, ...) are made here; each method adds its
+own commands to them from ``vlrl/methods/<name>/commands.py`` (a ``register(groups)`` function),
+found by walking ``vlrl.methods``, so a new method needs no edit in this package.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import os
+import pkgutil
 
 import typer
 
-from . import bench, caption, data, demo, eval, models, reward, train
+import vlrl.methods
+from vlrl.cli import bench, caption, data, demo, eval, models, reward, train
 
 app = typer.Typer(
     name="vlrl",
@@ -31,6 +39,17 @@ caption.register(app)
 demo.register(app)
 
 
+def _register_methods() -> None:
+    groups = {"data": data.app, "reward": reward.app, "eval": eval.app, "bench": bench.app, "train": train.app}
+    for info in pkgutil.iter_modules(vlrl.methods.__path__):
+        name = f"{vlrl.methods.__name__}.{info.name}.commands"
+        if info.ispkg and importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(groups)
+
+
+_register_methods()
+
+
 @app.callback()
 def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
     level = logging.DEBUG if verbose else getattr(logging, os.environ.get("VLRL_LOG_LEVEL", "INFO"))
@@ -42,7 +61,7 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
 def _invoke(**kwargs) -> None:
     """Run the app; a backend that cannot be built at all (a missing model folder, a bad server
     address) is a one-line error with exit code 2, like every other bad input, not a traceback."""
-    from vlrl.backends.base import BackendError
+    from vlrl.core.backends.base import BackendError
 
     try:
         app(**kwargs)

@@ -33,32 +33,3 @@ def bench_caption_cmd(
     grow = res["peak_rss_mb_large"] / res["peak_rss_mb_small"] - 1
     typer.echo(f"peak RSS: {res['peak_rss_mb_small']:.0f} MB small, {res['peak_rss_mb_large']:.0f} MB on 10x the images ({grow:+.1%})")
     typer.echo(f"speedup: {res['speedup']:.2f}x")
-
-
-@app.command("reward", help="caprl_qa throughput and spread: sample mode (N=4) vs exact mode on the same backend.")
-def bench_reward_cmd(
-    json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
-    answerer: str | None = typer.Option(None, "--answerer", help="Answerer backend spec (default: build a tiny Qwen2, hf: backend)."),
-    captions: int = typer.Option(16, "--captions", help="Captions scored per repeat."),
-    repeats: int = typer.Option(3, "--repeats", help="Repeats per mode (interleaved)."),
-    questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
-    rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
-) -> None:
-    import json as _json
-    from pathlib import Path as _Path
-
-    from vlrl.caprl.bench import bench_reward
-
-    try:
-        res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption, rounds=rounds)
-    except (OSError, ValueError) as e:
-        typer.echo(f"vlrl bench reward: {e}", err=True)
-        raise typer.Exit(2) from None
-    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
-    for mode in ("sample", "exact"):
-        r = res[mode]
-        std, mean = r["reward_std_across_repeats"], r["mean_reward"]
-        typer.echo(f"{mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across repeats "
-                   f"{'n/a' if std is None else f'{std:.4f}'}, mean reward {'n/a' if mean is None else f'{mean:.3f}'}")
-    typer.echo(f"throughput ratio (exact/sample): {res['throughput_ratio']:.2f}x")

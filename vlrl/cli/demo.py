@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import json
 
-        from vlrl.shapes.demo import DemoError, run_demo
+        from vlrl.demos.shapes.demo import DemoError, run_demo
 
         try:
             metrics = run_demo(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir)

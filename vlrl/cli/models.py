@@ -19,7 +19,7 @@ def make_tiny_cmd(
     layers: int | None = typer.Option(None, "--layers", min=1, help="Text decoder layers."),
 ) -> None:
     """Build a randomly initialised tiny model that loads offline with from_pretrained."""
-    from vlrl.models.tiny import ARCHS, make_tiny
+    from vlrl.core.tiny import ARCHS, make_tiny
 
     if arch not in ARCHS:
         raise typer.BadParameter(f"{arch!r} is not one of {', '.join(ARCHS)}", param_hint="--arch")

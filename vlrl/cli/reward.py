@@ -54,7 +54,7 @@ def guard_cmd(
     settings_file: str | None = typer.Option(None, "--settings-file", help="Guard settings as a YAML/JSON file."),
 ) -> None:
     """Run every reward-hacking guard over captions and report which fired."""
-    from vlrl.pipeline import atomic_write_json
+    from vlrl.core.pipeline import atomic_write_json
     from vlrl.rewards.guards import GuardSet
     from vlrl.rewards.scoring import guard_rows_file, load_settings
 
@@ -74,50 +74,18 @@ def guard_cmd(
     typer.echo(f"{s['rows']} captions, {len(s['errors'])} bad rows; any guard fired on {s['any_rate']:.1%} ({rates})")
 
 
-@app.command("smoke", help="CapRL sanity check: real captions must out-score generic, empty and shuffled ones.")
-def smoke_cmd(
-    qa: str = typer.Option(..., "--qa", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
-    captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner."),
-    answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
-    mode: str = typer.Option("exact", "--mode", help="caprl_qa mode: exact or sample."),
-    limit: int = typer.Option(
-        256, "--limit", min=0, help="Use only the first N images (0: all). A sample is enough; the whole corpus is held in memory."
-    ),
-    questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
-    rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
-    out: str = typer.Option("smoke.json", "--out", help="Where to write the JSON summary."),
-    cache: str | None = typer.Option(None, "--cache", help="Response cache folder."),
-    strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the check fails."),
-) -> None:
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.table import Table
+@app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help='Print [{"name", "module", "required_columns"}] as JSON.')) -> None:
+    """Every registered reward, the module it lives in and the dataset columns it needs."""
+    import json
 
-    from vlrl.caprl.smoke import smoke_check
-    from vlrl.pipeline import atomic_write_json
+    from vlrl.rewards import describe_rewards
 
-    try:
-        summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
-                              rounds=rounds, cache=cache)
-    except (OSError, ValueError) as e:
-        typer.echo(f"vlrl reward smoke: {e}", err=True)
-        raise typer.Exit(2) from None
-    atomic_write_json(out, summary)
-    console = Console()
-    table = Table(title=f"caprl_qa ({mode}) on {summary['images']} images")
-    for col in ("captions", "mean reward", "cannot answer", "None"):
-        table.add_column(col)
-    def fmt(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:.3f}"
-
-    for name, v in summary["variants"].items():
-        table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]))
-    console.print(table)
-    if summary["passed"]:
-        console.print(f"[green]smoke check passed[/green]: real captions beat generic, empty and shuffled -> {out}")
-    else:
-        console.print(Panel("\n".join(summary["failures"]) + "\n\nThe reward or the QA data is broken: the answerer can "
-                            "answer without the caption, ignores it, or answers are mis-parsed. Do not train on this.",
-                            title="WARNING: caprl_qa smoke check FAILED", style="bold red"))
-        if strict:
-            raise typer.Exit(1)
+    rows = describe_rewards()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        columns = ", ".join(r["required_columns"]) or "-"
+        typer.echo(f"{r['name']:<{width}}  {r['module']}  (columns: {columns})")

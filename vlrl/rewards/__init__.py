@@ -9,26 +9,28 @@
 A registered object is a factory (a class or function) called with the settings as keyword
 arguments. Names that contain ``:`` are imported as ``module:attribute``; a plain function found
 that way is wrapped so it reports through the same interface as vlrl's own rewards.
+
+Built-in rewards are found, not listed: every method package ``vlrl/methods/<name>/`` that has a
+``reward.py`` registers its rewards when that module is imported, so adding a method adds its
+rewards with no edit here. The methods are looked up by package name at first use (a plug-in
+lookup, like an entry point), never imported by this module: rewards sit *below* the methods in
+the import order, and ``vlrl --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-from .base import FunctionReward, Reward, Score, completion_text
+from vlrl.rewards.base import FunctionReward, Reward, Score, completion_text
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
-# Modules that register rewards on import; imported lazily so `vlrl --help` stays fast.
-_BUILTIN_MODULES = (
-    "vlrl.rewards.qa_utility",
-    "vlrl.rewards.rubric",
-    "vlrl.rewards.format_answer",
-    "vlrl.rewards.guards",
-)
+METHODS_PACKAGE = "vlrl.methods"
 
 
 def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -41,18 +43,43 @@ def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
     return deco
 
 
+def builtin_reward_modules() -> list[str]:
+    """``vlrl.rewards.guards`` plus ``vlrl.methods.<m>.reward`` for every method that has one."""
+    modules = ["vlrl.rewards.guards"]
+    spec = importlib.util.find_spec(METHODS_PACKAGE)
+    for info in pkgutil.iter_modules(spec.submodule_search_locations if spec else []):
+        if info.ispkg and importlib.util.find_spec(f"{METHODS_PACKAGE}.{info.name}.reward") is not None:
+            modules.append(f"{METHODS_PACKAGE}.{info.name}.reward")
+    return modules
+
+
+_loaded = False
+
+
 def _load_builtins() -> None:
-    for mod in _BUILTIN_MODULES:
-        try:
+    global _loaded
+    if not _loaded:
+        for mod in builtin_reward_modules():
             importlib.import_module(mod)
-        except ModuleNotFoundError as e:  # a reward module not written yet must not break the rest
-            if e.name != mod:
-                raise
+        _loaded = True
 
 
 def available_rewards() -> list[str]:
     _load_builtins()
     return sorted(_REGISTRY)
+
+
+def describe_rewards() -> list[dict[str, Any]]:
+    """``{"name", "module", "required_columns"}`` for every registered reward (``vlrl reward list``)."""
+    _load_builtins()
+    return [
+        {
+            "name": name,
+            "module": getattr(factory, "__module__", "?"),
+            "required_columns": list(getattr(factory, "required_columns", ()) or ()),
+        }
+        for name, factory in sorted(_REGISTRY.items())
+    ]
 
 
 def get_reward_factory(name: str) -> Callable[..., Any]:
@@ -79,7 +106,7 @@ def build_reward(name: str, **settings: Any) -> Reward:
     guards = settings.pop("guards", None)
     reward = _build_unguarded(name, **settings)
     if guards is not None and guards is not False:
-        from .guards import with_guards
+        from vlrl.rewards.guards import with_guards
 
         reward = with_guards(reward, **(guards if isinstance(guards, dict) else {}))
     return reward
@@ -103,6 +130,7 @@ __all__ = [
     "available_rewards",
     "build_reward",
     "completion_text",
+    "describe_rewards",
     "get_reward_factory",
     "register_reward",
 ]

@@ -72,7 +72,7 @@ class Reward(abc.ABC):
         Backends the caller handed in (public settings such as ``answerer=<Backend>``) stay open:
         the caller owns them. Wrapped rewards (guards) are closed too.
         """
-        from vlrl.backends.base import Backend
+        from vlrl.core.backends.base import Backend
 
         given = {id(v) for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, Backend)}
         for value in vars(self).values():

@@ -59,9 +59,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import register_reward
-from .base import Reward, Score
-from .guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
+from vlrl.rewards import register_reward
+from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .base import Reward, Score, completion_text, summarize_details
+from vlrl.rewards.base import Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
 

@@ -38,9 +38,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vlrl.pipeline import atomic_write_json
-
-from .recipe import Recipe, RecipeError, resolve_tiny, validate
+from vlrl.core.pipeline import atomic_write_json
+from vlrl.training.recipe import Recipe, RecipeError, resolve_tiny, validate
 
 logger = logging.getLogger(__name__)
 
@@ -139,25 +138,10 @@ def build_rewards(recipe: Recipe) -> tuple[list[Any], list[float]]:
 
     funcs, weights = [], []
     for r in recipe.rewards:
-        reward = build_reward(r.name, **r.settings)
-        if r.guards:
-            reward = apply_guards(reward, r.guards)
+        reward = build_reward(r.name, **r.settings, guards=r.guards or None)
         funcs.append(reward)
         weights.append(float(r.weight))
     return funcs, weights
-
-
-def apply_guards(reward, guards: dict[str, Any]):
-    """Wrap a reward in vlrl's anti-hacking guards (``vlrl.rewards.guards``)."""
-    try:
-        from vlrl.rewards import guards as guard_mod
-    except ModuleNotFoundError as e:
-        raise RecipeError(f"reward {reward.name!r} has guards, but vlrl.rewards.guards is not available ({e})") from None
-    for fn_name in ("apply_guards", "guarded", "with_guards"):
-        fn = getattr(guard_mod, fn_name, None)
-        if fn is not None:
-            return fn(reward, **guards)
-    raise RecipeError("vlrl.rewards.guards has no apply_guards(reward, **guards); remove 'guards:' from the recipe")
 
 
 def load_callbacks(names: list[str]) -> list[Any]:
@@ -340,7 +324,7 @@ def build_trainer(
     start = model_path or recipe.model.path
     cfg = build_config(recipe, output_dir=output_dir, **(stage_overrides or {}))
     if train_dataset is None:
-        from .data import to_trl_dataset
+        from vlrl.training.data import to_trl_dataset
 
         train_dataset = to_trl_dataset(recipe.data, cache_dir=Path(cfg.output_dir) / "_data")
     funcs, weights = build_rewards(recipe)

@@ -35,9 +35,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from vlrl.pipeline import atomic_write_json as _atomic_write_json
-
-from .recipe import DEFAULT_STAGES, Recipe, RecipeError, StageSpec, world_size
+from vlrl.core.pipeline import atomic_write_json as _atomic_write_json
+from vlrl.training.recipe import Recipe, RecipeError, plan_stages
 
 logger = logging.getLogger(__name__)
 
@@ -48,61 +47,10 @@ PLANNED_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "s
 
 def atomic_write_json(path, obj) -> None:
     """Run-level files are written by rank 0 only (every rank computes the same content)."""
-    from .grpo import is_main_process
+    from vlrl.training.grpo import is_main_process
 
     if is_main_process():
         _atomic_write_json(path, obj)
-
-
-def stages_of(recipe: Recipe) -> list[StageSpec]:
-    return list(recipe.stages) if recipe.stages is not None else [StageSpec(**s) for s in DEFAULT_STAGES]
-
-
-def plan_stages(recipe: Recipe, world: int | None = None) -> list[dict[str, Any]]:
-    """Per-stage trainer overrides with constant prompts per step. Raises :class:`RecipeError`."""
-    world = world or world_size()
-    where = recipe.source or "recipe"
-    stages = stages_of(recipe)
-    if not stages:
-        raise RecipeError(f"{where}: 'stages' is empty")
-    pdb = int(recipe.trainer.get("per_device_train_batch_size", 8))
-    ga = int(recipe.trainer.get("gradient_accumulation_steps", 1))
-    prompts = recipe.ptst.get("prompts_per_step")
-    if prompts is None:
-        completions = pdb * ga * world
-        g1 = stages[0].num_generations
-        if completions % g1:
-            raise RecipeError(
-                f"{where}: per_device_train_batch_size × gradient_accumulation_steps × world size = {completions} "
-                f"completions per step is not divisible by the first stage's num_generations ({g1}); set "
-                f"ptst.prompts_per_step, or make the product a multiple of {g1}"
-            )
-        prompts = completions // g1
-    if not isinstance(prompts, int) or prompts <= 0:
-        raise RecipeError(f"{where}: ptst.prompts_per_step is {prompts!r}; it must be a positive integer")
-    plan = []
-    for i, s in enumerate(stages):
-        total = prompts * s.num_generations
-        if total % world:
-            raise RecipeError(
-                f"{where}: stage {i + 1}: {prompts} prompts × {s.num_generations} generations = {total} completions "
-                f"cannot be split over {world} processes; choose ptst.prompts_per_step so that it is a multiple of {world}"
-            )
-        per_proc = total // world
-        micro = max(d for d in range(1, min(pdb, per_proc) + 1) if per_proc % d == 0)
-        acc = per_proc // micro
-        plan.append({
-            "stage": i + 1,
-            "max_completion_length": s.max_completion_length,
-            "num_generations": s.num_generations,
-            "max_steps": s.steps,
-            "per_device_train_batch_size": micro,
-            "gradient_accumulation_steps": acc,
-            "steps_per_generation": acc,
-            "generation_batch_size": None,
-            "prompts_per_step": prompts,
-        })
-    return plan
 
 
 def _overrides(stage_plan: dict[str, Any]) -> dict[str, Any]:
@@ -116,8 +64,8 @@ def read_state(output_dir: str | Path) -> dict[str, Any] | None:
 
 def run_ptst(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
     """Run (or resume) every PTST stage in order; returns the per-stage metrics."""
-    from .data import to_trl_dataset
-    from .grpo import build_trainer, close_rewards, latest_checkpoint, prepare, summarize_history
+    from vlrl.training.data import to_trl_dataset
+    from vlrl.training.grpo import build_trainer, close_rewards, latest_checkpoint, prepare, summarize_history
 
     recipe = prepare(recipe)
     ignored = sorted(k for k in recipe.trainer if k in PLANNED_KEYS)
@@ -176,7 +124,7 @@ def run_ptst(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
 
 def _save_stage_weights(trainer, stage_dir: Path) -> None:
     """Full weights (LoRA merged in) + processor, so the next stage loads them with from_pretrained."""
-    from .grpo import is_main_process
+    from vlrl.training.grpo import is_main_process
 
     model = trainer.model
     if hasattr(model, "merge_and_unload"):

@@ -368,7 +368,7 @@ def _looks_local(path: str) -> bool:
 
 def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None = None) -> None:
     """Every check that needs no model: raises :class:`RecipeError` listing all problems at once."""
-    from .data import dataset_columns
+    from vlrl.training.data import dataset_columns
 
     where = recipe.source or "recipe"
     world = world or world_size()
@@ -407,8 +407,6 @@ def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None 
         else:
             errors += check_stages(recipe.stages, where)
             if not errors:
-                from .ptst import plan_stages
-
                 try:
                     plan_stages(recipe, world)
                 except RecipeError as e:
@@ -462,13 +460,67 @@ def required_columns_of(name: str, settings: dict[str, Any] | None = None, guard
     except (TypeError, ValueError) as e:
         raise ValueError(f"reward {name!r}: bad settings ({e})") from None
     if guards:
-        from .grpo import apply_guards
+        from vlrl.rewards.guards import with_guards
 
         try:
-            reward = apply_guards(reward, guards)
+            reward = with_guards(reward, **guards)
         except (TypeError, ValueError) as e:
             raise ValueError(f"reward {name!r}: bad guards ({e})") from None
     return tuple(getattr(reward, "required_columns", ()) or ())
+
+
+# -- PTST stage plans ------------------------------------------------------------------------------
+
+
+def stages_of(recipe: Recipe) -> list[StageSpec]:
+    return list(recipe.stages) if recipe.stages is not None else [StageSpec(**s) for s in DEFAULT_STAGES]
+
+
+def plan_stages(recipe: Recipe, world: int | None = None) -> list[dict[str, Any]]:
+    """Per-stage trainer overrides with constant prompts per step. Raises :class:`RecipeError`."""
+    world = world or world_size()
+    where = recipe.source or "recipe"
+    stages = stages_of(recipe)
+    if not stages:
+        raise RecipeError(f"{where}: 'stages' is empty")
+    pdb = int(recipe.trainer.get("per_device_train_batch_size", 8))
+    ga = int(recipe.trainer.get("gradient_accumulation_steps", 1))
+    prompts = recipe.ptst.get("prompts_per_step")
+    if prompts is None:
+        completions = pdb * ga * world
+        g1 = stages[0].num_generations
+        if completions % g1:
+            raise RecipeError(
+                f"{where}: per_device_train_batch_size × gradient_accumulation_steps × world size = {completions} "
+                f"completions per step is not divisible by the first stage's num_generations ({g1}); set "
+                f"ptst.prompts_per_step, or make the product a multiple of {g1}"
+            )
+        prompts = completions // g1
+    if not isinstance(prompts, int) or prompts <= 0:
+        raise RecipeError(f"{where}: ptst.prompts_per_step is {prompts!r}; it must be a positive integer")
+    plan = []
+    for i, s in enumerate(stages):
+        total = prompts * s.num_generations
+        if total % world:
+            raise RecipeError(
+                f"{where}: stage {i + 1}: {prompts} prompts × {s.num_generations} generations = {total} completions "
+                f"cannot be split over {world} processes; choose ptst.prompts_per_step so that it is a multiple of {world}"
+            )
+        per_proc = total // world
+        micro = max(d for d in range(1, min(pdb, per_proc) + 1) if per_proc % d == 0)
+        acc = per_proc // micro
+        plan.append({
+            "stage": i + 1,
+            "max_completion_length": s.max_completion_length,
+            "num_generations": s.num_generations,
+            "max_steps": s.steps,
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": acc,
+            "steps_per_generation": acc,
+            "generation_batch_size": None,
+            "prompts_per_step": prompts,
+        })
+    return plan
 
 
 # -- tiny models on the fly ------------------------------------------------------------------------
@@ -478,7 +530,7 @@ _TINY_RE = re.compile(r"(?<![\w/.-])tiny:(qwen2_5_vl|qwen2_vl|qwen2)(?::(\d+))?(
 
 def build_tiny(arch: str, seed: int = 0) -> Path:
     """Build (once, atomically, in vlrl's cache) and return the folder of a tiny random-weight model."""
-    from vlrl.models.tiny import cached_tiny
+    from vlrl.core.tiny import cached_tiny
 
     return cached_tiny(arch, seed=seed)
 

@@ -14,9 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from vlrl.pipeline import atomic_write_json
-
-from .recipe import Recipe, resolve_tiny, validate
+from vlrl.core.pipeline import atomic_write_json
+from vlrl.training.recipe import Recipe, resolve_tiny, validate
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +24,7 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
     """prompt/completion/image rows; images open lazily through vlrl's loader."""
     import datasets
 
-    from .data import _materialize_image, _probe_image, iter_source, record_image, user_text
+    from vlrl.training.data import _materialize_image, _probe_image, iter_source, record_image, user_text
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
     # relative image paths resolve as in GRPO's adapter: against data.image_root, else the data file's folder
@@ -56,7 +55,7 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
         rows["image"].append(img)
     if not rows["prompt"]:
         raise ValueError(f"data.source {data.source!r}: no usable SFT records")
-    from .data import _Decode
+    from vlrl.training.data import _Decode
 
     return datasets.Dataset.from_dict(rows).with_transform(_Decode([]))
 
@@ -65,7 +64,7 @@ def run_sft(recipe: Recipe) -> dict[str, Any]:
     from transformers import AutoProcessor
     from trl import SFTConfig, SFTTrainer
 
-    from .grpo import device_defaults, latest_checkpoint, load_callbacks, load_policy, lora_config
+    from vlrl.training.grpo import device_defaults, latest_checkpoint, load_callbacks, load_policy, lora_config
 
     validate(recipe)
     recipe = resolve_tiny(recipe)

@@ -1,0 +1,88 @@
+"""Backends: one spec string chooses the model behind any CLI flag.
+
+Spec grammar (options after ``?`` are ``key=value`` pairs joined by ``&``):
+
+* ``hf:PATH[?device=cpu&dtype=float32&batch_size=16]`` — in-process ``transformers`` (VLM or text
+  LM, chosen from the folder's config).
+* ``openai:BASE_URL@MODEL[?concurrency=16&timeout=60&max_retries=4&api_key_env=OPENAI_API_KEY
+  &logprobs=auto|on|off&prefix_mode=auto|assistant|user&image_format=png|jpeg]`` —
+  any OpenAI-compatible server (``vllm serve``, SGLang, ``transformers serve``, OpenAI). The API key
+  is read from the environment variable named by ``api_key_env`` (default ``OPENAI_API_KEY``), never
+  from the spec, so it never lands in logs, caches or shell history.
+
+``load_backend(spec, cache=DIR_OR_FILE)`` wraps the backend in the persistent response cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+from vlrl.core.backends.base import (
+    Accounting,
+    Backend,
+    BackendError,
+    ChatRequest,
+    ChatResult,
+    ChoiceRequest,
+    ChoiceResult,
+    SamplingParams,
+)
+from vlrl.core.backends.cache import CachedBackend, ResponseCache
+
+__all__ = [
+    "Accounting",
+    "Backend",
+    "BackendError",
+    "CachedBackend",
+    "ChatRequest",
+    "ChatResult",
+    "ChoiceRequest",
+    "ChoiceResult",
+    "ResponseCache",
+    "SamplingParams",
+    "load_backend",
+    "parse_spec",
+]
+
+
+def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
+    """Split ``kind:target?opts`` into (kind, target, options). Raises ``ValueError`` with the fix."""
+    if ":" not in spec:
+        raise ValueError(
+            f"backend spec {spec!r} has no kind; use 'hf:PATH' or 'openai:http://HOST:PORT/v1@MODEL'"
+        )
+    kind, rest = spec.split(":", 1)
+    target, _, query = rest.partition("?")
+    opts = dict(parse_qsl(query, keep_blank_values=True))
+    if kind not in ("hf", "openai"):
+        raise ValueError(f"backend spec {spec!r}: unknown kind {kind!r} (expected 'hf' or 'openai')")
+    if "api_key" in opts:
+        raise ValueError("never put an API key in a backend spec; name its environment variable with api_key_env=")
+    return kind, target, opts
+
+
+def load_backend(spec: str | Backend, cache: str | Path | ResponseCache | None = None) -> Backend:
+    """Build a backend from a spec string (or pass a ready backend through), optionally cached."""
+    if isinstance(spec, Backend):
+        backend = spec
+    else:
+        kind, target, opts = parse_spec(spec)
+        if kind == "hf":
+            from vlrl.core.backends.hf import HFBackend
+
+            backend = HFBackend.from_spec(target, **opts)
+        else:
+            from vlrl.core.backends.openai_http import OpenAIBackend
+
+            if "@" not in target:
+                raise ValueError(f"backend spec {spec!r}: expected 'openai:BASE_URL@MODEL'")
+            base_url, model = target.rsplit("@", 1)
+            backend = OpenAIBackend.from_spec(base_url, model, **opts)
+    if cache is not None and not isinstance(backend, CachedBackend):
+        if not isinstance(cache, ResponseCache):
+            cache = Path(cache)
+            if cache.suffix != ".sqlite":
+                cache = cache / "responses.sqlite"
+        backend = CachedBackend(backend, cache)
+    return backend

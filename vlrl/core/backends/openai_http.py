@@ -1,0 +1,600 @@
+"""OpenAI-compatible HTTP backend: ``vllm serve``, SGLang, ``transformers serve`` or OpenAI itself.
+
+Why it looks the way it does:
+
+* **Async inside, sync outside.** Throughput over HTTP comes from many requests in flight, so every
+  batch runs as coroutines on the ``openai`` package's ``AsyncOpenAI`` client, bounded by an
+  ``asyncio.Semaphore`` (``concurrency``). Callers keep the plain batched ``chat()`` /
+  ``score_choices()`` API. The coroutines always run on a private event loop in a daemon thread
+  owned by the backend; that works the same whether or not the caller already runs a loop (Jupyter,
+  TRL's async reward path) and keeps the client's connection pool on one loop for its lifetime.
+* **Retries are ours.** The client's built-in retries are disabled so every retry is counted in
+  ``stats.retries``. 429, 408, 5xx, timeouts and dropped connections are retried with exponential
+  backoff and jitter (tenacity); other 4xx are the caller's fault and fail at once. A request that
+  still fails comes back as ``ChatResult(error=...)`` with one line naming the request id and the
+  reason: one bad record never sinks a batch.
+* **Servers differ; detect, log once, remember.** ``transformers serve`` ignores ``n`` and
+  ``logprobs``, and rejects ``continue_final_message``. Asking for ``n`` samples sends ``n`` and
+  tops up with separate requests when fewer come back. ``score_choices`` reads the first token's
+  ``top_logprobs`` (exact, ``method="logprobs"``); a server that returns none is detected and
+  answered by sampling ``request.samples`` short answers (``method="sampled"``) — never silently
+  wrong numbers.
+* **Where the choice prefix goes.** A :class:`ChoiceRequest` prefix (``"The answer is "``) belongs
+  at the start of the assistant turn. With ``prefix_mode=auto`` (default) it is sent as a partial
+  assistant message with ``continue_final_message=True, add_generation_prompt=False`` (vLLM, SGLang);
+  a server that rejects those fields (OpenAI, ``transformers serve``: HTTP 400/422) is remembered and
+  from then on the prefix is appended to the last user message instead (``prefix_mode=user`` forces
+  that, ``prefix_mode=assistant`` forbids the fallback). Sampled answers that echo the prefix have
+  it stripped before they are matched to the choices.
+* **Images** (PIL or path parts) travel as base64 PNG (lossless, the default) or JPEG data URLs;
+  paths go through :func:`vlrl.core.images.load_image` so EXIF and mode rules match the in-process path.
+* **Secrets.** The API key is read from the environment variable ``api_key_env`` when the client is
+  built and lives only inside the client: never in the spec, :meth:`identity`, logs or the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import math
+import os
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from vlrl.core.backends.base import (
+    Accounting,
+    Backend,
+    ChatRequest,
+    ChatResult,
+    ChoiceRequest,
+    ChoiceResult,
+    SamplingParams,
+    choices_from_samples,
+)
+
+logger = logging.getLogger(__name__)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_CONTINUE_FIELDS = ("continue_final_message", "add_generation_prompt")
+
+
+class RequestFailed(Exception):
+    """One HTTP request failed for good (retries exhausted, or an error not worth retrying)."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+class OpenAIBackend(Backend):
+    """Backend over any OpenAI-compatible ``/v1/chat/completions`` endpoint."""
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        concurrency: int = 16,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        api_key_env: str = "OPENAI_API_KEY",
+        logprobs: str = "auto",
+        prefix_mode: str = "auto",
+        image_format: str = "png",
+        backoff: float = 0.5,
+        backoff_max: float = 30.0,
+        sample_tokens: int = 4,
+    ) -> None:
+        super().__init__(model)
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"openai backend: base_url {base_url!r} must start with http:// or https://")
+        from urllib.parse import urlsplit
+
+        if urlsplit(base_url).netloc.rpartition("@")[1]:  # user:password@host (not echoed: it is a secret)
+            raise ValueError(
+                "openai backend: the base URL carries credentials (user:password@); never put a key in the "
+                "spec, name its environment variable with api_key_env="
+            )
+        if not model.strip():
+            raise ValueError(f"openai backend: no model name after '@' in {base_url}@ (e.g. @Qwen/Qwen2.5-VL-3B-Instruct)")
+        if logprobs not in ("auto", "on", "off"):
+            raise ValueError(f"openai backend: logprobs={logprobs!r}; use auto, on or off")
+        if prefix_mode not in ("auto", "assistant", "user"):
+            raise ValueError(f"openai backend: prefix_mode={prefix_mode!r}; use auto, assistant or user")
+        if image_format not in ("png", "jpeg"):
+            raise ValueError(f"openai backend: image_format={image_format!r}; use png or jpeg")
+        if concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ValueError("openai backend: need concurrency >= 1, max_retries >= 0 and timeout > 0")
+        self.base_url = base_url.rstrip("/")
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.api_key_env = api_key_env
+        self.logprobs_mode = logprobs
+        self.prefix_mode = prefix_mode
+        self.image_format = image_format
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.sample_tokens = sample_tokens
+        # What the server turned out to support (None: not known yet). Detected once, remembered.
+        self.supports_n: bool | None = None
+        self.supports_logprobs: bool | None = None if logprobs == "auto" else logprobs == "on"
+        self.supports_continue: bool | None = {"auto": None, "assistant": True, "user": False}[prefix_mode]
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._client: Any = None
+        self._sem: asyncio.Semaphore | None = None
+        self._start_lock = threading.Lock()
+
+    @classmethod
+    def from_spec(cls, base_url: str, model: str, **opts: Any) -> OpenAIBackend:
+        """Build from ``openai:BASE_URL@MODEL?key=value&...`` options (values arrive as strings).
+
+        Options and defaults: concurrency=16, timeout=60 (seconds per attempt), max_retries=4,
+        api_key_env=OPENAI_API_KEY, logprobs=auto|on|off, prefix_mode=auto|assistant|user,
+        image_format=png|jpeg, backoff=0.5, backoff_max=30, sample_tokens=4.
+        """
+        conv: dict[str, Callable[[Any], Any]] = {
+            "concurrency": int, "timeout": float, "max_retries": int, "api_key_env": str, "logprobs": _tristate,
+            "prefix_mode": str, "image_format": str, "backoff": float, "backoff_max": float, "sample_tokens": int,
+        }  # fmt: skip
+        unknown = sorted(set(opts) - set(conv))
+        if unknown:
+            raise ValueError(f"openai backend spec: unknown option(s) {', '.join(unknown)}; known: {', '.join(conv)}")
+        return cls(base_url, model, **{k: conv[k](v) for k, v in opts.items()})
+
+    def identity(self) -> dict[str, Any]:
+        # Everything that changes answers; never the API key (nor the name of its variable).
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "base_url": self.base_url,
+            "logprobs": self.logprobs_mode,
+            "prefix_mode": self.prefix_mode,
+            "image_format": self.image_format,
+        }
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable for Ray/multiprocessing: the loop, thread and client are rebuilt on first use.
+        state = dict(self.__dict__, _loop=None, _thread=None, _pid=None, _client=None, _sem=None)
+        state["stats"] = self.stats.snapshot()
+        del state["_start_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, stats=Accounting(**state["stats"]), _start_lock=threading.Lock())
+
+    # -- event loop plumbing -----------------------------------------------------------------------
+    def _run(self, coro: Awaitable[Any]) -> Any:
+        """Run ``coro`` on the private loop and wait for it (safe inside a running event loop)."""
+        loop = self._ensure_loop()
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("OpenAIBackend called from its own event loop thread")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._loop is not None and self._pid == os.getpid() and self._thread.is_alive():
+                return self._loop
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="vlrl-openai-loop", daemon=True)
+            thread.start()
+            self._loop, self._thread, self._pid = loop, thread, os.getpid()
+            self._client = None  # a client from before a fork must not be reused
+            asyncio.run_coroutine_threadsafe(self._make_client(), loop).result()
+            return loop
+
+    async def _make_client(self) -> None:
+        from openai import AsyncOpenAI
+
+        self._sem = asyncio.Semaphore(self.concurrency)
+        # Local servers take any key; the client insists on a non-empty one.
+        self._client = AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=os.environ.get(self.api_key_env) or "EMPTY",
+            max_retries=0,
+            timeout=self.timeout,
+        )
+
+    def close(self) -> None:
+        with self._start_lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is not None and thread.is_alive():
+            if self._client is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(self._client.close(), loop).result(timeout=10)
+                except Exception as e:  # closing must not fail a job
+                    logger.debug("closing the openai client failed: %s", e)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+            self._client = None
+        super().close()  # logs the accounting
+
+    # -- one HTTP request, with timeout and retries ----------------------------------------------
+    async def _create(self, rid: str, **kwargs: Any) -> Any:
+        """``chat.completions.create`` with retries; raises :class:`RequestFailed` when it gives up."""
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+        def before_sleep(state: Any) -> None:
+            self.stats.add(retries=1)
+            logger.debug(
+                "openai request %s: attempt %d failed (%s); retrying",
+                rid, state.attempt_number, _describe(state.outcome.exception(), self.timeout),
+            )
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential_jitter(initial=self.backoff, max=self.backoff_max, jitter=self.backoff),
+            retry=retry_if_exception(_retryable),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        attempts = 0
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    async with self._sem:
+                        call = self._client.chat.completions.create(model=self.model, **kwargs)
+                        return await asyncio.wait_for(call, self.timeout)
+        except Exception as e:
+            reason = _describe(e, self.timeout)
+            if _retryable(e):
+                reason += f" (gave up after {attempts} attempt{'s' if attempts != 1 else ''})"
+            raise RequestFailed(reason, getattr(e, "status_code", None)) from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _sample(
+        self, rid: str, messages: list[dict], n: int, seed: int | None, extra_body: dict | None, **kw: Any
+    ) -> tuple[list[str], list[str], int, int]:
+        """``n`` samples → (texts, finish reasons, prompt tokens, completion tokens).
+
+        Sends ``n`` in one request; if the server returns fewer choices (it ignores ``n``) the rest
+        come from separate requests with seeds ``seed+1, seed+2, ...`` (so they differ when seeded).
+        """
+
+        def send(k: int, count: int) -> Awaitable[Any]:
+            args = dict(kw, messages=messages)
+            if count > 1:
+                args["n"] = count
+            if seed is not None:
+                args["seed"] = seed + k
+            if extra_body:
+                args["extra_body"] = extra_body
+            return self._create(rid, **args)
+
+        replies = [await send(0, n)] if n > 1 and self.supports_n is not False else []
+        got = sum(len(r.choices) for r in replies)
+        if replies and got < n and self.supports_n is None:
+            logger.warning(
+                "server %s returned %d of n=%d samples (it ignores 'n'); sending separate requests from now on",
+                self.base_url, got, n,
+            )
+        if replies:
+            self.supports_n = got >= n
+        replies += await _gather_or_raise([send(k, 1) for k in range(got, n)])
+        texts, reasons = [], []
+        for r in replies:
+            for c in r.choices:
+                texts.append(c.message.content or "")
+                reasons.append(c.finish_reason or "")
+        usage = [getattr(r, "usage", None) for r in replies]
+        return (
+            texts[:n],
+            reasons[:n],
+            sum(u.prompt_tokens or 0 for u in usage if u),
+            sum(u.completion_tokens or 0 for u in usage if u),
+        )
+
+    # -- chat ----------------------------------------------------------------------------------------
+    def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
+        return self._run(_gather_all([self._chat_one(i, r) for i, r in enumerate(requests)]))
+
+    async def _chat_one(self, i: int, req: ChatRequest) -> ChatResult:
+        rid = req.id or f"#{i}"
+        try:
+            messages = self._convert_messages(req.messages)
+        except Exception as e:
+            return ChatResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
+        sp = req.sampling
+        try:
+            texts, reasons, pt, ct = await self._sample(
+                rid, messages, max(sp.n, 1), sp.seed, _top_k_body(sp), **_sampling_kwargs(sp)
+            )
+        except RequestFailed as e:
+            return ChatResult(error=f"openai request {rid}: {e}")
+        return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=pt, completion_tokens=ct)
+
+    # -- score_choices -----------------------------------------------------------------------------
+    def _score_choices(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        async def run_all() -> list[ChoiceResult]:
+            coros = [self._score_one(i, r) for i, r in enumerate(requests)]
+            # Probe the server with the first request so a whole batch is not wasted on
+            # logprob requests (or partial assistant turns) the server ignores or rejects.
+            unknown = self.supports_logprobs is None or (
+                self.supports_continue is None and any(r.prefix for r in requests)
+            )
+            head = [await coros.pop(0)] if unknown else []
+            return head + await _gather_all(coros)
+
+        return self._run(run_all())
+
+    async def _score_one(self, i: int, req: ChoiceRequest) -> ChoiceResult:
+        rid = req.id or f"#{i}"
+        if not req.choices:
+            return ChoiceResult(error=f"openai request {rid}: no choices given")
+        try:
+            messages = self._convert_messages(req.messages)
+        except Exception as e:
+            return ChoiceResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
+        try:
+            if self.supports_logprobs is not False:
+                result = await self._score_logprobs(rid, messages, req)
+                if result is not None:
+                    return result
+            return await self._score_sampled(rid, messages, req)
+        except RequestFailed as e:
+            return ChoiceResult(error=f"openai request {rid}: {e}")
+
+    async def _score_logprobs(self, rid: str, messages: list[dict], req: ChoiceRequest) -> ChoiceResult | None:
+        """Exact probabilities from the first token's ``top_logprobs``; None: server gave none."""
+
+        async def call(msgs: list[dict], extra: dict | None) -> Any:
+            kw: dict[str, Any] = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+            if req.seed is not None:
+                kw["seed"] = req.seed
+            if extra:
+                kw["extra_body"] = extra
+            return await self._create(rid, messages=msgs, **kw)
+
+        try:
+            resp = await self._with_prefix(messages, req.prefix, call)
+        except RequestFailed as e:
+            if self.logprobs_mode == "auto" and e.status in (400, 422) and "logprob" in str(e).lower():
+                self._no_logprobs(f"it rejected the request: {e}")
+                return None
+            raise
+        self._add_usage([resp])
+        top = top_logprobs_from_response(resp)
+        if top is None:
+            if self.logprobs_mode == "on":
+                raise RequestFailed("the server returned no logprobs (logprobs=on)")
+            self._no_logprobs("its response has no logprobs")
+            return None
+        self.supports_logprobs = True
+        probs, mass = probs_from_top_logprobs(top, req.choices)
+        return ChoiceResult(probs=probs, method="logprobs", mass=mass)
+
+    async def _score_sampled(self, rid: str, messages: list[dict], req: ChoiceRequest) -> ChoiceResult:
+        """Monte-Carlo estimate from ``req.samples`` short answers at temperature 1."""
+
+        async def call(msgs: list[dict], extra: dict | None) -> Any:
+            return await self._sample(
+                rid, msgs, max(req.samples, 1), req.seed, extra, max_tokens=self.sample_tokens, temperature=1.0
+            )
+
+        texts, _, pt, ct = await self._with_prefix(messages, req.prefix, call)
+        self.stats.add(prompt_tokens=pt, completion_tokens=ct)
+        texts = [_strip_prefix(t, req.prefix) for t in texts]
+        probs, mass = choices_from_samples(texts, req.choices)
+        return ChoiceResult(probs=probs, method="sampled", mass=mass)
+
+    async def _with_prefix(
+        self, messages: list[dict], prefix: str, call: Callable[[list[dict], dict | None], Awaitable[Any]]
+    ) -> Any:
+        """Call with the prefix as a partial assistant turn, or appended to the user turn (see module doc)."""
+        if not prefix:
+            return await call(messages, None)
+        if self.supports_continue is not False:
+            try:
+                out = await call(
+                    [*messages, {"role": "assistant", "content": prefix}],
+                    {"continue_final_message": True, "add_generation_prompt": False},
+                )
+                self.supports_continue = True
+                return out
+            except RequestFailed as e:
+                rejected = e.status in (400, 422) and any(f in str(e) for f in _CONTINUE_FIELDS)
+                if not rejected or self.prefix_mode == "assistant":
+                    raise
+                if self.supports_continue is None:
+                    logger.warning(
+                        "server %s rejects continue_final_message; choice prefixes go into the user turn instead",
+                        self.base_url,
+                    )
+                self.supports_continue = False
+        return await call(_append_to_last_user(messages, prefix), None)
+
+    def _no_logprobs(self, why: str) -> None:
+        if self.supports_logprobs is None:
+            logger.warning(
+                "server %s does not return logprobs (%s); score_choices falls back to sampling (method='sampled')",
+                self.base_url, why,
+            )
+        self.supports_logprobs = False
+
+    def _add_usage(self, replies: Sequence[Any]) -> None:
+        for r in replies:
+            u = getattr(r, "usage", None)
+            if u is not None:
+                self.stats.add(prompt_tokens=u.prompt_tokens or 0, completion_tokens=u.completion_tokens or 0)
+
+    # -- messages and images -----------------------------------------------------------------------
+    def _convert_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for m in messages:
+            content = m.get("content")
+            if isinstance(content, list):
+                m = dict(m, content=[self._convert_part(p) for p in content])
+            out.append(dict(m))
+        return out
+
+    def _convert_part(self, part: dict[str, Any]) -> dict[str, Any]:
+        if part.get("type") != "image":
+            return part
+        return {"type": "image_url", "image_url": {"url": image_data_url(part["image"], self.image_format)}}
+
+
+# -- module helpers (public ones are tested directly) ------------------------------------------------
+
+
+def image_data_url(image: Any, fmt: str = "png") -> str:
+    """A PIL image or path as a ``data:image/...;base64,`` URL (http(s)/data URLs pass through)."""
+    if isinstance(image, str) and image.startswith(("http://", "https://", "data:")):
+        return image
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        try:
+            from vlrl.core.images import load_image
+        except ImportError:  # pragma: no cover - the loader module is part of vlrl
+            image = Image.open(image).convert("RGB")
+        else:
+            image = load_image(image)
+    buf = io.BytesIO()
+    if fmt == "jpeg":
+        image.convert("RGB").save(buf, format="JPEG", quality=95)
+    else:
+        image.save(buf, format="PNG")
+    return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
+
+
+def top_logprobs_from_response(resp: Any) -> list[tuple[str, float]] | None:
+    """The first generated token's alternatives ``[(token, logprob), ...]`` or None if absent.
+
+    Accepts an ``openai`` ``ChatCompletion`` or the raw response JSON (vLLM/SGLang/OpenAI shape:
+    ``choices[0].logprobs.content[0].top_logprobs``). The sampled token itself is included.
+    """
+    data = resp.model_dump() if hasattr(resp, "model_dump") else resp
+    try:
+        content = (data.get("choices") or [{}])[0].get("logprobs") or {}
+        first = (content.get("content") or [None])[0]
+    except (AttributeError, IndexError, TypeError):
+        return None
+    if not first:
+        return None
+    seen: dict[str, float] = {}
+    for alt in first.get("top_logprobs") or []:
+        if alt.get("token") is not None and alt.get("logprob") is not None:
+            seen.setdefault(alt["token"], float(alt["logprob"]))
+    if first.get("token") is not None and first.get("logprob") is not None:
+        seen.setdefault(first["token"], float(first["logprob"]))
+    return list(seen.items()) or None
+
+
+def probs_from_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) -> tuple[dict[str, float], float]:
+    """Probability of each choice from first-token alternatives (tokens matched after stripping).
+
+    Returns (probs renormalised over choices, unnormalised mass on the choices). Tokens that strip to
+    the same choice (``"A"``, ``" A"``) add up. With no mass at all the probs are uniform.
+    """
+    want = {c.strip(): c for c in choices}
+    mass_of = dict.fromkeys(choices, 0.0)
+    for tok, lp in top:
+        c = want.get(tok.strip())
+        if c is not None and lp > -math.inf:
+            mass_of[c] += math.exp(lp)
+    mass = sum(mass_of.values())
+    if mass <= 0:
+        return {c: 1.0 / len(choices) for c in choices}, 0.0
+    return {c: v / mass for c, v in mass_of.items()}, min(mass, 1.0)
+
+
+def _tristate(v: Any) -> str:
+    v = str(v).lower()
+    return "on" if v in _TRUE else "off" if v in _FALSE else v
+
+
+def _sampling_kwargs(sp: SamplingParams) -> dict[str, Any]:
+    kw: dict[str, Any] = {"max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
+    if sp.stop:
+        kw["stop"] = list(sp.stop)
+    return kw
+
+
+def _top_k_body(sp: SamplingParams) -> dict[str, Any] | None:
+    return {"top_k": sp.top_k} if sp.top_k > 0 else None  # vLLM/SGLang extension; OpenAI has no top-k
+
+
+def _append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, list):
+                m["content"] = [*c, {"type": "text", "text": "\n" + prefix.rstrip()}]
+            else:
+                m["content"] = f"{c or ''}\n{prefix.rstrip()}"
+            return out
+    return [*out, {"role": "user", "content": prefix.rstrip()}]
+
+
+def _strip_prefix(text: str, prefix: str) -> str:
+    """Drop an echoed prefix (``"The answer is B"`` → ``"B"``) so the choice is found first."""
+    p, t = prefix.strip(), text.strip()
+    return t[len(p):] if p and t.lower().startswith(p.lower()) else text
+
+
+def _retryable(e: BaseException) -> bool:
+    import openai
+
+    if isinstance(e, (openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError, TimeoutError)):
+        return True
+    if isinstance(e, openai.APIStatusError):
+        return e.status_code in (408, 429) or e.status_code >= 500
+    return False
+
+
+def _describe(e: BaseException | None, timeout: float) -> str:
+    import openai
+
+    if isinstance(e, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return f"timed out after {timeout:g}s"
+    if isinstance(e, openai.APIConnectionError):
+        cause = e.__cause__ or e.__context__
+        return f"connection error ({_one_line(cause) if cause else 'no response'})"
+    if isinstance(e, openai.APIStatusError):
+        return f"HTTP {e.status_code}: {_one_line(_error_text(e))}"
+    return f"{type(e).__name__}: {_one_line(e)}"
+
+
+def _error_text(e: Any) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body.get("detail", body))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        return str(err)
+    return str(getattr(e, "message", e))
+
+
+def _one_line(x: Any, limit: int = 300) -> str:
+    s = " ".join(str(x).split()) or type(x).__name__
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+async def _gather_all(coros: list[Awaitable[Any]]) -> list[Any]:
+    return list(await asyncio.gather(*coros))
+
+
+async def _gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
+    """Gather letting every request finish, then raise the first failure (if any)."""
+    if not coros:
+        return []
+    out = await asyncio.gather(*coros, return_exceptions=True)
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return list(out)
+
+
+__all__ = ["OpenAIBackend", "RequestFailed", "image_data_url", "probs_from_top_logprobs", "top_logprobs_from_response"]

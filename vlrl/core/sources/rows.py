@@ -1,0 +1,152 @@
+"""Record rows: the training, cold-start and evaluation inputs read as plain dicts.
+
+A row source is a JSONL/JSON/parquet file, a ``save_to_disk`` folder, or ``builtin:tiny_captions[:N]`` /
+``builtin:tiny_math[:N]``, which generate a few small images with MCQs, rubrics and numeric answers so
+the tiny CPU recipes run with nothing prepared. :func:`record_image` finds a row's image and
+:func:`load_record_image` decodes it through the one loader, :func:`vlrl.core.images.load_image`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+IMAGE_KEYS = ("image", "image_path", "images")
+BUILTINS = ("tiny_captions", "tiny_math")
+_COLORS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
+_SHAPES = ("circle", "square", "triangle")
+
+
+# -- built-in tiny datasets ----------------------------------------------------------------------
+
+
+def _draw(shape: str, color: str, size: int = 56):
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (size, size), "white")
+    d = ImageDraw.Draw(img)
+    m = size // 5
+    box = (m, m, size - m, size - m)
+    if shape == "circle":
+        d.ellipse(box, fill=_COLORS[color])
+    elif shape == "square":
+        d.rectangle(box, fill=_COLORS[color])
+    else:
+        d.polygon([(size // 2, m), (size - m, size - m), (m, size - m)], fill=_COLORS[color])
+    return img
+
+
+def builtin_records(name: str, n: int, root: Path, seed: int = 0) -> list[dict[str, Any]]:
+    """Generate ``n`` records of a built-in dataset, writing their images under ``root``."""
+    if name not in BUILTINS:
+        raise ValueError(f"unknown built-in dataset {name!r}; available: {', '.join(BUILTINS)}")
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    records = []
+    for i in range(n):
+        shape, color = rng.choice(_SHAPES), rng.choice(list(_COLORS))
+        path = root / f"{name}-{i:04d}-{color}-{shape}.png"
+        if not path.exists():  # write aside then rename: concurrent ranks never read half a file
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.png")
+            _draw(shape, color).save(tmp)
+            os.replace(tmp, path)
+        if name == "tiny_captions":
+            colors = [color] + rng.sample([c for c in _COLORS if c != color], 2)
+            shapes = [shape] + [s for s in _SHAPES if s != shape]
+            rng.shuffle(colors)
+            rng.shuffle(shapes)
+            records.append({
+                "id": f"{name}-{i}",
+                "image": str(path),
+                "questions": [
+                    {"question": "What color is the shape?", "options": colors, "answer": "ABC"[colors.index(color)]},
+                    {"question": "Which shape is shown?", "options": shapes, "answer": "ABC"[shapes.index(shape)]},
+                ],
+                "rubrics": [
+                    {"criterion": f"The caption names the shape as a {shape}.", "weight": 3.0, "severity": "critical"},
+                    {"criterion": f"The caption states that the shape is {color}.", "weight": 2.0, "severity": "important"},
+                    {"criterion": "The caption mentions the white background.", "weight": 1.0, "severity": "minor"},
+                ],
+            })
+        else:
+            sides = {"circle": 0, "square": 4, "triangle": 3}[shape]
+            k = rng.randint(2, 5)
+            records.append({
+                "id": f"{name}-{i}",
+                "image": str(path),
+                "question": f"The image shows a {color} shape. How many sides does it have, multiplied by {k}?",
+                "answer": str(sides * k),
+                "response": f"<think>A {shape} has {sides} sides, and {sides} × {k} = {sides * k}.</think>"
+                f"<answer>{sides * k}</answer>",
+            })
+    return records
+
+
+# -- reading sources -------------------------------------------------------------------------------
+
+
+def _parse_builtin(source: str) -> tuple[str, int]:
+    name, _, n = source.removeprefix("builtin:").partition(":")
+    return name, int(n) if n else 8
+
+
+def iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
+    """Records of a JSONL/JSON/parquet file, a ``save_to_disk`` folder or a ``builtin:`` generator."""
+    if source.startswith("builtin:"):
+        name, n = _parse_builtin(source)
+        root = Path(cache_dir or Path.home() / ".cache" / "vlrl") / "builtin_data" / f"{name}-{n}"
+        yield from builtin_records(name, n, root)
+        return
+    p = Path(source)
+    if not p.exists():
+        raise ValueError(f"{source!r} does not exist (expected a .jsonl/.json/.parquet file, a dataset folder or builtin:NAME)")
+    if p.is_dir():
+        import datasets
+
+        if (p / "dataset_info.json").exists() or (p / "state.json").exists() or (p / "dataset_dict.json").exists():
+            from vlrl.core.sources import load_disk_dataset
+
+            ds, _ = load_disk_dataset(p)
+        else:
+            ds = datasets.load_dataset(str(p), split="train")
+        yield from ds
+        return
+    if p.suffix == ".parquet":
+        import datasets
+
+        yield from datasets.Dataset.from_parquet(str(p))
+        return
+    if p.suffix == ".json":
+        data = json.loads(p.read_text())
+        yield from (data if isinstance(data, list) else data.get("data", []))
+        return
+    from vlrl.core.pipeline import read_jsonl
+
+    yield from read_jsonl(p)
+
+
+def record_image(rec: dict[str, Any]) -> Any:
+    for key in IMAGE_KEYS:
+        v = rec.get(key)
+        if v is None:
+            continue
+        if key == "images":
+            return v[0] if isinstance(v, list) and v else None
+        return v
+    return None
+
+
+def load_record_image(src: Any, root: str | None, record: str) -> Any:
+    """Decode a record's image (from :func:`record_image`) through the one loader.
+
+    A relative path must stay inside ``root`` (the data file's folder); an absolute path, bytes or a
+    PIL image was named explicitly and loads as it is. Raises ``ImageLoadError``.
+    """
+    from vlrl.core.images import load_image
+
+    relative = isinstance(src, str) and not Path(src).is_absolute()
+    return load_image(src, root=root if relative else None, record=record)

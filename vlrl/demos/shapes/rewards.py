@@ -1,0 +1,30 @@
+"""The shapes world's format reward: captions must stay in the world's grammar.
+
+A text answerer is a lenient, learned reader, and a policy under RL pressure finds phrasings it
+still rewards but a strict reader cannot parse ("... on the left and small red triangle on the
+right", run-ons that chain items with "on"). In a closed world the grammar is known, so the demo
+adds a format reward in the spirit of DeepSeek-R1's: 0 for a caption that parses
+(:func:`vlrl.demos.shapes.world.parse_caption`), ``-penalty`` otherwise. Recipes name it by its dotted path,
+``vlrl.demos.shapes.rewards:GrammarReward``, like any user reward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vlrl.demos.shapes.world import parse_caption
+from vlrl.rewards.base import Reward, Score
+
+
+class GrammarReward(Reward):
+    name = "shapes_grammar"
+
+    def __init__(self, penalty: float = 1.0) -> None:
+        self.penalty = float(penalty)
+
+    def score(self, completions: list[str], **_: Any) -> list[Score]:
+        out = []
+        for text in completions:
+            ok = parse_caption(text or "") is not None
+            out.append(Score(0.0 if ok else -self.penalty, {"parse_ok": float(ok)}))
+        return out

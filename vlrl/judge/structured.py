@@ -1,0 +1,167 @@
+"""Asking a model for structured output, and surviving when it does not comply.
+
+Rubric writers, rubric judges and arena judges all answer in JSON, and all of them sometimes answer
+with prose, a truncated object, the wrong ids, or nothing at all. The recipe here is the same for
+every caller:
+
+1. **Extract.** Take the JSON object out of the text (code fences, leading chatter).
+2. **Repair.** If strict parsing fails, ``json_repair`` fixes trailing commas, single quotes and
+   truncated brackets. A repaired answer is marked so callers can count them.
+3. **Validate.** The caller's ``parse`` function turns the object into a typed value or raises
+   ``ValueError`` naming what is wrong (missing id, wrong count, bad severity).
+4. **Retry with a correction.** The failed answer goes back into the conversation, followed by a user
+   turn that quotes the validation error and asks for the corrected JSON only. A backend error
+   (timeout, HTTP 500) is retried as is.
+
+All pending requests of a round go to the backend in *one* ``chat()`` call, so a batch of 64
+captions costs ``1 + retries`` backend calls, not 64. Nothing here raises on a bad answer: after the
+last round each item carries either a value or the reason it was rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from vlrl.core.backends import Backend, ChatRequest, ChatResult
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+CORRECTION = (
+    "Your previous answer could not be used: {error}. Reply again with only the corrected JSON object, no other text."
+)
+
+
+class InvalidOutput(ValueError):
+    """The model's answer cannot be turned into the expected value (the message says why)."""
+
+
+def extract_json(text: str) -> tuple[Any, bool]:
+    """The first JSON object/array in ``text`` → (value, repaired). Raises :class:`InvalidOutput`."""
+    if not text or not text.strip():
+        raise InvalidOutput("empty answer")
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    for cand in candidates:
+        start = _first_bracket(cand)
+        if start < 0:
+            continue
+        try:
+            value, _ = json.JSONDecoder().raw_decode(cand[start:])
+            return value, False
+        except json.JSONDecodeError:
+            pass
+    for cand in candidates:
+        start = _first_bracket(cand)
+        if start < 0:
+            continue
+        try:
+            import json_repair
+
+            value = json_repair.loads(cand[start:])
+        except Exception:  # json_repair is best effort; any failure means "not JSON"
+            continue
+        if isinstance(value, (dict, list)) and value:
+            return value, True
+    raise InvalidOutput("no JSON object found in the answer")
+
+
+def _first_bracket(s: str) -> int:
+    idx = [i for i in (s.find("{"), s.find("[")) if i >= 0]
+    return min(idx) if idx else -1
+
+
+@dataclass
+class Structured(Generic[T]):
+    """Outcome of one structured request after all retry rounds."""
+
+    value: T | None = None
+    error: str | None = None
+    attempts: int = 0
+    repaired: bool = False
+    raw: list[str] = field(default_factory=list)
+    """Every raw answer, in order (kept for audit of rejected records)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.value is not None
+
+
+def chat_structured(
+    backend: Backend,
+    requests: Sequence[ChatRequest],
+    parse: Callable[[Any, int], T],
+    *,
+    max_retries: int = 2,
+    correction: str = CORRECTION,
+    raw_text: bool = False,
+) -> list[Structured[T]]:
+    """Run ``requests`` until each parses, retrying failures up to ``max_retries`` times.
+
+    ``parse(obj, i)`` receives the extracted JSON (or the raw text when ``raw_text``) of request
+    ``i`` and returns the typed value or raises ``ValueError``. Never raises itself.
+    """
+    out: list[Structured[T]] = [Structured() for _ in requests]
+    pending: dict[int, ChatRequest] = dict(enumerate(requests))
+    for _round in range(max_retries + 1):
+        if not pending:
+            break
+        idx = list(pending)
+        try:
+            results = backend.chat([pending[i] for i in idx])
+            if len(results) != len(idx):
+                raise RuntimeError(f"backend returned {len(results)} results for {len(idx)} requests")
+        except Exception as e:  # a backend that raises must not sink the batch
+            logger.warning("backend %s raised on a batch of %d: %s", getattr(backend, "model", "?"), len(idx), e)
+            results = [ChatResult(error=f"backend raised: {type(e).__name__}: {e}") for _ in idx]
+        next_pending: dict[int, ChatRequest] = {}
+        for i, res in zip(idx, results, strict=True):
+            item = out[i]
+            item.attempts += 1
+            item.prompt_tokens += res.prompt_tokens
+            item.completion_tokens += res.completion_tokens
+            if not res.ok:
+                item.error = f"backend error: {res.error}"
+                next_pending[i] = pending[i]
+                continue
+            text = res.text
+            item.raw.append(text)
+            try:
+                if raw_text:
+                    obj, repaired = text, False
+                else:
+                    obj, repaired = extract_json(text)
+                item.value = parse(obj, i)
+                item.repaired = repaired
+                item.error = None
+            except (ValueError, TypeError, KeyError) as e:
+                item.error = f"invalid output: {_short(e)}"
+                req = pending[i]
+                next_pending[i] = ChatRequest(
+                    messages=[
+                        *req.messages,
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": correction.format(error=_short(e))},
+                    ],
+                    sampling=req.sampling,
+                    id=req.id,
+                )
+        pending = next_pending
+    for i in pending:
+        out[i].value = None
+        logger.debug("request %s rejected after %d attempts: %s", requests[i].id, out[i].attempts, out[i].error)
+    return out
+
+
+def _short(e: BaseException, limit: int = 300) -> str:
+    msg = str(e).replace("\n", " ")
+    return msg if len(msg) <= limit else msg[:limit] + "…"

@@ -1,0 +1,109 @@
+"""``vlrl bench reward``: ``caprl_qa`` in ``sample`` mode vs ``exact`` mode on one backend.
+
+Both modes pose the same Q×N (caption, question, option order) asks. ``sample`` generates up to
+``max_tokens`` tokens per ask at temperature 0.6 (the public CapRL recipe, N=4 rounds); ``exact``
+reads the option-letter probabilities from one forward pass per ask. The bench scores the same
+captions with both, repeats each a few times with the repeats interleaved (so load drifts hit both
+alike), and reports throughput and the spread of each caption's reward across repeats. Sample mode
+gets a new seed every repeat — with a fixed seed its spread would be zero by construction and say
+nothing; exact mode has no randomness to reseed.
+
+No response cache is used: every repeat pays for its calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from vlrl.core.backends import load_backend
+from vlrl.methods.caprl.reward import CapRLQAReward
+
+logger = logging.getLogger(__name__)
+
+_FACTS = {
+    "colour": ["red", "green", "blue", "yellow", "purple", "orange"],
+    "shape": ["circle", "square", "triangle", "star", "hexagon", "heart"],
+    "size": ["tiny", "small", "medium", "large", "huge"],
+    "position": ["left", "right", "top", "bottom", "center"],
+}
+
+
+def synthetic_captions(n: int, seed: int = 0) -> tuple[list[str], list[list[dict[str, Any]]]]:
+    """``n`` shapes-world captions and, per caption, one MCQ per fact (4 options each)."""
+    rng = random.Random(seed)
+    captions, questions = [], []
+    for _ in range(n):
+        fact = {k: rng.choice(v) for k, v in _FACTS.items()}
+        captions.append(f"A {fact['size']} {fact['colour']} {fact['shape']} near the {fact['position']} of a plain white image.")
+        qs = []
+        for k, values in _FACTS.items():
+            options = [fact[k], *rng.sample([v for v in values if v != fact[k]], 3)]
+            rng.shuffle(options)
+            qs.append({"question": f"What is the {k} of the object?", "options": options, "answer": "ABCD"[options.index(fact[k])]})
+        questions.append(qs)
+    return captions, questions
+
+
+def bench_reward(
+    answerer: str | None = None,
+    *,
+    n_captions: int = 16,
+    repeats: int = 3,
+    questions_per_caption: int = 8,
+    rounds: int = 4,
+) -> dict[str, Any]:
+    """Run the bench; with no ``answerer`` a tiny random Qwen2 is built and served in-process."""
+    tmp = None
+    if answerer is None:
+        from vlrl.core.tiny import make_tiny
+
+        tmp = tempfile.TemporaryDirectory(prefix="vlrl-bench-reward-")
+        answerer = f"hf:{make_tiny('qwen2', tmp.name)}"
+    backend = load_backend(answerer)
+    captions, questions = synthetic_captions(n_captions)
+    common = {"questions_per_caption": questions_per_caption, "rounds": rounds}
+    try:
+        # warm-up outside the timings (first-call allocation, kernel selection)
+        for mode in ("sample", "exact"):
+            warm = CapRLQAReward(backend, mode=mode, **common).score(captions[:2], questions=questions[:2])
+            if all(s.value is None for s in warm):  # timing failures would be meaningless
+                reason = warm[0].details.get("reason", "unknown") if warm else "no captions"
+                raise ValueError(f"answerer {answerer}: no caption could be scored in {mode} mode ({reason})")
+        runs: dict[str, list[tuple[float, list[float | None], int]]] = {"sample": [], "exact": []}
+        for rep in range(repeats):
+            for mode in ("sample", "exact"):
+                reward = CapRLQAReward(backend, mode=mode, seed=rep + 1 if mode == "sample" else 0, **common)
+                t0 = time.perf_counter()
+                scores = reward.score(captions, questions=questions)
+                dt = time.perf_counter() - t0
+                calls = sum(s.details.get("answerer_calls", 0) for s in scores)
+                runs[mode].append((dt, [s.value for s in scores], calls))
+                logger.info("repeat %d %s: %.2fs (%d answerer calls)", rep, mode, dt, calls)
+    finally:
+        backend.close()
+        if tmp is not None:
+            tmp.cleanup()
+    out: dict[str, Any] = {}
+    for mode, rs in runs.items():
+        total = sum(dt for dt, _, _ in rs)
+        per_caption = list(zip(*(vals for _, vals, _ in rs), strict=False))
+        spreads = [statistics.pstdev(v) for v in per_caption if all(x is not None for x in v)]
+        values = [x for _, vals, _ in rs for x in vals if x is not None]
+        out[mode] = {
+            "captions_per_s": n_captions * len(rs) / total if total > 0 else float("inf"),
+            "reward_std_across_repeats": statistics.fmean(spreads) if spreads else None,
+            "mean_reward": statistics.fmean(values) if values else None,
+            "seconds_per_repeat": [round(dt, 4) for dt, _, _ in rs],
+            "answerer_calls_per_repeat": rs[0][2] if rs else 0,
+            "none_rewards": sum(x is None for _, vals, _ in rs for x in vals),
+        }
+    out["throughput_ratio"] = out["exact"]["captions_per_s"] / out["sample"]["captions_per_s"]
+    out["settings"] = {"answerer": answerer if tmp is None else "tiny qwen2 (random weights, built in a temp folder)",
+                       "captions": n_captions, "repeats": repeats, "questions_per_caption": questions_per_caption,
+                       "rounds": rounds, "sample_temperature": 0.6, "sample_max_tokens": 10}
+    return out

@@ -1,0 +1,160 @@
+"""CapRL's commands, registered into the ``vlrl`` verb groups (bench, data, eval, reward).
+
+Commands only parse flags, call this method's library code and print results; heavy imports happen
+inside each command so ``vlrl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(groups: dict[str, typer.Typer]) -> None:
+    """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
+    bench = groups["bench"]
+    data = groups["data"]
+    evals = groups["eval"]
+    reward = groups["reward"]
+
+    @data.command("qa-curate", help="CapRL QA curation: VLM writes MCQs per image, keep those that need the image (resumable).")
+    def qa_curate_cmd(
+        images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+        vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes and (with the image) answers questions."),
+        answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer (no image)."),
+        out: str = typer.Option(..., "--out", help="Output folder (dataset/, stats.json, records/, cache/)."),
+        per_image: int = typer.Option(5, "--per-image", help="Questions to generate per image."),
+        rounds: int = typer.Option(4, "--rounds", help="Shuffled answering rounds per question and filter half."),
+        visual_min: float = typer.Option(0.75, "--visual-min", help="Keep if accuracy with the image is above this."),
+        text_max: float = typer.Option(0.25, "--text-max", help="Keep if text-only accuracy is below this."),
+        batch_size: int = typer.Option(8, "--batch-size", help="Images per backend call."),
+        temperature: float = typer.Option(0.1, "--temperature", help="VLM sampling temperature for question writing."),
+        max_tokens: int = typer.Option(1024, "--max-tokens", help="Token limit of the question-writing answer."),
+        seed: int = typer.Option(0, "--seed", help="Seed of generation sampling and option shuffles."),
+        shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    ) -> None:
+        import json
+
+        from vlrl.core.pipeline import parse_shard
+        from vlrl.methods.caprl.curate import CurateConfig, curate
+
+        cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max,
+                           batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        try:
+            stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data qa-curate: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
+
+
+    @reward.command("smoke", help="CapRL sanity check: real captions must out-score generic, empty and shuffled ones.")
+    def smoke_cmd(
+        qa: str = typer.Option(..., "--qa", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
+        captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner."),
+        answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
+        mode: str = typer.Option("exact", "--mode", help="caprl_qa mode: exact or sample."),
+        limit: int = typer.Option(
+            256, "--limit", min=0, help="Use only the first N images (0: all). A sample is enough; the whole corpus is held in memory."
+        ),
+        questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
+        rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
+        out: str = typer.Option("smoke.json", "--out", help="Where to write the JSON summary."),
+        cache: str | None = typer.Option(None, "--cache", help="Response cache folder."),
+        strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the check fails."),
+    ) -> None:
+        from rich.console import Console
+        from rich.panel import Panel
+        from rich.table import Table
+
+        from vlrl.core.pipeline import atomic_write_json
+        from vlrl.methods.caprl.smoke import smoke_check
+
+        try:
+            summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
+                                  rounds=rounds, cache=cache)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl reward smoke: {e}", err=True)
+            raise typer.Exit(2) from None
+        atomic_write_json(out, summary)
+        console = Console()
+        table = Table(title=f"caprl_qa ({mode}) on {summary['images']} images")
+        for col in ("captions", "mean reward", "cannot answer", "None"):
+            table.add_column(col)
+        def fmt(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.3f}"
+
+        for name, v in summary["variants"].items():
+            table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]))
+        console.print(table)
+        if summary["passed"]:
+            console.print(f"[green]smoke check passed[/green]: real captions beat generic, empty and shuffled -> {out}")
+        else:
+            console.print(Panel("\n".join(summary["failures"]) + "\n\nThe reward or the QA data is broken: the answerer can "
+                                "answer without the caption, ignores it, or answers are mis-parsed. Do not train on this.",
+                                title="WARNING: caprl_qa smoke check FAILED", style="bold red"))
+            if strict:
+                raise typer.Exit(1)
+
+
+    @evals.command("prism", help="Prism-style QA: captioner describes each image, a text-only answerer answers from the caption.")
+    def prism_cmd(
+        captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner under test."),
+        answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
+        bench: str = typer.Option(..., "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
+        out: str = typer.Option(..., "--out", help="Output folder (results.json, predictions.jsonl, captions.jsonl, cache/)."),
+        limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N questions."),
+        caption_max_tokens: int = typer.Option(512, "--caption-max-tokens", help="Caption length limit in tokens."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the response cache in OUT/cache."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    ) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        from vlrl.methods.caprl.prism import evaluate_prism
+
+        try:
+            res = evaluate_prism(captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
+                                 cache=not no_cache, progress=not quiet)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval prism: {e}", err=True)
+            raise typer.Exit(2) from None
+        table = Table(title=f"Prism-style accuracy ({res['n']} questions, {res['images']} images)")
+        for col in ("benchmark", "n", "accuracy", "by type", "errors"):
+            table.add_column(col)
+        for name, b in res["benchmarks"].items():
+            by_type = ", ".join(f"{t} {v:.3f}" for t, v in b["by_type"].items())
+            table.add_row(name, str(b["n"]), f"{b['accuracy']:.3f}", by_type, str(b["errors"]))
+        table.add_row("overall", str(res["n"]), f"{res['overall']:.3f}" if res["overall"] is not None else "n/a",
+                      f"macro {res['macro']:.3f}" if res["macro"] is not None else "", str(res["errors"]))
+        Console().print(table)
+        typer.echo(f"results -> {out}/results.json")
+
+
+    @bench.command("reward", help="caprl_qa throughput and spread: sample mode (N=4) vs exact mode on the same backend.")
+    def bench_reward_cmd(
+        json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+        answerer: str | None = typer.Option(None, "--answerer", help="Answerer backend spec (default: build a tiny Qwen2, hf: backend)."),
+        captions: int = typer.Option(16, "--captions", help="Captions scored per repeat."),
+        repeats: int = typer.Option(3, "--repeats", help="Repeats per mode (interleaved)."),
+        questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
+        rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
+    ) -> None:
+        import json as _json
+        from pathlib import Path as _Path
+
+        from vlrl.methods.caprl.bench import bench_reward
+
+        try:
+            res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption, rounds=rounds)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl bench reward: {e}", err=True)
+            raise typer.Exit(2) from None
+        _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+        for mode in ("sample", "exact"):
+            r = res[mode]
+            std, mean = r["reward_std_across_repeats"], r["mean_reward"]
+            typer.echo(f"{mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across repeats "
+                       f"{'n/a' if std is None else f'{std:.4f}'}, mean reward {'n/a' if mean is None else f'{mean:.3f}'}")
+        typer.echo(f"throughput ratio (exact/sample): {res['throughput_ratio']:.2f}x")

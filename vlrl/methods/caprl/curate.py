@@ -1,0 +1,273 @@
+"""CapRL QA curation: generate MCQs per image, parse them, keep those that need the image.
+
+Stages per image (the unit of work, keyed by the image id):
+
+1. **Load** through :func:`vlrl.core.images.load_image`; a failure goes to the quarantine with its reason.
+2. **Generate**: the VLM writes ``per_image`` MCQs from ``caprl_qa_generate.jinja`` (temperature
+   0.1 as in the paper, seeded per image so a rerun asks the same thing).
+3. **Parse** with :func:`vlrl.methods.caprl.mcq_parse.parse_mcqs`; malformed questions are dropped with a
+   reason code (and questions beyond ``per_image`` as ``over_limit``).
+4. **Filter** (:mod:`vlrl.methods.caprl.filtering`): R shuffled rounds with the image by the VLM, R rounds
+   without it by the text answerer; keep when visual acc > ``visual_min`` and text acc < ``text_max``.
+
+Exactly-once: a finished image is one line in ``records/shard-I-of-N.jsonl``. Images are cut into
+batches with *fixed* boundaries over the shard's image list, and every model call goes through the
+response cache (``DIR/cache``), so after ``kill -9`` a rerun replays paid calls, redoes at most the
+batch in flight with the same composition, and ends with the same records as an uninterrupted run.
+An image whose model call failed (endpoint down) is not written and is retried by the next run.
+
+Outputs, rebuilt from the records at the end of every run once no image is pending in any shard:
+``DIR/dataset`` (HF ``save_to_disk``: ``id``, ``image``, ``questions`` with options, answer letter and
+both accuracies) and ``DIR/stats.json`` (counts of every stage and every drop reason).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard
+from vlrl.core.prompts import render
+from vlrl.methods.caprl.filtering import text_only_filter, visual_filter
+from vlrl.methods.caprl.mcq import seeded_rng
+from vlrl.methods.caprl.mcq_parse import parse_mcqs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CurateConfig:
+    per_image: int = 5
+    """Questions the VLM is asked to write per image (extra ones are dropped as ``over_limit``)."""
+    rounds: int = 4
+    """Shuffled answering rounds per question, for each half of the filter."""
+    visual_min: float = 0.75
+    text_max: float = 0.25
+    temperature: float = 0.1
+    max_tokens: int = 1024
+    batch_size: int = 8
+    """Images per batch (all their requests go to a backend together)."""
+    seed: int = 0
+    prompt: str = "caprl_qa_generate"
+    max_pixels: int | None = None
+    """Optional Qwen pixel budget applied when loading images."""
+
+
+def _read_done(folder: Path, pattern: str) -> list[dict[str, Any]]:
+    """Records of every shard file (another shard may be mid-write: a torn last line is skipped)."""
+    out = []
+    for f in sorted(folder.glob(pattern)):
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                if line.endswith("\n"):
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    return out
+
+
+def curate(
+    images: str | Path,
+    vlm: str,
+    answerer: str,
+    out: str | Path,
+    config: CurateConfig | None = None,
+    shard: tuple[int, int] = (0, 1),
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run (or resume) QA curation of ``images`` into ``out``. Returns the stats dict."""
+    from tqdm import tqdm
+
+    from vlrl.core.sources import load_any_dataset
+
+    cfg = config or CurateConfig()
+    out = Path(out)
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    source = load_any_dataset(images)
+    refs = source.image_refs()
+    by_id = {r.id: r for r in refs}
+    if len(by_id) != len(refs):
+        raise ValueError(f"{images}: image ids are not unique ({len(refs) - len(by_id)} duplicates)")
+    tag = f"shard-{shard[0]}-of-{shard[1]}"
+    store = JsonlStore(out / "records" / f"{tag}.jsonl")
+    quarantine = Quarantine(out / "records" / f"quarantine-{tag}.jsonl")
+    done = {r["id"] for r in _read_done(out / "records", "*.jsonl")}
+    mine = [r.id for r in refs if in_shard(r.id, shard)]
+    todo_total = sum(1 for i in mine if i not in done)
+    logger.info("qa-curate %s: %d images in shard, %d already done", tag, len(mine), len(mine) - todo_total)
+
+    cache = out / "cache"
+    vlm_backend = load_backend(vlm, cache=cache)
+    text_backend = vlm_backend if answerer == vlm else load_backend(answerer, cache=cache)
+    retry = 0
+    bar = tqdm(total=todo_total, desc="qa-curate", unit="img", disable=not progress)
+    try:
+        for batch in batched(mine, cfg.batch_size):  # fixed boundaries: resume redoes the same batch
+            todo = [i for i in batch if i not in done]
+            if not todo:
+                continue
+            loaded = {}
+            for image_id in todo:
+                try:
+                    loaded[image_id] = by_id[image_id].load(root=source.root, max_pixels=cfg.max_pixels)
+                except Exception as e:  # noqa: BLE001 - ImageLoadError and anything a decoder throws
+                    quarantine.add(image_id, getattr(e, "reason", str(e)))
+                    bar.update(1)
+            records, failed = _process_batch(loaded, vlm_backend, text_backend, cfg)
+            for rec in records:
+                store.append(rec)
+            retry += len(failed)
+            bar.update(len(records) + len(failed))
+    finally:
+        bar.close()
+        store.close()
+        quarantine.close()
+        for b in {id(vlm_backend): vlm_backend, id(text_backend): text_backend}.values():
+            b.close()
+    if retry:
+        logger.warning("%d image(s) hit a backend error and were not written; rerun the same command to retry them", retry)
+    return finalize(out, [r.id for r in refs], cfg, source_root=source.root, refs=by_id)
+
+
+def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig) -> tuple[list[dict], list[str]]:
+    """Generate, parse and filter one batch of loaded images. Returns (records, failed ids)."""
+    if not loaded:
+        return [], []
+    ids = list(loaded)
+    prompt = render(cfg.prompt, n=cfg.per_image)
+    reqs = []
+    for image_id in ids:
+        seed = seeded_rng("qa_generate", cfg.seed, image_id).getrandbits(31)
+        sampling = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed if cfg.temperature > 0 else None)
+        content = [{"type": "image", "image": loaded[image_id]}, {"type": "text", "text": prompt}]
+        reqs.append(ChatRequest([{"role": "user", "content": content}], sampling, id=image_id))
+    try:
+        gens = vlm.chat(reqs)
+    except Exception as e:  # noqa: BLE001
+        logger.error("VLM failed on a batch of %d images: %s", len(ids), e)
+        return [], ids
+    failed = []
+    parsed: dict[str, Any] = {}
+    for image_id, res in zip(ids, gens, strict=False):
+        if not res.ok:
+            logger.warning("%s: generation failed: %s", image_id, res.error)
+            failed.append(image_id)
+        else:
+            parsed[image_id] = (res.text, parse_mcqs(res.text))
+            if not parsed[image_id][1].found:
+                logger.warning("%s: the VLM's answer holds no multiple-choice question (%r)", image_id, res.text[:80])
+    items, keys, owners = [], [], []
+    for image_id, (_, pr) in parsed.items():
+        for qi, mcq in enumerate(pr.questions[: cfg.per_image]):
+            items.append((mcq, loaded[image_id]))
+            keys.append(f"{image_id}#{qi}")
+            owners.append(image_id)
+    vis = visual_filter(items, vlm, cfg.rounds, cfg.visual_min, keys=keys, seed=cfg.seed) if items else []
+    txt = text_only_filter([m for m, _ in items], text_backend, cfg.rounds, cfg.text_max, keys=keys, seed=cfg.seed) if items else []
+    verdicts: dict[str, list] = {i: [] for i in parsed}
+    for owner, (mcq, _), v, t in zip(owners, items, vis, txt, strict=False):
+        verdicts[owner].append((mcq, v, t))
+    records = []
+    for image_id, (raw, pr) in parsed.items():
+        err = next((v.error or t.error for _, v, t in verdicts[image_id] if v.error or t.error), None)
+        if err:
+            logger.warning("%s: answering failed (%s); will retry on the next run", image_id, err)
+            failed.append(image_id)
+            continue
+        dropped = Counter(d["reason"] for d in pr.dropped)
+        if len(pr.questions) > cfg.per_image:
+            dropped["over_limit"] += len(pr.questions) - cfg.per_image
+        questions = []
+        for mcq, v, t in verdicts[image_id]:
+            reason = None if v.keep and t.keep else ("visual_acc_too_low" if not v.keep else "text_acc_too_high")
+            questions.append({**mcq.to_dict(), "visual_acc": v.accuracy, "text_acc": t.accuracy, "kept": reason is None, "reason": reason})
+        records.append({
+            "id": image_id,
+            "generated": pr.found,
+            "parsed": len(pr.questions),
+            "parse_drops": dict(sorted(dropped.items())),
+            "questions": questions,
+            "raw": raw,
+        })
+    return records, failed
+
+
+def finalize(out: str | Path, all_ids: list[str], cfg: CurateConfig, *, source_root: Path, refs: dict[str, Any]) -> dict[str, Any]:
+    """Write ``stats.json`` (always) and ``dataset`` (once nothing is pending in any shard)."""
+    out = Path(out)
+    records = {r["id"]: r for r in _read_done(out / "records", "shard-*.jsonl")}
+    quarantined = {r["id"]: r for r in _read_done(out / "records", "quarantine-*.jsonl")}
+    pending = [i for i in all_ids if i not in records and i not in quarantined]
+    parse_drops: Counter = Counter()
+    filter_drops: Counter = Counter()
+    for r in records.values():
+        parse_drops.update(r["parse_drops"])
+        filter_drops.update(q["reason"] for q in r["questions"] if q["reason"])
+    kept = sum(q["kept"] for r in records.values() for q in r["questions"])
+    stats = {
+        "images": len(all_ids),
+        "images_done": len(records),
+        "images_quarantined": len(quarantined),
+        "images_pending": len(pending),
+        "quarantine_reasons": dict(sorted(Counter(r["reason"] for r in quarantined.values()).items())),
+        "generated": sum(r["generated"] for r in records.values()),
+        "parsed": sum(r["parsed"] for r in records.values()),
+        "filtered": sum(len(r["questions"]) for r in records.values()),
+        "kept": kept,
+        "images_with_questions": sum(any(q["kept"] for q in r["questions"]) for r in records.values()),
+        "images_no_question_found": sum(r["generated"] == 0 for r in records.values()),
+        "drop_reasons": dict(sorted((parse_drops + filter_drops).items())),
+        "settings": asdict(cfg),
+    }
+    atomic_write_json(out / "stats.json", stats)
+    if pending:
+        logger.info("%d image(s) still pending (other shards or failed calls): dataset not written yet", len(pending))
+        return stats
+    _write_dataset(out / "dataset", [records[i] for i in all_ids if i in records], refs, source_root)
+    return stats
+
+
+def _write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any], root: Path) -> None:
+    import datasets
+
+    from vlrl.core.images import resolve_under_root
+
+    q = {k: datasets.Value("string") for k in ("question", "answer")}
+    features = datasets.Features({
+        "id": datasets.Value("string"),
+        "image": datasets.Image(),
+        "questions": datasets.List({**q, "options": datasets.List(datasets.Value("string")),
+                                    "visual_acc": datasets.Value("float64"), "text_acc": datasets.Value("float64")}),
+    })
+
+    def rows():
+        for r in records:
+            kept = [{k: x[k] for k in ("question", "options", "answer", "visual_acc", "text_acc")} for x in r["questions"] if x["kept"]]
+            if not kept:
+                continue
+            ref = refs[r["id"]]
+            data = ref.data if ref.data else resolve_under_root(ref.path, root, ref.id).read_bytes()
+            yield {"id": r["id"], "image": {"bytes": data, "path": ref.path or r["id"]}, "questions": kept}
+
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".dataset-"))
+    try:
+        data = list(rows())
+        if data:
+            ds = datasets.Dataset.from_list(data, features=features)
+        else:  # from_list([]) loses the schema
+            ds = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
+        ds.save_to_disk(str(tmp / "ds"), num_shards=1 if len(ds) == 0 else None)
+        if dest.exists():
+            shutil.rmtree(dest)
+        (tmp / "ds").rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("wrote %d images with questions to %s", len(ds), dest)

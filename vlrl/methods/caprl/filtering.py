@@ -1,0 +1,122 @@
+"""The two halves of CapRL's QA filter, usable apart.
+
+A curated question must need the image: a small VLM *with* the image gets it right every round
+(visual accuracy > ``visual_min``), and a text model *without* it almost never does (text-only
+accuracy < ``text_max``). Each round shows the options in a fresh seeded order.
+
+* The visual half adds a "None of the above" option (the paper's design): a VLM that cannot find
+  the answer in the image has an honest way out instead of a lucky guess.
+* The text-only half adds **no** abstain option: the point is to catch questions whose answer can
+  be guessed from the question and options alone, and an abstain option would let a cautious
+  answerer hide exactly those.
+
+Both answer greedily after the pre-fill "The answer is" and read the first option letter (see
+:mod:`vlrl.methods.caprl.ask`); every ask of a call goes to the backend in one batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vlrl.core.backends import Backend, load_backend
+from vlrl.core.prompts import render
+from vlrl.methods.caprl.ask import Ask, ask
+from vlrl.methods.caprl.mcq import MCQ, NONE_OF_THE_ABOVE, normalize_mcq, present, seeded_rng
+
+FILTER_PROMPT = "caprl_filter_answer"
+
+
+@dataclass
+class Verdict:
+    accuracy: float | None
+    """Mean correctness over the rounds; ``None`` when a request failed (retry later)."""
+    keep: bool
+    error: str | None = None
+
+
+def answer_accuracy(
+    backend: Backend,
+    items: list[tuple[MCQ, Any]],
+    *,
+    rounds: int,
+    keys: list[str] | None = None,
+    abstain: str | None = None,
+    seed: int = 0,
+    salt: str = "",
+    prompt: str = FILTER_PROMPT,
+    max_tokens: int = 10,
+) -> list[tuple[float | None, str | None]]:
+    """Accuracy of ``backend`` on each ``(mcq, image_or_None)`` over ``rounds`` shuffled rounds.
+
+    ``keys`` (stable ids, e.g. ``"img.jpg#2"``) seed the option orders; by default the question's
+    own hash does. Returns ``(accuracy, error)`` per item.
+    """
+    keys = keys or [m.key for m, _ in items]
+    asks = []
+    for (mcq, image), key in zip(items, keys, strict=False):
+        rng = seeded_rng("caprl_filter", seed, salt, key)
+        for r in range(rounds):
+            pres = present(mcq, rng, abstain)
+            text = render(prompt, question=mcq.question, options=pres.lines(), with_image=image is not None)
+            content: Any = [{"type": "image", "image": image}, {"type": "text", "text": text}] if image is not None else text
+            asks.append(Ask([{"role": "user", "content": content}], pres, id=f"{key}/round{r}"))
+    answers = ask(backend, asks, mode="sample", temperature=0.0, max_tokens=max_tokens)
+    out = []
+    for i in range(len(items)):
+        mine = answers[i * rounds : (i + 1) * rounds]
+        err = next((a.error for a in mine if a.error), None)
+        out.append((None, err) if err else (sum(a.correct for a in mine) / rounds, None))
+    return out
+
+
+def text_only_filter(
+    questions: list[Any],
+    answerer: Backend | str,
+    rounds: int = 4,
+    text_max: float = 0.25,
+    *,
+    keys: list[str] | None = None,
+    seed: int = 0,
+    cache: str | None = None,
+    prompt: str = FILTER_PROMPT,
+) -> list[Verdict]:
+    """Keep the questions a text-only ``answerer`` cannot answer without the image.
+
+    ``prompt`` names the template (stem or ``.jinja`` path; variables ``question``, ``options``,
+    ``with_image``), for an answerer trained on a layout of its own such as the demo's.
+
+    ``questions`` are MCQs in any shape :func:`~vlrl.methods.caprl.mcq.normalize_mcq` accepts; one that is
+    malformed is not kept (its verdict carries the reason).
+    """
+    backend = load_backend(answerer, cache=cache) if isinstance(answerer, str) or cache else answerer
+    verdicts: list[Verdict | None] = [None] * len(questions)
+    items, idx, item_keys = [], [], []
+    for i, q in enumerate(questions):
+        try:
+            mcq = q if isinstance(q, MCQ) else normalize_mcq(q)
+        except ValueError as e:
+            verdicts[i] = Verdict(None, False, f"bad question: {e}")
+            continue
+        items.append((mcq, None))
+        idx.append(i)
+        item_keys.append(keys[i] if keys else mcq.key)
+    for i, (acc, err) in zip(idx, answer_accuracy(backend, items, rounds=rounds, keys=item_keys, seed=seed, salt="text", prompt=prompt), strict=False):
+        verdicts[i] = Verdict(acc, acc is not None and acc < text_max, err)
+    return verdicts  # type: ignore[return-value]
+
+
+def visual_filter(
+    items: list[tuple[MCQ, Any]],
+    vlm: Backend,
+    rounds: int = 4,
+    visual_min: float = 0.75,
+    *,
+    keys: list[str] | None = None,
+    seed: int = 0,
+    prompt: str = FILTER_PROMPT,
+) -> list[Verdict]:
+    """Keep the questions a VLM answers right, with the image, more than ``visual_min`` of the time."""
+    res = answer_accuracy(vlm, items, rounds=rounds, keys=keys, abstain=NONE_OF_THE_ABOVE, seed=seed, salt="visual",
+                          prompt=prompt)
+    return [Verdict(acc, acc is not None and acc > visual_min, err) for acc, err in res]

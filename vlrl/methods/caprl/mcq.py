@@ -1,0 +1,214 @@
+"""The multiple-choice question as every CapRL stage sees it.
+
+QA curation writes MCQs, the ``caprl_qa`` reward asks them, Prism-style evaluation and the smoke
+check reuse them. They all need the same three operations, kept here so they cannot drift apart:
+
+* :func:`normalize_mcq` — accept the shapes MCQs arrive in (dicts from JSONL or an HF dataset,
+  ``vlrl.core.records`` objects, options as bare texts or as ``"A. text"`` strings, the answer as a
+  letter, an index or the option text) and return one validated :class:`MCQ`, or raise
+  :class:`MCQError` naming the reason.
+* :func:`present` — one *presentation* of a question: options shuffled by a seeded RNG and an
+  abstain option ("Cannot answer based on the caption" / "None of the above") appended **last**.
+  Keeping the abstain option last (as the public CapRL code does) means its letter always reads
+  as "the extra one", and shuffling it among the real options would only add position noise to
+  the one option whose meaning does not depend on the image.
+* :func:`parse_letter` — the answer letter a model named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+CANNOT_ANSWER = "Cannot answer based on the caption"
+NONE_OF_THE_ABOVE = "None of the above"
+
+_LABEL = re.compile(r"^\s*[\(\[]?([A-Za-z])\s*[\)\]\.:：、]\s*(.*)$", re.S)
+_LETTER_TOKEN = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
+_PREAMBLE = re.compile(r"^\s*(the\s+)?(correct\s+)?(answer|option|choice)\s*(is|:)?\s*", re.I)
+
+
+class MCQError(ValueError):
+    """A question that cannot be asked (missing text, bad options, answer not among them)."""
+
+
+@dataclass(frozen=True)
+class MCQ:
+    question: str
+    options: tuple[str, ...]
+    answer: int
+    """Index of the correct option in ``options``."""
+
+    @property
+    def answer_letter(self) -> str:
+        return LETTERS[self.answer]
+
+    @property
+    def answer_text(self) -> str:
+        return self.options[self.answer]
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the question (order of options included)."""
+        blob = json.dumps([self.question, list(self.options), self.answer], ensure_ascii=False)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "options": list(self.options), "answer": self.answer_letter}
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """One way of showing a question: option order plus an optional abstain option."""
+
+    options: tuple[str, ...]
+    gold: str
+    """Letter of the correct option in this presentation."""
+    abstain: str | None
+    """Letter of the appended abstain option, if any."""
+
+    @property
+    def letters(self) -> tuple[str, ...]:
+        return tuple(LETTERS[: len(self.options)])
+
+    def lines(self) -> list[str]:
+        return [f"{letter}. {text}" for letter, text in zip(self.letters, self.options, strict=False)]
+
+
+def _field(item: Any, name: str) -> Any:
+    if isinstance(item, dict):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+def _strip_labels(options: list[str]) -> list[str]:
+    """Remove ``"A. "`` style labels when every option carries the expected letter in order."""
+    matches = [_LABEL.match(o) for o in options]
+    if all(m and m.group(1).upper() == LETTERS[i] for i, m in enumerate(matches)):
+        return [m.group(2).strip() for m in matches]  # type: ignore[union-attr]
+    return options
+
+
+def normalize_mcq(item: Any) -> MCQ:
+    """Validate one MCQ given in any supported shape. Raises :class:`MCQError` with the reason."""
+    if isinstance(item, str):
+        try:
+            item = json.loads(item)
+        except json.JSONDecodeError:
+            raise MCQError("question is a string, not an MCQ record") from None
+    if item is None:
+        raise MCQError("empty question record")
+    if not isinstance(item, dict) and hasattr(item, "to_dict") and _field(item, "question") is None:
+        item = item.to_dict()
+    question = _field(item, "question")
+    if not isinstance(question, str) or not question.strip():
+        raise MCQError("missing question text")
+    raw = _field(item, "options")
+    if raw is None:
+        raw = _field(item, "choices")
+    if isinstance(raw, dict):  # {"A": "red", "B": "blue"}
+        raw = [raw[k] for k in sorted(raw)]
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise MCQError("options are a string, not a list") from None
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise MCQError("no options")
+    if any(not isinstance(o, str) or not o.strip() for o in raw):
+        raise MCQError("an option is empty or not text")
+    options = _strip_labels([o.strip() for o in raw])
+    if len(options) < 2:
+        raise MCQError(f"only {len(options)} option(s)")
+    if len({o.casefold() for o in options}) != len(options):
+        raise MCQError("duplicate options")
+    if len(options) > len(LETTERS) - 1:
+        raise MCQError(f"too many options ({len(options)})")
+    answer = _answer_index(_field(item, "answer"), options)
+    return MCQ(question.strip(), tuple(options), answer)
+
+
+def _answer_index(answer: Any, options: Sequence[str]) -> int:
+    if isinstance(answer, bool) or answer is None:
+        raise MCQError("missing answer")
+    if isinstance(answer, int):
+        if 0 <= answer < len(options):
+            return answer
+        raise MCQError(f"answer index {answer} is not among {len(options)} options")
+    if not isinstance(answer, str) or not answer.strip():
+        raise MCQError("missing answer")
+    text = answer.strip()
+    for i, o in enumerate(options):  # the option text itself
+        if text.casefold() == o.casefold():
+            return i
+    m = _LABEL.match(text)
+    letter = m.group(1) if m else (text if len(text) == 1 else None)
+    if letter is None or not letter.isalpha():
+        raise MCQError(f"answer {text[:40]!r} is neither an option letter nor an option")
+    idx = LETTERS.find(letter.upper())
+    if not 0 <= idx < len(options):
+        raise MCQError(f"answer letter {letter.upper()} is not among the options A-{LETTERS[len(options) - 1]}")
+    return idx
+
+
+def coerce_questions(value: Any) -> list[Any]:
+    """The per-row questions column as a list (accepts a JSON string or a single record)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise MCQError("questions column is a string that is not JSON") from None
+    if isinstance(value, dict) or not isinstance(value, (list, tuple)):
+        return [value]
+    return list(value)
+
+
+def seeded_rng(*parts: Any) -> random.Random:
+    """A ``random.Random`` seeded by a stable hash of ``parts`` (not Python's salted ``hash``)."""
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return random.Random(int(hashlib.sha256(blob.encode()).hexdigest()[:16], 16))
+
+
+def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_ANSWER) -> Presentation:
+    """Shuffle the options with ``rng`` (``None``: keep order) and append ``abstain`` last."""
+    order = list(range(len(mcq.options)))
+    if rng is not None:
+        rng.shuffle(order)
+    options = [mcq.options[i] for i in order]
+    gold = LETTERS[order.index(mcq.answer)]
+    abstain_letter = None
+    if abstain:
+        existing = [i for i, o in enumerate(options) if o.casefold() == abstain.casefold()]
+        if existing:  # the question already offers it; do not ask twice
+            abstain_letter = LETTERS[existing[0]]
+        else:
+            options.append(abstain)
+            abstain_letter = LETTERS[len(options) - 1]
+    return Presentation(tuple(options), gold, abstain_letter)
+
+
+def parse_letter(text: str, letters: Sequence[str]) -> str | None:
+    """The option letter an answer names, or ``None``.
+
+    A letter standing alone (``B``, ``(B)``, ``B.``, ``The answer is B``) wins; otherwise the first
+    valid capital letter anywhere, which is what the public CapRL code takes.
+    """
+    if not text:
+        return None
+    valid = set(letters)
+    s = _PREAMBLE.sub("", text.strip(), count=1)
+    for m in _LETTER_TOKEN.finditer(s):
+        if m.group(1) in valid:
+            return m.group(1)
+    for ch in s:
+        if ch in valid:
+            return ch
+    return None

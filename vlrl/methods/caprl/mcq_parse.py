@@ -1,0 +1,197 @@
+"""Turn a VLM's free-text multiple-choice questions into validated :class:`~vlrl.methods.caprl.mcq.MCQ`.
+
+Real models break the requested layout in a handful of recurring ways, and each one must cost a
+question, never the image: chatter before or after the questions, Markdown bold, numbered
+questions instead of "Question 1:", options on one line, an explanation after the answer, a
+missing "Answer:" line, an answer letter with no such option, duplicate options, fewer than three
+options, or JSON instead of text. The parser reads what it can and reports every dropped question
+with a short reason code, which the curation stats count.
+
+Reason codes: ``no_question``, ``too_few_options``, ``duplicate_options``,
+``duplicate_option_letters``, ``missing_answer``, ``answer_not_in_options``, ``too_many_options``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from vlrl.methods.caprl.mcq import LETTERS, MCQ, MCQError, normalize_mcq
+
+MIN_OPTIONS = 3
+
+_Q_START = re.compile(r"^\s*(?:question\b\s*(\d+)?\s*[:.)\-]?|q\s*(\d+)\s*[:.)\-]?|(\d+)\s*[.)])\s*(.*)$", re.I)
+_OPTION = re.compile(r"^\s*[\(\[]?([A-Ha-h])\s*[\)\]\.:]\s*(.+?)\s*$")
+_INLINE_OPTION = re.compile(r"(?:^|\s)[\(\[]?([A-H])[\)\]\.:]\s+")
+_ANSWER = re.compile(r"^\s*(?:the\s+)?(?:correct\s+)?(?:answer|ans|solution)\s*(?:is)?\s*[:：]?\s*(.*)$", re.I)
+_MARKDOWN = re.compile(r"[*_`#>]+")
+
+
+@dataclass
+class ParseResult:
+    questions: list[MCQ] = field(default_factory=list)
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    """``{"reason": code, "detail": message, "text": the block}`` per dropped question."""
+
+    @property
+    def found(self) -> int:
+        return len(self.questions) + len(self.dropped)
+
+
+def parse_mcqs(text: str) -> ParseResult:
+    """Parse every MCQ in ``text``; never raises."""
+    text = text or ""
+    as_json = _try_json(text)
+    if as_json is not None:
+        return as_json
+    result = ParseResult()
+    for block in _blocks(text):
+        try:
+            result.questions.append(_parse_block(block))
+        except _Drop as d:
+            result.dropped.append({"reason": d.code, "detail": d.detail, "text": "\n".join(block)[:500]})
+    return result
+
+
+class _Drop(Exception):
+    def __init__(self, code: str, detail: str = "") -> None:
+        super().__init__(code)
+        self.code, self.detail = code, detail or code.replace("_", " ")
+
+
+def _clean(line: str) -> str:
+    return _MARKDOWN.sub("", line).strip()
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """Lines grouped per question.
+
+    A block opens at a labelled question line ("Question 2:", "2.") or at any plain line that
+    follows an answer; blocks with neither a label nor options (chatter, explanations) vanish.
+    """
+    blocks: list[tuple[bool, list[str]]] = []
+    current: list[str] | None = None
+    current_labelled = False
+    state = None  # None -> "question" -> "options" -> "answered"
+    for line in (x for x in map(_clean, text.splitlines()) if x):
+        is_opt = bool(_OPTION.match(line))
+        is_ans = bool(_ANSWER.match(line))
+        labelled = bool(_Q_START.match(line)) and not is_opt and not is_ans
+        plain = not is_opt and not is_ans
+        opens = labelled and (state != "question" or not current_labelled)
+        if current is None or opens or (plain and state == "answered"):
+            current, current_labelled = [line], labelled
+            blocks.append((labelled, current))
+            state = "options" if is_opt else "question"
+            continue
+        current.append(line)
+        if is_ans and state == "options":
+            state = "answered"
+        elif is_opt and state == "question":
+            state = "options"
+    return [b for labelled, b in blocks if labelled or any(_OPTION.match(x) for x in b)]
+
+
+def _split_inline(line: str) -> list[str]:
+    """``"A. red B. blue C. green"`` → three option lines (only when letters run A, B, C...)."""
+    hits = list(_INLINE_OPTION.finditer(line))
+    if len(hits) >= 2 and [h.group(1) for h in hits] == list(LETTERS[: len(hits)]) and hits[0].start() == 0:
+        ends = [h.start() for h in hits[1:]] + [len(line)]
+        return [line[h.start() : e].strip() for h, e in zip(hits, ends, strict=False)]
+    return [line]
+
+
+def _parse_block(block: list[str]) -> MCQ:
+    head = _Q_START.match(block[0])
+    if _OPTION.match(block[0]):
+        question_parts, body = [], block
+    elif head and not _ANSWER.match(block[0]):
+        question_parts, body = [head.group(4)], block[1:]
+    else:
+        question_parts, body = [block[0]], block[1:]
+    options: list[tuple[str, str]] = []
+    answer: str | None = None
+    for raw in body:
+        m_ans = _ANSWER.match(raw)
+        if m_ans:
+            answer = answer or m_ans.group(1).strip() or None
+            continue
+        if answer is not None:
+            continue  # explanation after the answer line
+        pieces = _split_inline(raw)
+        matched = [_OPTION.match(p) for p in pieces]
+        if all(matched):
+            options.extend((m.group(1).upper(), m.group(2).strip()) for m in matched)  # type: ignore[union-attr]
+        elif not options:
+            question_parts.append(raw)
+    question = " ".join(p for p in question_parts if p).strip()
+    if not question:
+        raise _Drop("no_question")
+    if len(options) < MIN_OPTIONS:
+        raise _Drop("too_few_options", f"{len(options)} option(s), need {MIN_OPTIONS}")
+    letters = [L for L, _ in options]
+    if len(set(letters)) != len(letters):
+        raise _Drop("duplicate_option_letters")
+    texts = [t for _, t in options]
+    if len({t.casefold() for t in texts}) != len(texts):
+        raise _Drop("duplicate_options")
+    if len(texts) > len(LETTERS) - 1:
+        raise _Drop("too_many_options")
+    if not answer:
+        raise _Drop("missing_answer")
+    return MCQ(question, tuple(texts), _answer_index(answer, letters, texts))
+
+
+def _answer_index(answer: str, letters: list[str], texts: list[str]) -> int:
+    a = answer.strip().rstrip(".")
+    for i, t in enumerate(texts):
+        if a.casefold() == t.casefold():
+            return i
+    m = re.match(r"^[\(\[]?([A-Za-z])(?:[\)\]\.:]|\s|$)", a)
+    if m:
+        letter = m.group(1).upper()
+        if letter in letters:
+            return letters.index(letter)
+        raise _Drop("answer_not_in_options", f"answer {letter} is not among options {''.join(letters)}")
+    raise _Drop("answer_not_in_options", f"answer {a[:40]!r} names no option")
+
+
+def _try_json(text: str) -> ParseResult | None:
+    """JSON output (a list of MCQ objects, or ``{"questions": [...]}``), repaired if needed."""
+    s = text.strip()
+    if s.startswith("```"):
+        s = re.sub(r"^```[a-zA-Z]*\s*|\s*```$", "", s)
+    if not s or s[0] not in "[{" or '"question"' not in s:
+        return None
+    from vlrl.judge.structured import InvalidOutput, extract_json  # strict JSON, else json_repair
+
+    try:
+        data, _ = extract_json(s)
+    except InvalidOutput:
+        return None
+    if isinstance(data, dict):
+        data = data.get("questions", [data])
+    if not isinstance(data, list):
+        return None
+    result = ParseResult()
+    for item in data:
+        try:
+            mcq = normalize_mcq(item)
+            if len(mcq.options) < MIN_OPTIONS:
+                raise _Drop("too_few_options", f"{len(mcq.options)} option(s), need {MIN_OPTIONS}")
+            result.questions.append(mcq)
+        except _Drop as d:
+            result.dropped.append({"reason": d.code, "detail": d.detail, "text": json.dumps(item)[:500]})
+        except MCQError as e:
+            result.dropped.append({"reason": _code(str(e)), "detail": str(e), "text": json.dumps(item, default=str)[:500]})
+    return result
+
+
+def _code(message: str) -> str:
+    m = message.lower()
+    for needle, code in (("duplicate", "duplicate_options"), ("answer", "answer_not_in_options"),
+                         ("option", "too_few_options"), ("question", "no_question")):
+        if needle in m:
+            return "missing_answer" if m.startswith("missing answer") else code
+    return "malformed"

@@ -1,0 +1,180 @@
+"""``caprl_qa``: a caption is worth what a text-only answerer can learn from it (CapRL).
+
+For each caption the reward draws ``questions_per_caption`` (Q) questions *with replacement* from
+the image's curated MCQs (the ``questions`` dataset column) and poses each one ``rounds`` (N) times
+to a text-only answerer that sees the caption and never the image. Every round shows the options
+in a fresh seeded order with "Cannot answer based on the caption" appended **last** (kept last, as
+in the public code, so only the real options move; picks of it are reported as
+``cannot_answer_rate``). The reward is the mean correctness over the Q×N asks.
+
+Modes (see :mod:`vlrl.methods.caprl.ask`):
+
+* ``sample`` (default) follows the public CapRL code: pre-fill "The answer is", sample at
+  ``temperature`` 0.6 with at most ``max_tokens`` 10 new tokens, take the first option letter.
+* ``exact`` reads the answerer's option-letter probabilities over the *same* Q×N presentations
+  and averages the probability of the gold letter: the expected sample-mode score given the draws
+  (at temperature 1). No sampling noise and no generation loop. The option order of round r of a
+  question is the same whichever draw picked it, so a question drawn twice costs one forward pass
+  per round: at most ``min(Q, #questions) × N`` passes per caption, each computed once.
+
+Seeding: by default the draws and option orders depend only on ``seed`` and the image's question
+list, so every caption of one GRPO group is asked the *same* questions in the same orders
+(common random numbers: the group advantage reflects the captions, not the luck of the draw),
+reruns are reproducible and a response cache replays them. ``redraw=True`` mixes a call counter
+into the seed so each training step sees fresh draws, as the public code does.
+
+All asks of a batch go to the answerer in one call and identical ones are sent once. A caption
+with no usable question, or whose asks all failed, scores ``None`` (not applicable) and the reason
+is in its details: the reward never raises inside a training step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from vlrl.core.backends import Backend, load_backend, parse_spec
+from vlrl.core.prompts import render
+from vlrl.methods.caprl.ask import Ask, ask
+from vlrl.methods.caprl.mcq import CANNOT_ANSWER, MCQError, coerce_questions, normalize_mcq, present, seeded_rng
+from vlrl.rewards import register_reward
+from vlrl.rewards.base import Reward, Score
+
+logger = logging.getLogger(__name__)
+
+
+@register_reward("caprl_qa")
+class CapRLQAReward(Reward):
+    """QA-utility caption reward. Settings are keyword arguments (a recipe's reward block)."""
+
+    name = "caprl_qa"
+    required_columns = ("questions",)
+
+    def __init__(
+        self,
+        answerer: str | Backend,
+        mode: str = "sample",
+        questions_per_caption: int = 8,
+        rounds: int = 4,
+        temperature: float = 0.6,
+        max_tokens: int = 10,
+        seed: int = 0,
+        cache: str | None = None,
+        prompt: str = "caprl_answer",
+        shuffle: bool = True,
+        redraw: bool = False,
+        cannot_answer: str = CANNOT_ANSWER,
+    ) -> None:
+        if mode not in ("sample", "exact"):
+            raise ValueError(f"caprl_qa: mode must be 'sample' or 'exact', not {mode!r}")
+        if questions_per_caption < 1 or rounds < 1:
+            raise ValueError("caprl_qa: questions_per_caption and rounds must be >= 1")
+        if isinstance(answerer, str):
+            parse_spec(answerer)  # a malformed spec fails when the reward is built, not per row
+        self.answerer = answerer
+        self.mode = mode
+        self.questions_per_caption = int(questions_per_caption)
+        self.rounds = int(rounds)
+        self.temperature = float(temperature)
+        self.max_tokens = int(max_tokens)
+        self.seed = int(seed)
+        self.cache = cache
+        self.prompt = prompt
+        self.shuffle = shuffle
+        self.redraw = redraw
+        self.cannot_answer = cannot_answer
+        self._backend: Backend | None = None
+        self._calls = 0
+        render(prompt, caption="", question="", options=[])  # fail fast on a bad template name
+
+    @property
+    def backend(self) -> Backend:
+        """The answerer, built on first use (so building a trainer loads no model twice)."""
+        if self._backend is None:
+            self._backend = load_backend(self.answerer, cache=self.cache)
+        return self._backend
+
+    def _plan(self, caption: str, questions: Any, call: int) -> tuple[list[Ask], dict[str, Any]]:
+        """The Q×N asks of one caption, or none with the reason in the details."""
+        try:
+            items = coerce_questions(questions)
+        except MCQError as e:
+            return [], {"reason": str(e), "n_questions": 0, "invalid_questions": 1}
+        valid, invalid, reasons = [], 0, []
+        for item in items:
+            try:
+                valid.append(normalize_mcq(item))
+            except MCQError as e:
+                invalid += 1
+                reasons.append(str(e))
+        details: dict[str, Any] = {"n_questions": len(valid), "invalid_questions": invalid}
+        if not valid:
+            details["reason"] = "no usable question" + (f" ({reasons[0]})" if reasons else "")
+            return [], details
+        epoch = call if self.redraw else 0
+        rng = seeded_rng("caprl_qa", self.seed, epoch, [m.key for m in valid])
+        draws = [rng.randrange(len(valid)) for _ in range(self.questions_per_caption)]
+        asks = []
+        orders: dict[tuple[int, int], Any] = {}
+        for j, qi in enumerate(draws):
+            mcq = valid[qi]
+            for r in range(self.rounds):
+                if (qi, r) not in orders:  # round r of a question always shows the same order
+                    order_rng = seeded_rng("caprl_qa/order", self.seed, epoch, mcq.key, r) if self.shuffle else None
+                    orders[qi, r] = present(mcq, order_rng, self.cannot_answer)
+                pres = orders[qi, r]
+                sample_seed = rng.getrandbits(31)  # each sample-mode ask is an independent draw
+                text = render(self.prompt, caption=caption, question=mcq.question, options=pres.lines())
+                asks.append(Ask([{"role": "user", "content": text}], pres, seed=sample_seed, id=f"q{qi}/draw{j}/round{r}"))
+        return asks, details
+
+    def score(self, completions: list[str], questions: Any = None, **_: Any) -> list[Score]:
+        n = len(completions)
+        if questions is None:
+            questions = [None] * n
+        if len(questions) != n:
+            logger.error("caprl_qa: %d completions but %d question lists", n, len(questions))
+            return [Score(None, {"reason": "questions column length mismatch"}) for _ in completions]
+        call = self._calls
+        self._calls += 1
+        plans = [self._plan(c or "", q, call) for c, q in zip(completions, questions, strict=False)]
+        flat = [a for asks, _ in plans for a in asks]
+        if flat:
+            try:
+                answers = ask(self.backend, flat, mode=self.mode, temperature=self.temperature, max_tokens=self.max_tokens)
+            except Exception as e:  # noqa: BLE001 - e.g. the answerer cannot even be built
+                logger.error("caprl_qa: answerer unavailable: %s", e)
+                answers = [None] * len(flat)
+        else:
+            answers = []
+        scores, pos, inexact = [], 0, 0
+        for asks, details in plans:
+            mine = answers[pos : pos + len(asks)]
+            pos += len(asks)
+            scores.append(self._aggregate(mine, details))
+            inexact += sum(1 for a in mine if a is not None and a.error is None and not a.exact)
+        if inexact and self.mode == "exact":
+            logger.warning("caprl_qa: %d answers were sampled estimates, not exact probabilities (backend lacks logprobs)", inexact)
+        n_none = sum(s.value is None for s in scores)
+        if n_none:
+            logger.warning("caprl_qa: %d of %d captions could not be scored (reward None)", n_none, n)
+        return scores
+
+    def _aggregate(self, answers: list[Any], details: dict[str, Any]) -> Score:
+        if not answers:
+            return Score(None, {**details, "answerer_calls": 0})
+        ok = [a for a in answers if a is not None and a.error is None]
+        errors = len(answers) - len(ok)
+        details = {
+            **details,
+            "answerer_calls": sum(1 for a in answers if a is not None and a.first),
+            "errors": errors,
+            "parse_failures": sum(a.parse_failure for a in ok),
+        }
+        if not ok:
+            first_error = next((a.error for a in answers if a is not None), "answerer unavailable")
+            return Score(None, {**details, "reason": f"no question could be scored: {first_error}"})
+        acc = sum(a.correct for a in ok) / len(ok)
+        details["qa_acc"] = acc
+        details["cannot_answer_rate"] = sum(a.abstain for a in ok) / len(ok)
+        return Score(acc, details)

@@ -1,0 +1,117 @@
+"""Reward smoke check: does ``caprl_qa`` prefer real captions to captions that carry no information?
+
+Before spending GPU hours on GRPO, score four caption sets on the same QA data with the same
+answerer: the captioner's real captions, a generic caption ("An image."), an empty caption, and the
+real captions *shuffled across images* (fluent and detailed, but about another image). A working
+reward ranks real captions above all three. If it does not, the QA data leaks its answers (the
+answerer guesses right without a caption), the answerer ignores the caption, or the parsing is
+broken — and RL would optimise noise. The check says which comparison failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import Counter
+from typing import Any
+
+from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+from vlrl.rewards import build_reward
+
+logger = logging.getLogger(__name__)
+
+CAPTION_PROMPT = "Please describe this image in detail."
+GENERIC = "An image."
+VARIANTS = ("real", "generic", "empty", "shuffled")
+
+
+def caption_images(captioner, images: list[Any], *, prompt: str = CAPTION_PROMPT, max_tokens: int = 512) -> list[str | None]:
+    """Greedy captions, one batch; ``None`` where the captioner failed."""
+    reqs = [
+        ChatRequest([{"role": "user", "content": [{"type": "image", "image": im}, {"type": "text", "text": prompt}]}],
+                    SamplingParams(max_tokens=max_tokens, temperature=0.0), id=f"image {i}")
+        for i, im in enumerate(images)
+    ]
+    out = []
+    for req, r in zip(reqs, captioner.chat(reqs), strict=False):
+        if not r.ok:
+            logger.warning("smoke: %s: captioning failed: %s", req.id, r.error)
+        out.append(r.text if r.ok else None)
+    return out
+
+
+def smoke_check(
+    qa: str,
+    captioner: str,
+    answerer: str,
+    *,
+    mode: str = "exact",
+    limit: int | None = None,
+    questions_per_caption: int = 8,
+    rounds: int = 4,
+    max_tokens: int = 512,
+    seed: int = 0,
+    cache: str | None = None,
+) -> dict[str, Any]:
+    """Score real / generic / empty / shuffled captions on the QA dataset ``qa``; return a summary."""
+    from vlrl.core.sources import load_any_dataset
+
+    source = load_any_dataset(qa)
+    if "questions" not in source.dataset.column_names:
+        raise ValueError(f"{qa}: no 'questions' column (expected the output of `vlrl data qa-curate`)")
+    n = len(source) if limit is None else min(limit, len(source))
+    images, questions, skipped = [], [], 0
+    for i in range(n):
+        try:
+            images.append(source.load_image(i))
+            questions.append(source.dataset[i]["questions"])
+        except Exception as e:  # noqa: BLE001 - a bad image is skipped, not fatal
+            logger.warning("smoke: skipping row %d: %s", i, e)
+            skipped += 1
+    cap_backend = load_backend(captioner, cache=cache)
+    real = caption_images(cap_backend, images, max_tokens=max_tokens)
+    keep = [i for i, c in enumerate(real) if c is not None]
+    skipped += len(images) - len(keep)
+    real = [real[i] for i in keep]
+    questions = [questions[i] for i in keep]
+    if len(real) < 2:
+        raise ValueError(f"{qa}: need at least 2 captioned images for the smoke check, got {len(real)}")
+    sets = {
+        "real": real,
+        "generic": [GENERIC] * len(real),
+        "empty": [""] * len(real),
+        "shuffled": real[1:] + real[:1],  # every image gets another image's caption
+    }
+    reward = build_reward("caprl_qa", answerer=load_backend(answerer, cache=cache), mode=mode,
+                          questions_per_caption=questions_per_caption, rounds=rounds, seed=seed)
+    flat = [c for v in VARIANTS for c in sets[v]]
+    scores = reward.score(flat, questions=questions * len(VARIANTS))
+    summary: dict[str, Any] = {"mode": mode, "images": len(real), "skipped": skipped, "variants": {}}
+    for k, v in enumerate(VARIANTS):
+        mine = scores[k * len(real) : (k + 1) * len(real)]
+        vals = [s.value for s in mine if s.value is not None]
+        summary["variants"][v] = {
+            "mean": statistics.fmean(vals) if vals else None,
+            "none": len(mine) - len(vals),
+            "cannot_answer_rate": statistics.fmean([s.details.get("cannot_answer_rate", 0.0) for s in mine if s.value is not None]) if vals else None,
+        }
+    real_mean = summary["variants"]["real"]["mean"]
+    failures = []
+    for v in VARIANTS[1:]:
+        other = summary["variants"][v]["mean"]
+        if real_mean is None or (other is not None and real_mean <= other):
+            failures.append(f"real captions ({_fmt(real_mean)}) do not beat {v} captions ({_fmt(other)})")
+    unscored = Counter(str(s.details.get("reason", "unknown")) for s in scores if s.value is None)
+    if unscored and real_mean is None:  # nothing scored: say why instead of blaming the data
+        reason, count = unscored.most_common(1)[0]
+        failures.append(f"{sum(unscored.values())} of {len(scores)} captions could not be scored "
+                        f"(most common reason, {count}x: {reason})")
+    summary["unscored_reasons"] = dict(unscored)
+    summary["passed"] = not failures
+    summary["failures"] = failures
+    summary["examples"] = [{"real": real[i][:300], "questions": len(questions[i])} for i in range(min(3, len(real)))]
+    return summary
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

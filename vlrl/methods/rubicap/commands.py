@@ -1,0 +1,128 @@
+"""RubiCap's commands, registered into the ``vlrl`` verb groups (data, eval).
+
+Commands only parse flags, call this method's library code and print results; heavy imports happen
+inside each command so ``vlrl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(groups: dict[str, typer.Typer]) -> None:
+    """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
+    data = groups["data"]
+    evals = groups["eval"]
+
+    @data.command("teacher-captions", help="RubiCap teacher committee: every teacher captions every image (resumable, cached).")
+    def teacher_captions_cmd(
+        images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+        teacher: list[str] = typer.Option(..., "--teacher", help="Teacher backend spec, optionally NAME=SPEC; repeat per teacher."),
+        out: str = typer.Option(..., "--out", help="Output folder (teacher_captions.jsonl, failures.jsonl, stats.json, cache/)."),
+        prompt_file: str | None = typer.Option(None, "--prompt-file", help="Jinja prompt template (default: teacher_caption.jinja)."),
+        batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
+        max_tokens: int = typer.Option(512, "--max-tokens", help="Caption length limit in tokens."),
+        min_words: int = typer.Option(3, "--min-words", help="Shorter answers count as missing captions."),
+        shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+    ) -> None:
+        import json
+
+        from vlrl.methods.rubicap.teachers import run_teacher_committee
+
+        try:
+            stats = run_teacher_committee(
+                images, teacher, out, prompt_file=prompt_file, batch_size=batch_size, max_tokens=max_tokens,
+                min_words=min_words, shard=shard,
+            )
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data teacher-captions: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(stats, indent=2))
+
+
+    @data.command("rubrics", help="RubiCap rubric synthesis: consensus facts, student deficiencies, weighted rubrics.")
+    def rubrics_cmd(
+        teachers: str = typer.Option(..., "--teachers", help="Folder written by `vlrl data teacher-captions`."),
+        student: str = typer.Option(..., "--student", help="Backend spec of the student captioner, or a JSONL file of its captions {image_id, caption}."),
+        writer: str = typer.Option(..., "--writer", help="Backend spec of the rubric writer."),
+        out: str = typer.Option(..., "--out", help="Output folder (rubrics.jsonl, rejected.jsonl, stats.json, cache/)."),
+        with_image: bool = typer.Option(False, "--with-image", help="Show the image to the writer too."),
+        student_prompt_file: str | None = typer.Option(None, "--student-prompt-file", help="Student caption prompt template."),
+        writer_prompt_file: str | None = typer.Option(None, "--writer-prompt-file", help="Rubric writer prompt template."),
+        batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
+        max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for invalid writer output."),
+        student_max_tokens: int = typer.Option(512, "--student-max-tokens", help="Student caption length limit in tokens."),
+        writer_max_tokens: int = typer.Option(2048, "--writer-max-tokens", help="Rubric writer answer length limit in tokens."),
+        shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+    ) -> None:
+        import json
+
+        from vlrl.methods.rubicap.synthesis import build_rubrics
+
+        try:
+            stats = build_rubrics(
+                teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
+                writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
+                student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens,
+            )
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data rubrics: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(stats, indent=2))
+
+
+    @evals.command("arena", help="Pairwise arena: a VLM judge compares candidate vs baseline captions in both orders.")
+    def arena_cmd(
+        candidate: str = typer.Option(..., "--candidate", help="Candidate captioner spec (or NAME=SPEC, or a captions .jsonl)."),
+        baseline: list[str] = typer.Option(..., "--baseline", help="Baseline captioner spec; repeat per baseline."),
+        judge: str = typer.Option(..., "--judge", help="Judge backend spec (a VLM: it sees the image)."),
+        images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+        out: str = typer.Option(..., "--out", help="Output folder (results.json, captions.jsonl, judgments.jsonl, cache/)."),
+        reference: str | None = typer.Option(None, "--reference", help="JSONL of reference captions {image_id, caption} shown to the judge."),
+        judge_prompt_file: str | None = typer.Option(None, "--judge-prompt-file", help="Judge prompt template."),
+        batch_size: int = typer.Option(16, "--batch-size", help="Requests per backend call."),
+        max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for unparseable verdicts."),
+    ) -> None:
+        from rich.console import Console
+
+        from vlrl.methods.rubicap.arena import results_table, run_arena
+
+        try:
+            results = run_arena(
+                candidate, baseline, judge, images, out, reference=reference, judge_prompt_file=judge_prompt_file,
+                batch_size=batch_size, max_retries=max_retries,
+            )
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval arena: {e}", err=True)
+            raise typer.Exit(2) from None
+        Console().print(results_table(results))
+        typer.echo(f"results -> {out}/results.json")
+
+
+    @evals.command("caption-qa", help="Information density: QA accuracy of captions truncated to word budgets (caprl_qa scoring).")
+    def caption_qa_cmd(
+        qa: str = typer.Option(..., "--qa", help="QA dataset with image + 'questions' columns (CapRL curation output)."),
+        answerer: str = typer.Option(..., "--answerer", help="Text-only answerer backend spec."),
+        out: str = typer.Option(..., "--out", help="Output folder (results.json, scores.jsonl, accuracy_vs_budget.png)."),
+        captions: list[str] = typer.Option([], "--captions", help="JSONL captions file {image_id, caption}; repeatable."),
+        captioner: list[str] = typer.Option([], "--captioner", help="Captioner spec (NAME=SPEC allowed), run on the QA images; repeatable."),
+        budgets: str = typer.Option("50,100,200,400", "--budgets", help="Comma-separated word budgets."),
+        setting: list[str] = typer.Option([], "--set", help="caprl_qa setting KEY=VALUE (e.g. mode=exact, rounds=4); repeatable."),
+        batch_size: int = typer.Option(32, "--batch-size", help="Captions per reward call."),
+    ) -> None:
+        from rich.console import Console
+
+        from vlrl.methods.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa
+        from vlrl.rewards.scoring import parse_setting_pairs
+
+        try:
+            settings = parse_setting_pairs(setting)
+            results = run_caption_qa(
+                qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
+                reward_settings=settings, batch_size=batch_size,
+            )
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval caption-qa: {e}", err=True)
+            raise typer.Exit(2) from None
+        Console().print(results_table(results))
+        typer.echo(f"results -> {out}/results.json, plot -> {out}/accuracy_vs_budget.png")

@@ -1,0 +1,244 @@
+"""Rubric synthesis: turn teacher consensus and the student's own failures into weighted rubrics.
+
+For each image (RubiCap, offline, once per student):
+
+1. The **student** captions the image (``student.jsonl``, keyed by image id). ``--student`` may also
+   be a JSONL captions file ``{"image_id", "caption"}`` made elsewhere (e.g. by ``vlrl caption``).
+2. The **rubric writer** reads the teacher captions (under neutral labels T1, T2, ... so it cannot
+   favour a named model), the student caption and optionally the image, and answers in JSON:
+   consensus facts (each backed by at least two teachers), the student's deficiencies by severity,
+   and one binary, self-contained rubric with a pass rule per deficiency.
+3. The answer is validated (:mod:`.schema`); JSON that merely fails to parse is repaired with
+   ``json_repair``; an answer that still does not validate goes back to the writer with the error
+   quoted, up to ``max_retries`` times; after that the image is *rejected* with the reason.
+
+Images with fewer than two teacher captions cannot have consensus and are rejected up front without
+a writer call. A student caption that meets everything yields an empty rubric set: such rows are
+kept (they document a solved image) and counted; the reward returns ``None`` for them.
+
+Outputs in ``--out``: ``rubrics.jsonl`` (one row per accepted image: ``image_id``, ``image``,
+``rubrics``, ``consensus_facts``, ``deficiencies``, ``student_caption``, ``teacher_captions``,
+``writer`` audit info), ``rejected.jsonl`` (``image_id``, ``reason``, raw answers), ``stats.json``.
+Rerunning the same command resumes: accepted images are skipped, rejected ones are retried (their
+paid calls replay from the cache, so a deterministic reject costs nothing twice).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.core.prompts import render
+from vlrl.judge.structured import chat_structured
+from vlrl.methods.rubicap.captioner import caption_images, captions_from_file, is_captions_file
+from vlrl.methods.rubicap.schema import validate_writer_output
+from vlrl.methods.rubicap.sources import ImageItem, open_image
+from vlrl.methods.rubicap.teachers import DEFAULT_PROMPT, read_teacher_dataset
+
+logger = logging.getLogger(__name__)
+
+WRITER_PROMPT = "rubric_writer.jinja"
+
+
+def build_rubrics(
+    teachers_dir: str | Path,
+    student: str | Backend,
+    writer: str | Backend,
+    out: str | Path,
+    *,
+    with_image: bool = False,
+    student_prompt_file: str | Path | None = None,
+    writer_prompt_file: str | Path | None = None,
+    batch_size: int = 16,
+    max_retries: int = 2,
+    student_max_tokens: int = 512,
+    writer_max_tokens: int = 2048,
+    min_teachers: int = 2,
+    shard: str | None = None,
+) -> dict[str, Any]:
+    """Write ``rubrics.jsonl`` for every image of a teacher-captions folder; returns the stats."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    part = parse_shard(shard)
+    rows = [r for r in read_teacher_dataset(teachers_dir) if in_shard(str(r["image_id"]), part)]
+    student_prompt = render(student_prompt_file or DEFAULT_PROMPT)
+    writer_template = writer_prompt_file or WRITER_PROMPT
+
+    store = JsonlStore(out / "rubrics.jsonl", key_field="image_id")
+    rejected = JsonlStore(out / "rejected.jsonl", key_field="image_id")
+    students = JsonlStore(out / "student.jsonl", key_field="image_id")
+    stu_backend = wri_backend = None
+    student_caps = {rec["image_id"]: rec["caption"] for rec in students}
+    try:
+        todo = [r for r in rows if str(r["image_id"]) not in store]
+        for r in [r for r in todo if len(r.get("teacher_captions") or {}) < min_teachers]:
+            n = len(r.get("teacher_captions") or {})
+            _reject(rejected,
+                {
+                    "image_id": str(r["image_id"]),
+                    "reason": f"only {n} teacher caption(s); consensus needs {min_teachers}",
+                }
+            )
+        todo = [r for r in todo if len(r.get("teacher_captions") or {}) >= min_teachers]
+        if todo:
+            stu_backend = (
+                _StudentFile(student) if is_captions_file(student) else load_backend(student, cache=out / "cache")
+            )
+            wri_backend = load_backend(writer, cache=out / "cache")
+        for batch in tqdm(list(batched(todo, batch_size)), desc="rubrics", unit="batch"):
+            _student_captions(stu_backend, batch, student_prompt, student_max_tokens, students, student_caps, rejected)
+            ready = [r for r in batch if str(r["image_id"]) in student_caps]
+            _write_rubrics(
+                wri_backend,
+                ready,
+                student_caps,
+                writer_template,
+                with_image,
+                writer_max_tokens,
+                max_retries,
+                store,
+                rejected,
+            )
+        stats = _stats(rows, store, rejected)
+    finally:
+        for b in (stu_backend, wri_backend):
+            if b is not None:
+                b.close()
+        store.close()
+        rejected.close()
+        students.close()
+    atomic_write_json(out / "stats.json", stats)
+    return stats
+
+
+def _student_captions(
+    backend: Backend,
+    batch: list[dict],
+    prompt: str,
+    max_tokens: int,
+    students: JsonlStore,
+    student_caps: dict[str, str],
+    rejected: JsonlStore,
+) -> None:
+    need = [r for r in batch if str(r["image_id"]) not in student_caps]
+    if not need:
+        return
+    items = [ImageItem(str(r["image_id"]), r["image"]) for r in need]
+    if isinstance(backend, _StudentFile):
+        outcomes = captions_from_file(backend.path, items)
+    else:
+        # min_words=1: a terse student caption is exactly what rubrics are for, not a failure.
+        outcomes = caption_images(backend, items, prompt, SamplingParams(max_tokens=max_tokens), min_words=1)
+    for it, oc in zip(items, outcomes, strict=True):
+        if oc.caption is not None:
+            students.append({"image_id": it.image_id, "caption": oc.caption})
+            student_caps[it.image_id] = oc.caption
+        else:
+            _reject(rejected, {"image_id": it.image_id, "reason": f"student caption missing: {oc.reason}"})
+
+
+class _StudentFile:
+    """Stand-in for a student backend when its captions were made elsewhere (``--student FILE.jsonl``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def close(self) -> None:
+        pass
+
+
+def _write_rubrics(
+    backend: Backend,
+    rows: list[dict],
+    student_caps: dict[str, str],
+    template: str | Path,
+    with_image: bool,
+    max_tokens: int,
+    max_retries: int,
+    store: JsonlStore,
+    rejected: JsonlStore,
+) -> None:
+    if not rows:
+        return
+    requests, label_maps, live = [], [], []
+    for r in rows:
+        iid = str(r["image_id"])
+        names = sorted(r["teacher_captions"])
+        labels = {f"T{i}": name for i, name in enumerate(names, 1)}
+        prompt = render(
+            template,
+            teachers=[{"label": lab, "caption": r["teacher_captions"][name]} for lab, name in labels.items()],
+            student=student_caps[iid],
+            with_image=with_image,
+        )
+        content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+        if with_image:
+            try:
+                content.insert(0, {"type": "image", "image": open_image(r["image"], record=iid)})
+            except Exception as e:
+                _reject(rejected, {"image_id": iid, "reason": f"bad image: {e}"})
+                continue
+        requests.append(
+            ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=max_tokens), id=iid)
+        )
+        label_maps.append(labels)
+        live.append(r)
+    results = chat_structured(
+        backend, requests, lambda obj, i: validate_writer_output(obj, label_maps[i]), max_retries=max_retries
+    )
+    for r, res in zip(live, results, strict=True):
+        iid = str(r["image_id"])
+        if not res.ok:
+            _reject(rejected,
+                {"image_id": iid, "reason": f"rubric writer: {res.error}", "attempts": res.attempts, "raw": res.raw}
+            )
+            continue
+        v = res.value
+        store.append(
+            {
+                "image_id": iid,
+                "image": r["image"],
+                "rubrics": v["rubrics"],
+                "consensus_facts": v["consensus_facts"],
+                "deficiencies": v["deficiencies"],
+                "student_caption": student_caps[iid],
+                "teacher_captions": r["teacher_captions"],
+                "writer": {"attempts": res.attempts, "repaired": res.repaired, "dropped_facts": v["dropped_facts"]},
+            }
+        )
+
+
+def _reject(rejected: JsonlStore, row: dict[str, Any]) -> None:
+    """Record a rejected image, with one log line naming it and the reason."""
+    logger.warning("%s: rejected: %s", row["image_id"], row["reason"])
+    rejected.append(row)
+
+
+def _stats(rows: Sequence[dict], store: JsonlStore, rejected: JsonlStore) -> dict[str, Any]:
+    accepted = list(store)
+    reasons = Counter()
+    for rec in rejected:
+        if rec["image_id"] not in store:
+            reasons[": ".join(p.strip() for p in rec["reason"].split(":")[:2])] += 1  # "rubric writer: invalid output"
+    sev = Counter(r["severity"] for row in accepted for r in row["rubrics"])
+    n_acc = len(accepted)
+    return {
+        "images": len(rows),
+        "accepted": n_acc,
+        "rejected": sum(reasons.values()),
+        "rejected_by_reason": dict(reasons),
+        "empty_rubric_sets": sum(not row["rubrics"] for row in accepted),
+        "rubrics": sum(sev.values()),
+        "rubrics_by_severity": dict(sev),
+        "mean_rubrics_per_image": (sum(sev.values()) / n_acc) if n_acc else 0.0,
+        "mean_consensus_facts": (sum(len(r["consensus_facts"]) for r in accepted) / n_acc) if n_acc else 0.0,
+        "repaired": sum(bool(r["writer"]["repaired"]) for r in accepted),
+        "retried": sum(r["writer"]["attempts"] > 1 for r in accepted),
+    }

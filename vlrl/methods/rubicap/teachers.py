@@ -1,0 +1,185 @@
+"""The teacher committee: several strong VLMs caption every image, once, offline.
+
+RubiCap's rubrics rest on *consensus*: a fact counts as near ground truth only when at least two
+teachers describe it. That needs several independent captions per image, from any mix of served
+models (``openai:``) and local ones (``hf:``). The job is built to run for hours on many teachers:
+
+* **Teacher by teacher.** One backend is loaded at a time (local teachers can be large), closed
+  before the next.
+* **Exactly once.** Each (image, teacher) caption is one line in ``captions.jsonl`` keyed
+  ``image_id::teacher``; a killed run, rerun with the same command, skips what is written. Every
+  model call goes through the response cache in ``<out>/cache``, so a unit that was in flight when
+  the job died is replayed for free.
+* **One bad teacher never stops the others.** A teacher that cannot be loaded, raises, times out,
+  refuses or answers with nothing has its missing captions written to ``failures.jsonl`` with the
+  reason, and is retried on the next run (failures are never cached).
+
+Outputs in ``--out``: ``teacher_captions.jsonl`` (one row per image: ``image_id``, ``image``,
+``teacher_captions`` {teacher: caption}, ``missing`` {teacher: reason}), ``stats.json``,
+``meta.json`` (teacher names and specs, prompt), and the working files above.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from vlrl.core.backends import Backend, SamplingParams, load_backend
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard, read_jsonl
+from vlrl.core.prompts import render
+from vlrl.methods.rubicap.captioner import caption_images, split_named, unique_names
+from vlrl.methods.rubicap.sources import ImageItem, load_images
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROMPT = "teacher_caption.jinja"
+
+
+def pair_key(image_id: str, teacher: str) -> str:
+    return f"{image_id}::{teacher}"
+
+
+def run_teacher_committee(
+    images: str | Path | Sequence[ImageItem],
+    teachers: Sequence[str | Backend],
+    out: str | Path,
+    *,
+    prompt_file: str | Path | None = None,
+    batch_size: int = 16,
+    max_tokens: int = 512,
+    temperature: float = 0.0,
+    min_words: int = 3,
+    shard: str | None = None,
+) -> dict[str, Any]:
+    """Caption every image with every teacher; returns (and writes) the statistics."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    items = list(images) if not isinstance(images, (str, Path)) else load_images(images, out / "images")
+    part = parse_shard(shard)
+    items = [it for it in items if in_shard(it.image_id, part)]
+    named = [split_named(t) if isinstance(t, str) else (None, t) for t in teachers]
+    names = unique_names([s for _, s in named], [n for n, _ in named])
+    prompt = render(prompt_file or DEFAULT_PROMPT)
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+    atomic_write_json(
+        out / "meta.json",
+        {
+            "teachers": {
+                n: (s if isinstance(s, str) else f"<{type(s).__name__} {s.model}>")
+                for n, (_, s) in zip(names, named, strict=True)
+            },
+            "prompt": prompt,
+            "sampling": sampling.to_dict(),
+        },
+    )
+
+    captions = JsonlStore(out / "captions.jsonl", key_field="key")
+    failures = JsonlStore(out / "failures.jsonl", key_field="key")
+    try:
+        for name, (_, spec) in zip(names, named, strict=True):
+            todo = [it for it in items if pair_key(it.image_id, name) not in captions]
+            if not todo:
+                logger.info("teacher %s: all %d captions already written", name, len(items))
+                continue
+            _run_one_teacher(name, spec, todo, out, prompt, sampling, batch_size, min_words, captions, failures)
+        stats = _write_dataset(out, items, names, captions, failures)
+    finally:
+        captions.close()
+        failures.close()
+    return stats
+
+
+def _run_one_teacher(
+    name: str,
+    spec: str | Backend,
+    todo: list[ImageItem],
+    out: Path,
+    prompt: str,
+    sampling: SamplingParams,
+    batch_size: int,
+    min_words: int,
+    captions: JsonlStore,
+    failures: JsonlStore,
+) -> None:
+    try:
+        backend = load_backend(spec, cache=out / "cache")
+    except Exception as e:  # cannot load this teacher: record every pair, go on with the others
+        reason = f"teacher could not be loaded: {type(e).__name__}: {e}"
+        logger.error("teacher %s: %s", name, reason)
+        for it in todo:
+            failures.append(
+                {"key": pair_key(it.image_id, name), "image_id": it.image_id, "teacher": name, "reason": reason}
+            )
+        return
+    try:
+        for batch in tqdm(list(batched(todo, batch_size)), desc=f"teacher {name}", unit="batch"):
+            for it, oc in zip(batch, caption_images(backend, batch, prompt, sampling, min_words), strict=True):
+                key = pair_key(it.image_id, name)
+                if oc.caption is not None:
+                    captions.append({"key": key, "image_id": it.image_id, "teacher": name, "caption": oc.caption})
+                else:
+                    logger.warning("teacher %s: %s: %s", name, it.image_id, oc.reason)
+                    failures.append({"key": key, "image_id": it.image_id, "teacher": name, "reason": oc.reason})
+    finally:
+        backend.close()
+
+
+def _write_dataset(
+    out: Path, items: list[ImageItem], names: list[str], captions: JsonlStore, failures: JsonlStore
+) -> dict[str, Any]:
+    caps: dict[str, dict[str, str]] = {}
+    for rec in captions:
+        caps.setdefault(rec["image_id"], {})[rec["teacher"]] = rec["caption"]
+    reasons: dict[tuple[str, str], str] = {}
+    for rec in failures:
+        reasons[(rec["image_id"], rec["teacher"])] = rec["reason"]
+
+    per_teacher = {n: {"captioned": 0, "missing": 0, "reasons": Counter()} for n in names}
+    coverage = Counter()
+    tmp = out / ".teacher_captions.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for it in items:
+            got = {n: caps[it.image_id][n] for n in names if n in caps.get(it.image_id, {})}
+            missing = {n: reasons.get((it.image_id, n), "not attempted") for n in names if n not in got}
+            for n in names:
+                if n in got:
+                    per_teacher[n]["captioned"] += 1
+                else:
+                    per_teacher[n]["missing"] += 1
+                    per_teacher[n]["reasons"][_reason_kind(missing[n])] += 1
+            coverage[len(got)] += 1
+            row = {"image_id": it.image_id, "image": it.image, "teacher_captions": got, "missing": missing}
+            if it.extra:
+                row["meta"] = it.extras()
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(out / "teacher_captions.jsonl")
+    stats = {
+        "images": len(items),
+        "teachers": names,
+        "per_teacher": {n: {**v, "reasons": dict(v["reasons"])} for n, v in per_teacher.items()},
+        "images_by_caption_count": {str(k): coverage[k] for k in sorted(coverage)},
+        "images_with_consensus_possible": sum(v for k, v in coverage.items() if k >= 2),
+    }
+    atomic_write_json(out / "stats.json", stats)
+    return stats
+
+
+def _reason_kind(reason: str) -> str:
+    """Group reasons for the statistics ("backend error: timeout after 60s" → "backend error")."""
+    return reason.split(":", 1)[0].split("(", 1)[0].strip()
+
+
+def read_teacher_dataset(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a teacher-captions folder (or its ``teacher_captions.jsonl``)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "teacher_captions.jsonl"
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: not found; run `vlrl data teacher-captions` first")
+    return list(read_jsonl(p))

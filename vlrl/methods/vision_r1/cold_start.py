@@ -1,0 +1,227 @@
+"""Vision-R1 cold start by modality bridging: reasoning traces for SFT that a VLM could not write alone.
+
+Strong text reasoners (DeepSeek-R1) write long, self-checking chains of thought but cannot see
+images; VLMs see images but reason briefly. Vision-R1 bridges the two per (image, question, answer):
+
+1. The VLM writes a *pseudo chain of thought* for the solved problem (image, question and the
+   correct answer in the prompt): a description of what matters plus reasoning to the answer.
+2. The VLM, guided by that pseudo CoT, writes a detailed *description* that carries every fact the
+   problem needs (but not the answer).
+3. The text reasoner solves the problem from the description alone, in ``<think>…</think>
+   <answer>…</answer>`` form.
+4. A sample is kept only if the format is valid and the final answer matches the ground truth, with
+   the *same* checker HFRRF uses in training (:func:`vlrl.methods.vision_r1.reward.check_answer`), so
+   the SFT set never teaches an answer the RL reward would call wrong. (The paper additionally
+   filters logically inconsistent chains; that needs a judge and is left to a later filter.)
+
+The SFT record holds the image, the question and the reasoner's chain as the target ``response``,
+ready for ``vlrl train sft`` (``data.response_column: response``).
+
+Resumable and exactly-once: kept and rejected samples go to ``sft.jsonl`` / ``rejected.jsonl``
+(:class:`~vlrl.core.pipeline.JsonlStore`, keyed by record id), unreadable records to
+``quarantine.jsonl``; every model call goes through the response cache in ``<out>/cache``, so a
+rerun after ``kill -9`` skips finished ids and replays in-flight calls for free.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.core.prompts import render
+
+logger = logging.getLogger(__name__)
+
+
+def choice_lines(choices: Any) -> list[str]:
+    from vlrl.methods.vision_r1.reward import normalize_choices
+
+    opts = normalize_choices(choices) if choices else []
+    return [f"{chr(65 + i)}. {o}" for i, o in enumerate(opts)]
+
+
+def normalize_reasoner_output(text: str) -> str:
+    """R1-style servers often return the chain without its opening ``<think>``; restore it."""
+    t = (text or "").strip()
+    if "</think>" in t and "<think>" not in t:
+        t = "<think>" + t
+    return t
+
+
+def judge_sample(response: str, gold: Any, choices: Any = None) -> tuple[bool, bool, str | None]:
+    """(format_ok, answer_ok, predicted answer) with HFRRF's own parser and checker."""
+    from vlrl.methods.vision_r1.reward import check_answer, extract_answer, split_think_answer
+
+    if split_think_answer(response) is None:
+        return False, False, None
+    pred = extract_answer(response)
+    return True, bool(check_answer(pred, gold, choices)), pred
+
+
+def cold_start(
+    source: str,
+    vlm: Any,
+    reasoner: Any,
+    out: str | Path,
+    *,
+    batch_size: int = 16,
+    max_samples: int | None = None,
+    vlm_max_tokens: int = 1024,
+    reasoner_max_tokens: int = 8192,
+    temperature: float = 0.0,
+    seed: int = 0,
+    shard: str | None = None,
+    image_root: str | None = None,
+) -> dict[str, Any]:
+    """Build the cold-start SFT set from ``source`` records (``image``, ``question``, ``answer``,
+    optional ``choices``, ``id``). ``vlm``/``reasoner`` are backend specs or Backends."""
+    from tqdm import tqdm
+
+    from vlrl.core.images import ImageLoadError
+    from vlrl.core.sources.rows import iter_source, load_record_image, record_image
+
+    if isinstance(source, str) and not source.startswith("builtin:") and not Path(source).exists():
+        raise ValueError(f"--input {source!r} does not exist")  # before two models are loaded
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shard_t = parse_shard(shard)
+    kept = JsonlStore(out / "sft.jsonl")
+    rejected = JsonlStore(out / "rejected.jsonl")
+    quarantine = Quarantine(out / "quarantine.jsonl")
+    vlm_b = load_backend(vlm, cache=out / "cache")
+    reasoner_b = load_backend(reasoner, cache=out / "cache")
+    vlm_sp = SamplingParams(max_tokens=vlm_max_tokens, temperature=temperature, seed=seed)
+    rsn_sp = SamplingParams(max_tokens=reasoner_max_tokens, temperature=temperature, seed=seed)
+    root = image_root or (None if source.startswith("builtin:") else str(Path(source).parent))
+
+    def todo():
+        n = 0
+        for i, rec in enumerate(iter_source(source, cache_dir=out / "_data")):
+            if max_samples is not None and n >= max_samples:
+                return
+            rid = str(rec.get("id", i))
+            if not in_shard(rid, shard_t):
+                continue
+            n += 1
+            if rid in kept or rid in rejected or rid in quarantine:
+                continue
+            yield rid, rec
+
+    bar = tqdm(desc="cold start", unit="sample")
+    for batch in batched(todo(), batch_size):
+        items = []
+        for rid, rec in batch:
+            q, gold = rec.get("question"), rec.get("answer")
+            if not isinstance(q, str) or not q.strip() or gold is None or str(gold).strip() == "":
+                quarantine.add(rid, "record needs a non-empty 'question' and 'answer'")
+                continue
+            src = record_image(rec)
+            if src is None:
+                quarantine.add(rid, "record has no image")
+                continue
+            try:
+                img = load_record_image(src, root, rid)
+            except ImageLoadError as e:
+                quarantine.add(rid, e.reason)
+                continue
+            items.append({"id": rid, "rec": rec, "img": img, "choices": choice_lines(rec.get("choices"))})
+        if not items:
+            continue
+
+        def user(img, text):
+            return [{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": text}]}]
+
+        cots = vlm_b.chat([
+            ChatRequest(user(it["img"], render("cold_start_pseudo_cot", question=it["rec"]["question"],
+                                               answer=str(it["rec"]["answer"]), choices=it["choices"])), vlm_sp, id=it["id"])
+            for it in items
+        ])
+        live = []
+        for it, res in zip(items, cots, strict=True):
+            if not res.ok or not res.text.strip():
+                rejected.append({"id": it["id"], "reason": "vlm_error" if not res.ok else "empty_pseudo_cot", "error": res.error})
+            else:
+                it["pseudo_cot"] = res.text.strip()
+                live.append(it)
+        descs = vlm_b.chat([
+            ChatRequest(user(it["img"], render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"])),
+                        vlm_sp, id=it["id"])
+            for it in live
+        ])
+        live2 = []
+        for it, res in zip(live, descs, strict=True):
+            if not res.ok or not res.text.strip():
+                rejected.append({"id": it["id"], "reason": "vlm_error" if not res.ok else "empty_description", "error": res.error})
+            else:
+                it["description"] = res.text.strip()
+                live2.append(it)
+        answers = reasoner_b.chat([
+            ChatRequest([{"role": "user", "content": render("cold_start_reason", description=it["description"],
+                                                            question=it["rec"]["question"], choices=it["choices"])}],
+                        rsn_sp, id=it["id"])
+            for it in live2
+        ])
+        for it, res in zip(live2, answers, strict=True):
+            rec = it["rec"]
+            if not res.ok:
+                rejected.append({"id": it["id"], "reason": "reasoner_error", "error": res.error})
+                continue
+            response = normalize_reasoner_output(res.text)
+            truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
+            fmt, ok, pred = judge_sample(response, rec["answer"], rec.get("choices"))
+            base = {"id": it["id"], "question": rec["question"], "answer": rec["answer"], "pred": pred}
+            if not fmt or truncated:
+                rejected.append({**base, "reason": "truncated" if truncated else "bad_format", "response": response})
+            elif not ok:
+                rejected.append({**base, "reason": "wrong_answer", "response": response})
+            else:
+                img_ref = record_image(rec)
+                if isinstance(img_ref, str):  # absolute, so sft.jsonl works from wherever it is read
+                    img_ref = str((Path(root) / img_ref).resolve() if root and not Path(img_ref).is_absolute() else Path(img_ref))
+                else:
+                    img_ref = _save_image(it["img"], out / "images", it["id"])
+                kept.append({
+                    **base,
+                    "image": img_ref,
+                    **({"choices": rec["choices"]} if rec.get("choices") else {}),
+                    "response": response,
+                    "description": it["description"],
+                    "pseudo_cot": it["pseudo_cot"],
+                })
+        bar.update(len(batch))
+    bar.close()
+    stats = _stats(out, kept, rejected, quarantine)
+    for s in (kept, rejected, quarantine):
+        s.close()
+    for b in (vlm_b, reasoner_b):
+        b.close()
+    return stats
+
+
+def _save_image(img, folder: Path, rid: str) -> str:
+    import re
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (re.sub(r"[^A-Za-z0-9._-]", "_", rid) + ".png")
+    if not path.exists():
+        img.save(path)
+    return str(path.resolve())
+
+
+def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quarantine) -> dict[str, Any]:
+    reasons = Counter(r.get("reason", "?") for r in rejected)
+    total = len(kept) + len(rejected) + len(quarantine)
+    stats = {
+        "total": total,
+        "kept": len(kept),
+        "rejected": len(rejected),
+        "quarantined": len(quarantine),
+        "reject_reasons": dict(reasons),
+        "keep_rate": len(kept) / total if total else 0.0,
+    }
+    atomic_write_json(out / "stats.json", stats)
+    return stats

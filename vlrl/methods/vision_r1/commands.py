@@ -1,0 +1,66 @@
+"""Vision-R1's commands, registered into the ``vlrl`` verb groups (data, eval).
+
+Commands only parse flags, call this method's library code and print results; heavy imports happen
+inside each command so ``vlrl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(groups: dict[str, typer.Typer]) -> None:
+    """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
+    data = groups["data"]
+    evals = groups["eval"]
+
+    @data.command("cold-start", help="Vision-R1 cold start: VLM pseudo-CoT → description → text reasoner; keep verified <think>/<answer> samples.")
+    def cold_start_cmd(
+        input: str = typer.Option(..., "--input", help="Records with image, question, answer (JSONL/parquet/dataset folder, or builtin:tiny_math)."),
+        vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM (writes pseudo-CoT and description)."),
+        reasoner: str = typer.Option(..., "--reasoner", help="Backend spec of the text reasoner (solves from the description)."),
+        out: str = typer.Option(..., "--out", help="Output folder (sft.jsonl, rejected.jsonl, quarantine.jsonl, stats.json, cache/)."),
+        batch_size: int = typer.Option(16, "--batch-size", help="Samples per backend call."),
+        max_samples: int | None = typer.Option(None, "--max-samples", help="Stop after this many input records."),
+        vlm_max_tokens: int = typer.Option(1024, "--vlm-max-tokens"),
+        reasoner_max_tokens: int = typer.Option(8192, "--reasoner-max-tokens"),
+        temperature: float = typer.Option(0.0, "--temperature"),
+        shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
+    ) -> None:
+        import json
+
+        from vlrl.methods.vision_r1.cold_start import cold_start
+
+        try:
+            stats = cold_start(input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
+                               vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
+                               temperature=temperature, shard=shard)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data cold-start: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(stats, indent=2))
+
+
+    @evals.command("reasoning", help="MathVista-style reasoning eval: accuracy (HFRRF's answer extraction), format failures, lengths.")
+    def reasoning_cmd(
+        model: str = typer.Option(..., "--model", help="Backend spec of the model under test (hf:PATH or openai:URL@MODEL)."),
+        bench: str = typer.Option(..., "--bench", help="Benchmark records: image, question, answer, optional choices (file, dataset folder, builtin:tiny_math)."),
+        out: str = typer.Option(..., "--out", help="Output folder (predictions.jsonl, metrics.json, cache/)."),
+        max_tokens: int = typer.Option(4096, "--max-tokens", help="Generation budget; outputs that hit it count as truncated."),
+        temperature: float = typer.Option(0.0, "--temperature"),
+        batch_size: int = typer.Option(16, "--batch-size"),
+        limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N items."),
+        group_by: str | None = typer.Option(None, "--group-by", help="Record field to report accuracy by (default: task/category if present)."),
+        prompt: str = typer.Option("reasoning_eval", "--prompt", help="Prompt template name or .jinja path."),
+    ) -> None:
+        import json
+
+        from vlrl.methods.vision_r1.evaluate import evaluate_reasoning
+
+        try:
+            metrics = evaluate_reasoning(model, bench, out, max_tokens=max_tokens, temperature=temperature,
+                                         batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval reasoning: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(metrics, indent=2, default=str))
