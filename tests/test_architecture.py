@@ -1,0 +1,48 @@
+"""The layer rule (core -> captioning | judge -> rewards -> methods -> training | evaluation -> demos -> cli),
+no cycles, and methods that never import each other: checked by import-linter against ``.importlinter``.
+
+Lazy imports inside functions count: grimp reads every import statement in a module.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lint_imports() -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("lint-imports")
+    cmd = [str(exe)] if exe.exists() else [shutil.which("lint-imports") or "lint-imports"]
+    return subprocess.run([*cmd, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_imports_run_one_way():
+    run = _lint_imports()
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "0 broken" in run.stdout
+
+
+def test_the_check_catches_an_upward_import(tmp_path):
+    """The contract is live: a core module importing a method breaks it."""
+    probe = ROOT / "vlrl" / "core" / "_layer_probe.py"
+    probe.write_text("def f():\n    from vlrl.methods.caprl import reward  # noqa: F401\n")
+    try:
+        run = _lint_imports()
+    finally:
+        probe.unlink()
+    assert run.returncode != 0
+    assert "vlrl.core is not allowed to import vlrl.methods" in run.stdout
+
+
+def test_rewards_are_found_without_a_list():
+    from vlrl.rewards import describe_rewards
+
+    rows = {r["name"]: r for r in describe_rewards()}
+    assert {"caprl_qa", "rubicap_rubric", "hfrrf", "guards"} <= set(rows)
+    assert rows["caprl_qa"]["module"] == "vlrl.methods.caprl.reward"
+    assert rows["caprl_qa"]["required_columns"] == ["questions"]
+    assert rows["rubicap_rubric"]["required_columns"] == ["rubrics"]
