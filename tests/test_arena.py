@@ -14,8 +14,8 @@ from PIL import Image
 
 from tests.scripted import Scripted
 from vlrl.core.backends import ChatResult
+from vlrl.core.sources import ImageItem
 from vlrl.methods.rubicap.arena import candidate_view, parse_winner, run_arena, score_arena
-from vlrl.methods.rubicap.sources import ImageItem
 
 
 def biased_judge(req) -> str:
@@ -112,7 +112,7 @@ def test_parse_and_views():
 
 
 def test_score_arena_handles_nothing_judged():
-    items = [ImageItem("x", "/nope.png")]
+    items = [ImageItem.from_path("x", "/nope.png")]
     res = score_arena(items, {"c": {}, "b": {}}, "c", ["b"], [])
     assert res["baselines"]["b"]["win_rate"] is None and res["mean_score_pct"] is None
 

@@ -37,7 +37,7 @@ def test_a_bad_manifest_row_is_quarantined_not_fatal(tmp_path):
     from vlrl.core.images import ImageLoadError
     from vlrl.core.records import UnloadableImageRef
     from vlrl.core.sources import load_any_dataset
-    from vlrl.methods.rubicap.sources import load_images, open_item
+    from vlrl.methods.rubicap.sources import load_images
 
     Image.new("RGB", (8, 8), "red").save(tmp_path / "ok.png")
     rows = [{"id": "good", "image": "ok.png"}, {"id": "noimg", "image": None}, {"id": "escape", "image": "../x.png"}]
@@ -50,6 +50,6 @@ def test_a_bad_manifest_row_is_quarantined_not_fatal(tmp_path):
         with pytest.raises(ImageLoadError, match=bad.id):
             bad.load()
     items = load_images(tmp_path / "m.jsonl")
-    assert open_item(items[0]).size == (8, 8)
+    assert items[0].open().size == (8, 8)
     with pytest.raises(ImageLoadError, match="escape"):
-        open_item(items[2])
+        items[2].open()

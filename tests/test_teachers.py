@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from vlrl.captioning.captioner import check_caption, split_named, unique_names
 from vlrl.core.backends import Backend, ChatResult
 from vlrl.core.pipeline import read_jsonl
-from vlrl.methods.rubicap.captioner import check_caption, split_named, unique_names
 from vlrl.methods.rubicap.teachers import run_teacher_committee
 
 

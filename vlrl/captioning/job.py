@@ -36,9 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from vlrl.captioning.captioner import caption_images, load_one
 from vlrl.captioning.store import CaptionStore, part_prefix
-from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
-from vlrl.core.images import ImageLoadError, load_image
+from vlrl.core.backends import Backend, SamplingParams, load_backend, parse_spec
 from vlrl.core.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
 from vlrl.core.prompts import from_string, template_path
 from vlrl.core.sources import ImageItem, ImageSource, TarShardSource, open_source
@@ -181,57 +181,43 @@ def check_compatible(path: Path, fp: dict[str, Any]) -> dict[str, Any] | None:
     return old
 
 
-def load_one(item: ImageItem, max_pixels: int | None = None) -> tuple[ImageItem, Any, str | None]:
-    """Decode one item; returns (item, image, None) or (item, None, reason). Never raises."""
-    try:
-        payload = item.payload()
-        root = item.locator.get("root") if item.data is None else None
-        img = load_image(payload, root=root, record=item.image_id, max_pixels=max_pixels)
-        return item, img, None
-    except ImageLoadError as e:
-        return item, None, e.reason
-    except Exception as e:  # noqa: BLE001 - a bad file is quarantined, never a crash
-        return item, None, f"{type(e).__name__}: {e}"
-
-
 def caption_batch(
     backend: Backend, loaded: list[tuple[ImageItem, Any, str]], sampling: SamplingParams
 ) -> list[tuple[dict[str, Any] | None, str | None]]:
-    """Caption decoded images in one backend call: per item (record, None) or (None, error)."""
-    requests = [
-        ChatRequest(
-            messages=[{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": prompt}]}],
-            sampling=sampling,
-            id=item.image_id,
-        )
-        for item, img, prompt in loaded
-    ]
+    """Caption decoded images in one backend call: per item (record, None) or (None, error).
+
+    Any text the backend returned is recorded (the corpus keeps what the model said); a backend
+    that raises stops the job, since every later batch would fail the same way.
+    """
     t0 = time.perf_counter()
-    results = backend.chat(requests)
+    outcomes = caption_images(
+        backend, [img for _, img, _ in loaded], [p for _, _, p in loaded], sampling,
+        n=sampling.n, min_words=None, ids=[it.image_id for it, _, _ in loaded], raise_backend_errors=True,
+    )
     dt = time.perf_counter() - t0
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out: list[tuple[dict[str, Any] | None, str | None]] = []
-    for (item, img, prompt), res in zip(loaded, results, strict=False):
-        if not res.ok:
-            out.append((None, res.error or "backend error"))
+    for (item, img, prompt), oc in zip(loaded, outcomes, strict=True):
+        if oc.caption is None:
+            out.append((None, oc.reason or "backend error"))
             continue
         out.append(
             (
                 {
                     "image_id": item.image_id,
-                    "caption": res.text,
+                    "caption": oc.caption,
                     "model": backend.model,
                     "prompt": prompt,
                     "sampling": sampling.to_dict(),
-                    "finish_reason": res.finish_reasons[0] if res.finish_reasons else None,
-                    "prompt_tokens": res.prompt_tokens,
-                    "completion_tokens": res.completion_tokens,
+                    "finish_reason": oc.finish_reason,
+                    "prompt_tokens": oc.prompt_tokens,
+                    "completion_tokens": oc.completion_tokens,
                     "width": img.width,
                     "height": img.height,
                     "seconds": dt / len(loaded),
                     "batch_seconds": dt,
                     "batch_size": len(loaded),
-                    "cached": res.cached,
+                    "cached": oc.cached,
                     "created_at": now,
                 },
                 None,

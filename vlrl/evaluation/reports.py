@@ -77,7 +77,7 @@ def _score_of(v: Any) -> float | None:
 
 def captioner_name(spec: str) -> str:
     """The short name other evaluations use for a captioner spec (``NAME=SPEC`` keeps ``NAME``)."""
-    from vlrl.methods.rubicap.captioner import spec_name, split_named
+    from vlrl.captioning.captioner import spec_name, split_named
 
     name, spec = split_named(spec)
     return name or spec_name(spec)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.images import IMAGE_EXTENSIONS
+from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, load_image
 from vlrl.core.sources.dataset import load_disk_dataset, undecoded
 
 logger = logging.getLogger(__name__)
@@ -55,10 +55,30 @@ class ImageItem:
     """Encoded bytes when the source already read them (tar members, parquet/Arrow rows)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Extra scalar columns of the manifest row (available to prompt templates)."""
+    error: str | None = None
+    """Why the row names no usable image (the item is kept so the reason reaches its record)."""
+
+    @classmethod
+    def from_path(cls, image_id: str, path: str | os.PathLike[str], meta: dict[str, Any] | None = None,
+                  error: str | None = None) -> ImageItem:
+        """An item for an image file (absolute, or relative to the working directory)."""
+        return cls(str(image_id), {"kind": "file", "path": str(path)}, meta=dict(meta or {}), error=error)
+
+    @property
+    def path(self) -> str:
+        """The image file's path for file items (``""`` for bytes, tar members and dataset rows)."""
+        return str(self.locator.get("path", "")) if self.locator.get("kind") == "file" else ""
 
     def payload(self) -> Any:
         """What :func:`vlrl.core.images.load_image` should open: bytes, or a path / HF image struct."""
         return self.data if self.data is not None else read_locator(self.locator)
+
+    def open(self, max_pixels: int | None = None) -> Any:
+        """Decode the image; raises :class:`~vlrl.core.images.ImageLoadError` with a one-line reason."""
+        if self.error:
+            raise ImageLoadError(self.image_id, self.error)
+        root = self.locator.get("root") if self.data is None else None
+        return load_image(self.payload(), root=root, record=self.image_id, max_pixels=max_pixels)
 
 
 class ImageSource(abc.ABC):

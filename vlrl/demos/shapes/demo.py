@@ -194,7 +194,8 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def caption_scenes(model_dir: str | Path, out: Path, rows: list[dict[str, Any]], cfg: DemoConfig) -> dict[str, list[str]]:
     """Greedy and sampled captions (one each) of the held-out scenes, through the hf backend."""
-    from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+    from vlrl.captioning.captioner import caption_images
+    from vlrl.core.backends import SamplingParams, load_backend
 
     backend = load_backend(f"hf:{model_dir}?device=cpu&dtype=float32&batch_size=64")
     try:
@@ -202,10 +203,9 @@ def caption_scenes(model_dir: str | Path, out: Path, rows: list[dict[str, Any]],
         for name, sp in (("greedy", SamplingParams(max_tokens=cfg.max_completion_length, temperature=0.0)),
                          ("sampled", SamplingParams(max_tokens=cfg.max_completion_length, temperature=cfg.temperature,
                                                     top_k=0, seed=cfg.seed))):
-            reqs = [ChatRequest([{"role": "user", "content": [
-                {"type": "image", "image": str(out / "data" / r["image"])},
-                {"type": "text", "text": W.CAPTION_PROMPT}]}], sp, id=r["id"]) for r in rows]
-            caps[name] = [res.text.strip() if res.ok else "" for res in backend.chat(reqs)]
+            outcomes = caption_images(backend, [str(out / "data" / r["image"]) for r in rows], W.CAPTION_PROMPT, sp,
+                                      ids=[r["id"] for r in rows], min_words=None)
+            caps[name] = [oc.caption.strip() if oc.caption is not None else "" for oc in outcomes]
         return caps
     finally:
         backend.close()

@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.pipeline import atomic_write_json
 from vlrl.core.prompts import render
@@ -183,25 +184,17 @@ def evaluate_prism(
     errors: dict[str, str] = {}
     keys = list(first_row)
     prompt = render("prism_caption")
+    sampling = SamplingParams(max_tokens=caption_max_tokens)
     for start in tqdm(range(0, len(keys), 32), desc="captions", disable=not progress):
         chunk = keys[start : start + 32]
-        reqs, ok_keys = [], []
-        for k in chunk:
-            try:
-                img = load_row_image(first_row[k])
-            except Exception as e:  # noqa: BLE001
-                errors[k] = f"image: {getattr(e, 'reason', e)}"
-                logger.warning("%s: %s", k, errors[k])
+        loaders = [lambda k=k: load_row_image(first_row[k]) for k in chunk]
+        for k, oc in zip(chunk, caption_images(cap_b, loaders, prompt, sampling, ids=chunk, min_words=None), strict=True):
+            if oc.caption is not None:
+                captions[k] = oc.caption
                 continue
-            content = [{"type": "image", "image": img}, {"type": "text", "text": prompt}]
-            reqs.append(ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=caption_max_tokens), id=k))
-            ok_keys.append(k)
-        for k, res in zip(ok_keys, cap_b.chat(reqs), strict=False):
-            if res.ok:
-                captions[k] = res.text
-            else:
-                errors[k] = f"captioner: {res.error}"
-                logger.warning("%s: %s", k, errors[k])
+            bad_image = oc.reason.startswith("bad image: ")
+            errors[k] = f"image: {oc.reason.removeprefix('bad image: ')}" if bad_image else f"captioner: {oc.reason}"
+            logger.warning("%s: %s", k, errors[k])
     with open(out / "captions.jsonl", "w", encoding="utf-8") as fh:
         for k in keys:
             fh.write(json.dumps({"image": k, "caption": captions.get(k), "error": errors.get(k)}, ensure_ascii=False) + "\n")

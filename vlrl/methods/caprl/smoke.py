@@ -15,7 +15,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+from vlrl.captioning.captioner import caption_images
+from vlrl.core.backends import SamplingParams, load_backend
 from vlrl.rewards import build_reward
 
 logger = logging.getLogger(__name__)
@@ -23,21 +24,6 @@ logger = logging.getLogger(__name__)
 CAPTION_PROMPT = "Please describe this image in detail."
 GENERIC = "An image."
 VARIANTS = ("real", "generic", "empty", "shuffled")
-
-
-def caption_images(captioner, images: list[Any], *, prompt: str = CAPTION_PROMPT, max_tokens: int = 512) -> list[str | None]:
-    """Greedy captions, one batch; ``None`` where the captioner failed."""
-    reqs = [
-        ChatRequest([{"role": "user", "content": [{"type": "image", "image": im}, {"type": "text", "text": prompt}]}],
-                    SamplingParams(max_tokens=max_tokens, temperature=0.0), id=f"image {i}")
-        for i, im in enumerate(images)
-    ]
-    out = []
-    for req, r in zip(reqs, captioner.chat(reqs), strict=False):
-        if not r.ok:
-            logger.warning("smoke: %s: captioning failed: %s", req.id, r.error)
-        out.append(r.text if r.ok else None)
-    return out
 
 
 def smoke_check(
@@ -69,7 +55,12 @@ def smoke_check(
             logger.warning("smoke: skipping row %d: %s", i, e)
             skipped += 1
     cap_backend = load_backend(captioner, cache=cache)
-    real = caption_images(cap_backend, images, max_tokens=max_tokens)
+    outcomes = caption_images(cap_backend, images, CAPTION_PROMPT, SamplingParams(max_tokens=max_tokens, temperature=0.0),
+                              min_words=None)
+    for i, oc in enumerate(outcomes):
+        if oc.caption is None:
+            logger.warning("smoke: image %d: captioning failed: %s", i, oc.reason)
+    real = [oc.caption for oc in outcomes]
     keep = [i for i, c in enumerate(real) if c is not None]
     skipped += len(images) - len(keep)
     real = [real[i] for i in keep]

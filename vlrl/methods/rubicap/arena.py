@@ -37,12 +37,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from vlrl.captioning.captioner import read_captions, split_named, unique_names
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
 from vlrl.core.prompts import render
+from vlrl.core.sources import ImageItem
 from vlrl.judge.structured import InvalidOutput, chat_structured, extract_json
-from vlrl.methods.rubicap.captioner import collect_captions, split_named, unique_names
-from vlrl.methods.rubicap.sources import ImageItem, load_images, open_item, read_captions
+from vlrl.methods.rubicap.captioner import collect_captions
+from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +167,7 @@ def _judge_all(
             requests, live = [], []
             for key, it, b, order, a_text, b_text in batch:
                 try:
-                    image = open_item(it)
+                    image = it.open()
                 except Exception as e:
                     logger.warning("arena: %s: %s", it.image_id, e)
                     continue

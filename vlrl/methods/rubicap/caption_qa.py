@@ -24,9 +24,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from vlrl.captioning.captioner import split_named, unique_names
 from vlrl.core.backends import Backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
-from vlrl.methods.rubicap.captioner import collect_captions, split_named, unique_names
+from vlrl.methods.rubicap.captioner import collect_captions
 from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def run_caption_qa(
     if not captions and not captioners:
         raise ValueError("give at least one --captions FILE or --captioner SPEC")
     items = load_images(qa, out / "images")
-    questions = {it.image_id: it.extras().get("questions") for it in items}
+    questions = {it.image_id: it.meta.get("questions") for it in items}
     if not any(questions.values()):
         raise ValueError(f"{qa}: no 'questions' column (expected a QA dataset from `vlrl data` CapRL curation)")
     budgets = parse_budgets(budgets)

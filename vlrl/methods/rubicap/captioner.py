@@ -1,141 +1,24 @@
-"""Captioning a list of images with one backend, the way every RubiCap stage needs it.
+"""Captions from several captioners (models or captions files) for RubiCap's arena and caption-QA.
 
-Teachers, the student, arena contestants and caption-QA captioners all do the same thing: render a
-prompt, attach the image, send a *batch* to the backend, and sort each answer into "a caption" or
-"missing, because ...". Missing is explicit — an empty answer, a refusal ("I'm sorry, I can't..."), a
-backend error (timeout, HTTP 500) or an answer too short to be a description — so a bad teacher shows
-up in the statistics instead of as silently empty rows.
-
-A precomputed captions file can stand in for a model anywhere a captioner spec is accepted: a spec
-ending in ``.jsonl`` that names an existing file is read as ``{"image_id", "caption"}`` rows.
+The captioning itself is :func:`vlrl.captioning.captioner.caption_images`; this module adds the
+resumable per-contestant loop those two evaluations share: a ``captions.jsonl`` keyed by
+``image_id::name``, and a ``caption_failures.jsonl`` with one reason per missing caption.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
+from vlrl.captioning.captioner import caption_images, captions_from_file, is_captions_file
+from vlrl.core.backends import Backend, SamplingParams, load_backend
 from vlrl.core.pipeline import JsonlStore, batched
 from vlrl.core.prompts import render
-from vlrl.methods.rubicap.sources import ImageItem, open_item, read_captions
+from vlrl.core.sources import ImageItem
 
 logger = logging.getLogger(__name__)
-
-_REFUSAL = re.compile(
-    r"^\W*(i'?m sorry|i am sorry|sorry[,.]|i apologi[sz]e|i cannot|i can'?t|i can not|i am unable|i'?m unable|"
-    r"i'?m not able|i am not able|as an ai\b|unable to (view|see|process|describe))",
-    re.IGNORECASE,
-)
-
-
-@dataclass
-class CaptionOutcome:
-    caption: str | None
-    reason: str | None = None
-    """Why ``caption`` is missing (``None`` when it is present)."""
-
-
-def check_caption(text: str, min_words: int = 3) -> str | None:
-    """Reason a model answer is not a usable caption, or ``None`` when it is."""
-    if not text or not text.strip():
-        return "empty answer"
-    if _REFUSAL.match(text.strip()[:200]):
-        return "refusal"
-    n = len(text.split())
-    if n < min_words:
-        return f"too short ({n} words < {min_words})"
-    return None
-
-
-def spec_name(spec: str | Backend) -> str:
-    """A short readable name for a captioner spec (model folder or served model name)."""
-    if isinstance(spec, Backend):
-        return str(spec.model)
-    s = str(spec)
-    if s.endswith(".jsonl"):
-        return Path(s).stem
-    target = s.split(":", 1)[-1].split("?", 1)[0]
-    if "@" in target:
-        return target.rsplit("@", 1)[1].replace("/", "_")
-    return Path(target.rstrip("/")).name or target
-
-
-def unique_names(specs: Sequence[str | Backend], names: Sequence[str | None] | None = None) -> list[str]:
-    """Names for specs (``NAME=SPEC`` given names win), made unique with ``-2``, ``-3`` suffixes."""
-    out: list[str] = []
-    for i, spec in enumerate(specs):
-        base = (names[i] if names else None) or spec_name(spec)
-        name, k = base, 2
-        while name in out:
-            name, k = f"{base}-{k}", k + 1
-        out.append(name)
-    return out
-
-
-def split_named(arg: str) -> tuple[str | None, str]:
-    """``"gpt=openai:http://h/v1@gpt"`` → ("gpt", spec); a bare spec → (None, spec)."""
-    head, sep, rest = arg.partition("=")
-    if sep and re.fullmatch(r"[A-Za-z0-9_.\-]+", head) and ":" in rest:
-        return head, rest
-    return None, arg
-
-
-def is_captions_file(spec: str | Backend) -> bool:
-    return isinstance(spec, str) and spec.endswith(".jsonl") and Path(spec).is_file()
-
-
-def caption_images(
-    backend: Backend,
-    items: Sequence[ImageItem],
-    prompt: str,
-    sampling: SamplingParams | None = None,
-    min_words: int = 3,
-) -> list[CaptionOutcome]:
-    """Caption ``items`` with one batched ``chat()`` call. Never raises on a bad image or answer."""
-    sampling = sampling or SamplingParams(max_tokens=512, temperature=0.0)
-    outcomes: list[CaptionOutcome | None] = [None] * len(items)
-    requests: list[ChatRequest] = []
-    slots: list[int] = []
-    for i, it in enumerate(items):
-        try:
-            image = open_item(it)
-        except Exception as e:  # unreadable image: this record only
-            outcomes[i] = CaptionOutcome(None, f"bad image: {e}")
-            continue
-        content = [{"type": "image", "image": image}, {"type": "text", "text": prompt}]
-        requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=it.image_id))
-        slots.append(i)
-    if requests:
-        try:
-            results = backend.chat(requests)
-            if len(results) != len(requests):
-                raise RuntimeError(f"{len(results)} results for {len(requests)} requests")
-        except Exception as e:  # the backend itself broke: every request of the batch is missing
-            logger.warning("captioner %s failed on a batch of %d: %s", getattr(backend, "model", "?"), len(requests), e)
-            for i in slots:
-                outcomes[i] = CaptionOutcome(None, f"backend raised: {type(e).__name__}: {e}")
-            return [o for o in outcomes if o is not None]
-        for i, res in zip(slots, results, strict=True):
-            if not res.ok:
-                outcomes[i] = CaptionOutcome(None, f"backend error: {res.error}")
-                continue
-            reason = check_caption(res.text, min_words)
-            outcomes[i] = CaptionOutcome(None, reason) if reason else CaptionOutcome(res.text.strip())
-    return [o if o is not None else CaptionOutcome(None, "not attempted") for o in outcomes]
-
-
-def captions_from_file(path: str | Path, items: Sequence[ImageItem]) -> list[CaptionOutcome]:
-    caps = read_captions(path)
-    return [
-        CaptionOutcome(caps[it.image_id]) if it.image_id in caps else CaptionOutcome(None, f"no caption in {path}")
-        for it in items
-    ]
 
 
 def collect_captions(

@@ -16,29 +16,12 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import read_jsonl
+from vlrl.core.sources import ImageItem
 
 logger = logging.getLogger(__name__)
-
-_ID_FIELDS = ("image_id", "id")
-
-
-@dataclass(frozen=True)
-class ImageItem:
-    image_id: str
-    image: str
-    """Path of the image file."""
-    extra: tuple[tuple[str, Any], ...] = ()
-    """Other manifest fields (kept as pairs so the item stays hashable)."""
-    error: str | None = None
-    """Why the row names no usable image (it is quarantined when opened)."""
-
-    def extras(self) -> dict[str, Any]:
-        return dict(self.extra)
 
 
 def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> Iterator[ImageItem]:
@@ -55,7 +38,7 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
 
     for ref in source.image_refs():
         if isinstance(ref, UnloadableImageRef):
-            yield ImageItem(ref.id, "", (), error=ref.reason)
+            yield ImageItem.from_path(ref.id, "", error=ref.reason)
             continue
         meta = dict(ref.meta)
         image_id = str(meta.pop("image_id", None) or ref.id)
@@ -69,7 +52,7 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
             path = str(fname)
         else:
             path = str(root / ref.path) if ref.path else ""  # missing file: the loader reports it per record
-        yield ImageItem(image_id, path, _freeze(meta))
+        yield ImageItem.from_path(image_id, path, _flat(meta))
 
 
 def load_images(src: str | Path, materialize_dir: str | Path | None = None) -> list[ImageItem]:
@@ -85,33 +68,6 @@ def load_images(src: str | Path, materialize_dir: str | Path | None = None) -> l
     return out
 
 
-def _freeze(meta: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple((k, json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in sorted(meta.items()))
-
-
-def read_captions(path: str | Path) -> dict[str, str]:
-    """``image_id → caption`` from a JSONL captions file (fields ``image_id``/``id`` and ``caption``)."""
-    out: dict[str, str] = {}
-    for n, row in enumerate(read_jsonl(path), 1):
-        image_id = next((str(row[f]) for f in _ID_FIELDS if row.get(f) is not None), None)
-        caption = row.get("caption", row.get("text", row.get("reference")))
-        if image_id is None or not isinstance(caption, str):
-            raise ValueError(f"{path}: row {n} needs 'image_id' and a string 'caption'")
-        out[image_id] = caption
-    return out
-
-
-def open_image(path: str, record: object = None):
-    """Load an image for a model request through vlrl's one loader (raises ``ImageLoadError``)."""
-    from vlrl.core.images import load_image
-
-    return load_image(path, record=record or path)
-
-
-def open_item(item: ImageItem):
-    """Load an :class:`ImageItem`'s image, raising ``ImageLoadError`` with the reason for a bad row."""
-    if item.error:
-        from vlrl.core.images import ImageLoadError
-
-        raise ImageLoadError(item.image_id, item.error)
-    return open_image(item.image, record=item.image_id)
+def _flat(meta: dict[str, Any]) -> dict[str, Any]:
+    """Nested values as JSON text, so rows written from ``meta`` keep one scalar per column."""
+    return {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in sorted(meta.items())}

@@ -33,13 +33,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from vlrl.captioning.captioner import caption_images, captions_from_file, is_captions_file
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
+from vlrl.core.images import load_image
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard
 from vlrl.core.prompts import render
+from vlrl.core.sources import ImageItem
 from vlrl.judge.structured import chat_structured
-from vlrl.methods.rubicap.captioner import caption_images, captions_from_file, is_captions_file
 from vlrl.methods.rubicap.schema import validate_writer_output
-from vlrl.methods.rubicap.sources import ImageItem, open_image
 from vlrl.methods.rubicap.teachers import DEFAULT_PROMPT, read_teacher_dataset
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ def _student_captions(
     need = [r for r in batch if str(r["image_id"]) not in student_caps]
     if not need:
         return
-    items = [ImageItem(str(r["image_id"]), r["image"]) for r in need]
+    items = [ImageItem.from_path(str(r["image_id"]), r["image"]) for r in need]
     if isinstance(backend, _StudentFile):
         outcomes = captions_from_file(backend.path, items)
     else:
@@ -181,7 +182,7 @@ def _write_rubrics(
         content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
         if with_image:
             try:
-                content.insert(0, {"type": "image", "image": open_image(r["image"], record=iid)})
+                content.insert(0, {"type": "image", "image": load_image(r["image"], record=iid)})
             except Exception as e:
                 _reject(rejected, {"image_id": iid, "reason": f"bad image: {e}"})
                 continue

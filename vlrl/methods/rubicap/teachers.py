@@ -30,11 +30,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from vlrl.captioning.captioner import caption_images, split_named, unique_names
 from vlrl.core.backends import Backend, SamplingParams, load_backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard, read_jsonl
 from vlrl.core.prompts import render
-from vlrl.methods.rubicap.captioner import caption_images, split_named, unique_names
-from vlrl.methods.rubicap.sources import ImageItem, load_images
+from vlrl.core.sources import ImageItem
+from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _run_one_teacher(
         return
     try:
         for batch in tqdm(list(batched(todo, batch_size)), desc=f"teacher {name}", unit="batch"):
-            for it, oc in zip(batch, caption_images(backend, batch, prompt, sampling, min_words), strict=True):
+            for it, oc in zip(batch, caption_images(backend, batch, prompt, sampling, min_words=min_words), strict=True):
                 key = pair_key(it.image_id, name)
                 if oc.caption is not None:
                     captions.append({"key": key, "image_id": it.image_id, "teacher": name, "caption": oc.caption})
@@ -154,9 +155,9 @@ def _write_dataset(
                     per_teacher[n]["missing"] += 1
                     per_teacher[n]["reasons"][_reason_kind(missing[n])] += 1
             coverage[len(got)] += 1
-            row = {"image_id": it.image_id, "image": it.image, "teacher_captions": got, "missing": missing}
-            if it.extra:
-                row["meta"] = it.extras()
+            row = {"image_id": it.image_id, "image": it.path, "teacher_captions": got, "missing": missing}
+            if it.meta:
+                row["meta"] = it.meta
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     tmp.replace(out / "teacher_captions.jsonl")
     stats = {
