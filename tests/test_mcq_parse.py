@@ -29,7 +29,7 @@ def reasons(text):
 def test_well_formed():
     r = parse_mcqs(GOOD)
     assert [q.question for q in r.questions] == ["What colour is the car?", "How many people are visible?"]
-    assert r.questions[0].options == ("Red", "Blue", "Green", "Black") and r.questions[0].answer_letter == "B"
+    assert r.questions[0].options == ["Red", "Blue", "Green", "Black"] and r.questions[0].answer_letter == "B"
     assert r.questions[1].answer_text == "Four" and not r.dropped
 
 
@@ -83,7 +83,7 @@ def test_fewer_than_three_options():
 
 def test_answer_given_as_text_and_inline_options():
     r = parse_mcqs("Question 1: Colour?\nA. red B. blue C. green D. pink\nAnswer: green")
-    assert r.questions[0].options == ("red", "blue", "green", "pink") and r.questions[0].answer_letter == "C"
+    assert r.questions[0].options == ["red", "blue", "green", "pink"] and r.questions[0].answer_letter == "C"
 
 
 def test_unlabelled_question_and_multiline_question():
@@ -114,9 +114,9 @@ def test_junk_never_raises(junk):
 
 
 def test_normalize_shapes_and_errors():
-    assert normalize_mcq({"question": "q", "options": ["A. x", "B. y"], "answer": "B. y"}).answer == 1
-    assert normalize_mcq({"question": "q", "options": ["x", "y"], "answer": 0}).answer == 0
-    assert normalize_mcq('{"question": "q", "choices": ["x", "y"], "answer": "y"}').answer == 1
+    assert normalize_mcq({"question": "q", "options": ["A. x", "B. y"], "answer": "B. y"}).answer_index == 1
+    assert normalize_mcq({"question": "q", "options": ["x", "y"], "answer": 0}).answer_index == 0
+    assert normalize_mcq('{"question": "q", "choices": ["x", "y"], "answer": "y"}').answer_index == 1
     with pytest.raises(MCQError, match="answer letter C"):
         normalize_mcq({"question": "q", "options": ["x", "y"], "answer": "C"})
     with pytest.raises(MCQError, match="missing question"):

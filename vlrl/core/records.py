@@ -31,6 +31,7 @@ source, whatever its layout; it returns a :class:`DatasetSource` whose images ar
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -220,8 +221,22 @@ class MCQ(_Record):
         return self.letters.index(self.answer)
 
     @property
+    def answer_letter(self) -> str:
+        return self.answer
+
+    @property
     def answer_text(self) -> str:
         return self.options[self.answer_index]
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the question (order of options included; ids and provenance not)."""
+        blob = json.dumps([self.question, list(self.options), self.answer_index], ensure_ascii=False)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def as_question(self) -> dict[str, Any]:
+        """``{"question", "options", "answer"}``: the question alone, as QA datasets store it."""
+        return {"question": self.question, "options": list(self.options), "answer": self.answer}
 
     def format_options(self) -> str:
         """``"A. first\\nB. second"`` — the layout prompts and answer parsers agree on."""

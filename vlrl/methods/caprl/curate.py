@@ -188,7 +188,7 @@ def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig)
         questions = []
         for mcq, v, t in verdicts[image_id]:
             reason = None if v.keep and t.keep else ("visual_acc_too_low" if not v.keep else "text_acc_too_high")
-            questions.append({**mcq.to_dict(), "visual_acc": v.accuracy, "text_acc": t.accuracy, "kept": reason is None, "reason": reason})
+            questions.append({**mcq.as_question(), "visual_acc": v.accuracy, "text_acc": t.accuracy, "kept": reason is None, "reason": reason})
         records.append({
             "id": image_id,
             "generated": pr.found,

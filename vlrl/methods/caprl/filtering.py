@@ -21,8 +21,9 @@ from typing import Any
 
 from vlrl.core.backends import Backend, load_backend
 from vlrl.core.prompts import render
+from vlrl.core.records import MCQ
 from vlrl.methods.caprl.ask import Ask, ask
-from vlrl.methods.caprl.mcq import MCQ, NONE_OF_THE_ABOVE, normalize_mcq, present, seeded_rng
+from vlrl.methods.caprl.mcq import NONE_OF_THE_ABOVE, normalize_mcq, present, seeded_rng
 
 FILTER_PROMPT = "caprl_filter_answer"
 

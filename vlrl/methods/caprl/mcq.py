@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vlrl.core.records import MCQ, RecordError
+
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CANNOT_ANSWER = "Cannot answer based on the caption"
 NONE_OF_THE_ABOVE = "None of the above"
@@ -38,29 +40,12 @@ class MCQError(ValueError):
     """A question that cannot be asked (missing text, bad options, answer not among them)."""
 
 
-@dataclass(frozen=True)
-class MCQ:
-    question: str
-    options: tuple[str, ...]
-    answer: int
-    """Index of the correct option in ``options``."""
-
-    @property
-    def answer_letter(self) -> str:
-        return LETTERS[self.answer]
-
-    @property
-    def answer_text(self) -> str:
-        return self.options[self.answer]
-
-    @property
-    def key(self) -> str:
-        """Stable identity of the question (order of options included)."""
-        blob = json.dumps([self.question, list(self.options), self.answer], ensure_ascii=False)
-        return hashlib.sha1(blob.encode()).hexdigest()[:16]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "options": list(self.options), "answer": self.answer_letter}
+def make_mcq(question: str, options: Sequence[str], answer_index: int) -> MCQ:
+    """The one :class:`~vlrl.core.records.MCQ` type, with its validation failures as :class:`MCQError`."""
+    try:
+        return MCQ(question, list(options), LETTERS[answer_index])
+    except RecordError as e:
+        raise MCQError(e.reason) from None
 
 
 @dataclass(frozen=True)
@@ -131,7 +116,7 @@ def normalize_mcq(item: Any) -> MCQ:
     if len(options) > len(LETTERS) - 1:
         raise MCQError(f"too many options ({len(options)})")
     answer = _answer_index(_field(item, "answer"), options)
-    return MCQ(question.strip(), tuple(options), answer)
+    return make_mcq(question.strip(), options, answer)
 
 
 def _answer_index(answer: Any, options: Sequence[str]) -> int:
@@ -183,7 +168,7 @@ def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_AN
     if rng is not None:
         rng.shuffle(order)
     options = [mcq.options[i] for i in order]
-    gold = LETTERS[order.index(mcq.answer)]
+    gold = LETTERS[order.index(mcq.answer_index)]
     abstain_letter = None
     if abstain:
         existing = [i for i, o in enumerate(options) if o.casefold() == abstain.casefold()]

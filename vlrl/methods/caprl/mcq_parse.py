@@ -1,4 +1,4 @@
-"""Turn a VLM's free-text multiple-choice questions into validated :class:`~vlrl.methods.caprl.mcq.MCQ`.
+"""Turn a VLM's free-text multiple-choice questions into validated :class:`~vlrl.core.records.MCQ`.
 
 Real models break the requested layout in a handful of recurring ways, and each one must cost a
 question, never the image: chatter before or after the questions, Markdown bold, numbered
@@ -17,7 +17,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from vlrl.methods.caprl.mcq import LETTERS, MCQ, MCQError, normalize_mcq
+from vlrl.core.records import MCQ
+from vlrl.methods.caprl.mcq import LETTERS, MCQError, make_mcq, normalize_mcq
 
 MIN_OPTIONS = 3
 
@@ -140,7 +141,10 @@ def _parse_block(block: list[str]) -> MCQ:
         raise _Drop("too_many_options")
     if not answer:
         raise _Drop("missing_answer")
-    return MCQ(question, tuple(texts), _answer_index(answer, letters, texts))
+    try:
+        return make_mcq(question, texts, _answer_index(answer, letters, texts))
+    except MCQError as e:
+        raise _Drop(_code(str(e)), str(e)) from None
 
 
 def _answer_index(answer: str, letters: list[str], texts: list[str]) -> int:

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vlrl.core.records import SEVERITY_WEIGHTS, RubricItem
-
-Severity = Literal["critical", "important", "minor"]
+from vlrl.core.records import SEVERITY_WEIGHTS, RubricItem, Severity
 
 # Words that only make sense to someone who saw the writer's inputs (the judge never does).
 _SELF_REF = re.compile(r"\b(student'?s? (caption|description)|reference captions?|other captions)\b", re.IGNORECASE)
