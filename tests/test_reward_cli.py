@@ -69,7 +69,7 @@ def test_score_hfrrf_rows_with_bad_rows(tmp_path):
     assert recs[0]["details"] == {"format_ok": True, "answer_ok": True, "truncated": False, "pred": "42"}
     assert recs[7]["details"]["truncated"] is True
     errors = {r["line"]: r["details"]["error"] for r in recs if r["reward"] is None}
-    assert "invalid JSON" in errors[3] and "missing 'id'" in errors[4]
+    assert "not valid JSON" in errors[3] and "missing 'id'" in errors[4]
     assert "missing 'completion'" in errors[6] and "'answer'" in errors[7]
     for line in (3, 4, 6, 7):  # one line on stderr naming the file and line
         assert f"rows.jsonl:{line}:" in proc.stderr

@@ -20,10 +20,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +88,7 @@ class JsonlStore:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._fh.flush()
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
-                yield json.loads(line)
+        yield from read_jsonl(self.path)
 
     def close(self) -> None:
         self._fh.close()
@@ -160,14 +159,92 @@ def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Read a JSONL file, naming the file and line of any malformed record (a leading UTF-8 BOM,
-    as Windows editors write, is skipped)."""
-    with open(path, encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+OnError = Literal["raise", "skip", "quarantine"]
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
+def parse_jsonl_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """One JSONL line → ``(record, None)`` or ``(None, one-line reason)``. Never raises.
+
+    A line is bad when it is not UTF-8, not JSON, nested deeper than the parser's recursion limit,
+    not a JSON object, or holds an escaped lone surrogate (``"\\ud800"``), which Python accepts
+    but no UTF-8 writer can write back out.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg})"
+    except RecursionError:
+        return None, "not valid JSON (nested too deeply)"
+    if not isinstance(rec, dict):
+        return None, f"expected a JSON object, got {type(rec).__name__}"
+    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(rec):
+        return None, "not valid JSON text (a lone UTF-16 surrogate escape such as \\ud800)"
+    return rec, None
+
+
+def iter_jsonl(path: str | Path, *, torn_tail: bool = False) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """``(line number, record, reason)`` for every non-blank line of a JSONL file; never raises on a line.
+
+    A leading UTF-8 BOM (Windows editors write one) is skipped. ``torn_tail=True`` silently ignores
+    an unterminated last line: a file another process is still appending to ends mid-record.
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if torn_tail and not raw.endswith(b"\n"):
+                return
+            if not raw.strip():
                 continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            rec, reason = parse_jsonl_line(raw)
+            yield lineno, rec, reason
+
+
+def read_jsonl(
+    path: str | Path,
+    on_error: OnError = "raise",
+    *,
+    quarantine: JsonlStore | None = None,
+    torn_tail: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """The records of a JSONL file, with the caller's policy for a bad line (see :func:`parse_jsonl_line`).
+
+    * ``"raise"``: ``ValueError("<path>:<line>: <reason>")`` — for files vlrl wrote itself, or inputs
+      where one bad line means the whole file is suspect;
+    * ``"skip"``: log one warning line naming the file, line and reason, and go on;
+    * ``"quarantine"``: also append ``{"key": "<path>:<line>", "reason", "path", "line"}`` to
+      ``quarantine`` (a :class:`JsonlStore` keyed by ``key``), so the rerun does not list it twice.
+    """
+    if on_error not in ("raise", "skip", "quarantine"):
+        raise ValueError(f"on_error={on_error!r}: expected 'raise', 'skip' or 'quarantine'")
+    if on_error == "quarantine" and quarantine is None:
+        raise ValueError("on_error='quarantine' needs a quarantine store")
+    for lineno, rec, reason in iter_jsonl(path, torn_tail=torn_tail):
+        if rec is not None:
+            yield rec
+            continue
+        if on_error == "raise":
+            raise ValueError(f"{path}:{lineno}: {reason}")
+        logger.warning("%s:%d: skipping a bad line: %s", path, lineno, reason)
+        if quarantine is not None:
+            key = f"{path}:{lineno}"
+            quarantine.append({quarantine.key_field: key, "reason": reason, "path": str(path), "line": lineno})

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.pipeline import iter_jsonl
 from vlrl.rewards.base import Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
@@ -111,28 +112,20 @@ def iter_rows(
     path: str | Path, text_key: str, fallback_keys: tuple[str, ...] = ()
 ) -> Iterator[tuple[int, dict | None, str | None]]:
     """``(line number, row, error)`` for every non-blank line; ``error`` names what is wrong."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+    for lineno, row, bad in iter_jsonl(path):
+        if row is None:
+            yield lineno, None, bad
+            continue
+        if row.get("id") is None:
+            yield lineno, row, "missing 'id'"
+            continue
+        if text_key not in row:
+            alt = next((k for k in fallback_keys if k in row), None)
+            if alt is None:
+                yield lineno, row, f"missing {text_key!r}"
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield lineno, None, f"invalid JSON ({e.msg})"
-                continue
-            if not isinstance(row, dict):
-                yield lineno, None, f"expected a JSON object, got {type(row).__name__}"
-                continue
-            if row.get("id") is None:
-                yield lineno, row, "missing 'id'"
-                continue
-            if text_key not in row:
-                alt = next((k for k in fallback_keys if k in row), None)
-                if alt is None:
-                    yield lineno, row, f"missing {text_key!r}"
-                    continue
-                row = {**row, text_key: row[alt]}
-            yield lineno, row, None
+            row = {**row, text_key: row[alt]}
+        yield lineno, row, None
 
 
 def _count_lines(path: str | Path) -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import glob
-import json
 import logging
 import os
 import re
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, load_image
+from vlrl.core.pipeline import iter_jsonl
 from vlrl.core.sources.dataset import load_disk_dataset, undecoded
 
 logger = logging.getLogger(__name__)
@@ -195,20 +195,15 @@ class ManifestSource(ImageSource):
         return ImageItem(image_id, locator, data=data, meta=meta)
 
     def _iter_jsonl(self) -> Iterator[ImageItem]:
-        with open(self.root, encoding="utf-8") as fh:
-            n = 0
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    logger.warning("%s:%d: skipping a line that is not valid JSON (%s)", self.root, lineno, e.msg)
-                    continue
-                img_col = self.image_column or _pick(row, IMAGE_COLUMNS, "image", f"{self.root}:{lineno}")
-                id_col = self.id_column or _pick(row, ID_COLUMNS, "id", self.root, required=False)
-                yield self._item(row, img_col, id_col, n, {})
-                n += 1
+        n = 0
+        for lineno, row, reason in iter_jsonl(self.root):
+            if row is None:
+                logger.warning("%s:%d: skipping a bad line: %s", self.root, lineno, reason)
+                continue
+            img_col = self.image_column or _pick(row, IMAGE_COLUMNS, "image", f"{self.root}:{lineno}")
+            id_col = self.id_column or _pick(row, ID_COLUMNS, "id", self.root, required=False)
+            yield self._item(row, img_col, id_col, n, {})
+            n += 1
 
     def _iter_parquet(self, with_data: bool) -> Iterator[ImageItem]:
         import pyarrow as pa

@@ -23,7 +23,6 @@ both accuracies) and ``DIR/stats.json`` (counts of every stage and every drop re
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard
+from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.methods.caprl.filtering import text_only_filter, visual_filter
 from vlrl.methods.caprl.mcq import seeded_rng
@@ -62,16 +61,7 @@ class CurateConfig:
 
 def _read_done(folder: Path, pattern: str) -> list[dict[str, Any]]:
     """Records of every shard file (another shard may be mid-write: a torn last line is skipped)."""
-    out = []
-    for f in sorted(folder.glob(pattern)):
-        with open(f, encoding="utf-8") as fh:
-            for line in fh:
-                if line.endswith("\n"):
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
-    return out
+    return [rec for f in sorted(folder.glob(pattern)) for rec in read_jsonl(f, "skip", torn_tail=True)]
 
 
 def curate(
