@@ -221,7 +221,7 @@ def read_captions(path: str | Path) -> dict[str, str]:
     """``image_id → caption`` from a JSONL captions file (fields ``image_id``/``id`` and ``caption``)."""
     out: dict[str, str] = {}
     for n, row in enumerate(read_jsonl(path), 1):
-        image_id = next((str(row[f]) for f in ID_COLUMNS[:2] if row.get(f) is not None), None)
+        image_id = next((str(row[f]) for f in ID_COLUMNS if row.get(f) is not None), None)
         caption = row.get("caption", row.get("text", row.get("reference")))
         if image_id is None or not isinstance(caption, str):
             raise ValueError(f"{path}: row {n} needs 'image_id' and a string 'caption'")

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from vlrl.core.pipeline import read_jsonl
+from vlrl.core.sources.rows import record_image
 
 # -- evaluation results ----------------------------------------------------------------------------------
 
@@ -181,7 +182,7 @@ def load_scored(path: str | Path) -> pd.DataFrame:
             "words": len(caption.split()),
             "reward": r.get("reward"),
         }
-        img = r.get("image") or r.get("image_path")
+        img = record_image(r)
         if isinstance(img, str):
             row["image"] = str(img if Path(img).is_absolute() else path.parent / img)
         for k, v in (r.get("details") or {}).items():

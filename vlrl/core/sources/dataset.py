@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, iter_image_files, load_image
 from vlrl.core.pipeline import read_jsonl
 from vlrl.core.records import ImageRef, RecordError, UnloadableImageRef, _as_dict
+from vlrl.core.sources.columns import IMAGE_COLUMNS
 
 if TYPE_CHECKING:
     import datasets
@@ -36,13 +37,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_IMAGE_COLUMNS = ("image", "file_name", "image_path", "path")
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv")
 
 
 def _find_image_column(columns: Iterable[str]) -> str | None:
     cols = set(columns)
-    return next((c for c in _IMAGE_COLUMNS if c in cols), None)
+    return next((c for c in IMAGE_COLUMNS if c in cols), None)
 
 
 @dataclass
@@ -97,7 +97,7 @@ class DatasetSource:
         Raises ``ValueError`` at once (not on first iteration) if the source has no image column.
         """
         if self.image_column is None:
-            raise ValueError(f"{self.kind} source has no image column (looked for {', '.join(_IMAGE_COLUMNS)})")
+            raise ValueError(f"{self.kind} source has no image column (looked for {', '.join(IMAGE_COLUMNS)})")
         return self._iter_images(self.image_column)
 
     def _iter_images(self, column: str) -> Iterator[tuple[str, Any]]:

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-IMAGE_KEYS = ("image", "image_path", "images")
+from vlrl.core.sources.columns import IMAGE_LIST_COLUMNS, RECORD_IMAGE_COLUMNS
+
+IMAGE_KEYS = RECORD_IMAGE_COLUMNS
 BUILTINS = ("tiny_captions", "tiny_math")
 _COLORS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
 _SHAPES = ("circle", "square", "triangle")
@@ -134,7 +136,7 @@ def record_image(rec: dict[str, Any]) -> Any:
         v = rec.get(key)
         if v is None:
             continue
-        if key == "images":
+        if key in IMAGE_LIST_COLUMNS:
             return v[0] if isinstance(v, list) and v else None
         return v
     return None

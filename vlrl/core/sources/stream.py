@@ -37,12 +37,11 @@ from typing import Any
 
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, load_image
 from vlrl.core.pipeline import iter_jsonl
+from vlrl.core.sources.columns import ID_COLUMNS, IMAGE_COLUMNS
 from vlrl.core.sources.dataset import load_disk_dataset, undecoded
 
 logger = logging.getLogger(__name__)
 
-IMAGE_COLUMNS = ("image", "image_path", "path", "file_name", "file", "img")
-ID_COLUMNS = ("image_id", "id", "key", "__key__")
 KINDS = ("folder", "manifest", "hf", "wds")
 
 
