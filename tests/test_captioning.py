@@ -17,6 +17,7 @@ from PIL import Image
 
 from vlrl.captioning import CaptionJob, CaptionStore, open_source, run_caption
 from vlrl.core.backends import Backend, ChatResult
+from vlrl.core.prompts import render
 
 try:
     from servers import FaultProxy, transformers_server  # noqa: F401 - session fixture
@@ -105,7 +106,7 @@ def test_folder_job_output_quarantine_and_manifest(folder, tmp_path):
     assert set(q) == {"a/broken.jpg", "a/truncated.png"}
     assert "not an image" in q["a/broken.jpg"] and q["a/truncated.png"]
     r = rows[0]
-    assert r["model"] == "scripted-captioner" and r["prompt"] == "Please describe this image in detail."
+    assert r["model"] == "scripted-captioner" and r["prompt"] == render("caption_default")
     assert r["sampling"]["max_tokens"] == 256 and r["seconds"] >= 0 and r["width"] == 40
     assert m["status"] == "complete" and m["counts"] == {"captioned": 12, "quarantined": 2}
     assert json.loads((out / "manifest.json").read_text())["output"]["parts"] == ["part-00000.jsonl"]

@@ -58,3 +58,19 @@ def test_templates_live_beside_their_owner():
     assert owners["rubric_judge.jinja"] == "rubicap"
     assert owners["cold_start_reason.jinja"] == "vision_r1"
     assert owners["caption_default.jinja"] == "captioning"
+
+
+def test_caprl_training_prompt_has_exactly_one_copy():
+    """Four copies of CapRL's captioning prompt once had to be kept equal by hand; now one template holds it."""
+    from pathlib import Path
+
+    text = render("caption_default")
+    assert text and "{{" not in text
+    repo = Path(__file__).resolve().parent.parent
+    holders = [
+        p.relative_to(repo).as_posix()
+        for folder in ("vlrl", "train", "data_pipelines", "eval")
+        for p in sorted((repo / folder).rglob("*"))
+        if p.is_file() and p.suffix in (".py", ".jinja", ".yaml", ".yml", ".sh") and text in p.read_text(encoding="utf-8")
+    ]
+    assert holders == ["vlrl/captioning/prompts/caption_default.jinja"]

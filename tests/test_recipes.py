@@ -9,6 +9,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from vlrl.core.prompts import render
 from vlrl.training.recipe import RecipeError, load_recipe, resolve_tiny, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,7 +226,7 @@ def test_dataset_adapter_keeps_prompts_conversational_and_columns_exact(tmp_path
     assert len(ds) == 2
     row0, row1 = ds[0], ds[1]
     assert row0["prompt"] == [{"role": "system", "content": "Be precise."},
-                              {"role": "user", "content": "Please describe this image in detail."}]
+                              {"role": "user", "content": render("caption_default")}]
     assert row1["prompt"][-1]["content"] == "Own prompt."
     assert row0["image"].size == (30, 20) and row0["image"].mode == "RGB"
     assert row0["questions"] == recs[0]["questions"]  # exact objects, no Arrow padding
@@ -330,3 +331,16 @@ def test_sft_adapter_resolves_relative_images_like_grpo_and_skips_bad_ones(tmp_p
     ds = to_sft_dataset(DataSpec(source=str(src), response_column="response"), cache_dir=tmp_path / "cache")
     assert len(ds) == 1 and ds[0]["image"].size == (12, 10)
     assert ds[0]["completion"] == [{"role": "assistant", "content": resp}]
+
+
+def test_prompt_names_a_template(no_models, tmp_path):
+    """A recipe names CapRL's prompt template instead of copying its text; a wrong name fails validation."""
+    from vlrl.training.data import user_text
+
+    r = load_recipe(doc=_doc(data={"source": "builtin:tiny_captions:2"}))
+    assert r.data.prompt == "caption_default.jinja" and user_text({}, r.data.prompt) == render("caption_default")
+    own = tmp_path / "mine.jinja"
+    own.write_text("Caption {{ id }} in one line.\n")
+    assert user_text({"id": "x7"}, str(own)) == "Caption x7 in one line."
+    with pytest.raises(RecipeError, match="data.prompt.*no_such_prompt.jinja"):
+        validate(load_recipe(doc=_doc(data={"source": "builtin:tiny_math:4", "prompt": "no_such_prompt.jinja"})))

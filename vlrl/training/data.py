@@ -83,6 +83,10 @@ def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     own = rec.get("prompt")
     if isinstance(own, str) and own.strip():
         return own
+    if default_prompt.endswith(".jinja"):  # a template by name (bundled) or path
+        from vlrl.core.prompts import render
+
+        return render(default_prompt, **rec)
     if "{{" in default_prompt or "{%" in default_prompt:
         from vlrl.core.prompts import from_string
 

@@ -84,8 +84,9 @@ class DataSpec:
     source: str = ""
     """A JSONL/JSON/parquet file, a ``save_to_disk`` folder, or ``builtin:tiny_captions[:N]`` /
     ``builtin:tiny_math[:N]`` (generated images for the tiny CPU recipes)."""
-    prompt: str = "Please describe this image in detail."
-    """User prompt for records without their own ``prompt``/``question`` (CapRL's captioning prompt)."""
+    prompt: str = "caption_default.jinja"
+    """User prompt for records without their own ``prompt``/``question``: jinja text, or a template named by
+    its ``.jinja`` file name or path (default: CapRL's captioning prompt)."""
     system_prompt: str | None = None
     max_samples: int | None = None
     image_root: str | None = None
@@ -384,6 +385,13 @@ def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None 
         errors.append(f"{where}: model.dtype {recipe.model.dtype!r}; use auto, bfloat16, float16 or float32")
     if not recipe.data.source:
         errors.append(f"{where}: data.source is empty; give a JSONL/parquet file, a dataset folder or builtin:tiny_captions")
+    if recipe.data.prompt.endswith(".jinja"):
+        from vlrl.core.prompts import PromptNotFoundError, load_template
+
+        try:
+            load_template(recipe.data.prompt)
+        except PromptNotFoundError as e:
+            errors.append(f"{where}: data.prompt: {e}")
 
     fields = config_fields(recipe.method)
     unknown = sorted(set(recipe.trainer) - fields)

@@ -183,7 +183,7 @@ def evaluate_prism(
     captions: dict[str, str | None] = {}
     errors: dict[str, str] = {}
     keys = list(first_row)
-    prompt = render("prism_caption")
+    prompt = render("caption_default")
     sampling = SamplingParams(max_tokens=caption_max_tokens)
     for start in tqdm(range(0, len(keys), 32), desc="captions", disable=not progress):
         chunk = keys[start : start + 32]

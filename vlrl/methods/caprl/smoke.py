@@ -17,11 +17,13 @@ from typing import Any
 
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import SamplingParams, load_backend
+from vlrl.core.prompts import render
 from vlrl.rewards import build_reward
 
 logger = logging.getLogger(__name__)
 
-CAPTION_PROMPT = "Please describe this image in detail."
+CAPTION_PROMPT = "caption_default"
+"""The captioner's prompt: CapRL's training prompt (a bundled template)."""
 GENERIC = "An image."
 VARIANTS = ("real", "generic", "empty", "shuffled")
 
@@ -55,7 +57,7 @@ def smoke_check(
             logger.warning("smoke: skipping row %d: %s", i, e)
             skipped += 1
     cap_backend = load_backend(captioner, cache=cache)
-    outcomes = caption_images(cap_backend, images, CAPTION_PROMPT, SamplingParams(max_tokens=max_tokens, temperature=0.0),
+    outcomes = caption_images(cap_backend, images, render(CAPTION_PROMPT), SamplingParams(max_tokens=max_tokens, temperature=0.0),
                               min_words=None)
     for i, oc in enumerate(outcomes):
         if oc.caption is None:
