@@ -148,6 +148,12 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     rej = {r["image_id"]: r for r in read_jsonl(tmp_path / "out" / "rejected.jsonl")}
     assert set(rej) == {"garbage", "timeout", "lonely", "nostudent"}
     assert "no JSON object" in rej["garbage"]["reason"] and len(rej["garbage"]["raw"]) == 3
+    # token accounting survives answers that never parsed: all three attempts are counted
+    assert rej["garbage"]["completion_tokens"] == sum(len(t.split()) for t in rej["garbage"]["raw"]) > 0
+    assert rows["retry"]["writer"]["completion_tokens"] > rows["good"]["writer"]["completion_tokens"] > 0
+    assert stats["writer_tokens"]["completion_tokens"] == (
+        sum(r["writer"]["completion_tokens"] for r in rows.values()) + sum(r.get("completion_tokens", 0) for r in rej.values())
+    )
     assert "timed out" in rej["timeout"]["reason"]
     assert "only 1 teacher caption" in rej["lonely"]["reason"]
     assert rej["nostudent"]["reason"].startswith("student caption missing: empty answer")

@@ -34,6 +34,7 @@ from typing import Any
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, read_jsonl
 from vlrl.core.prompts import render
+from vlrl.judge import chat_structured
 from vlrl.methods.caprl.filtering import text_only_filter, visual_filter
 from vlrl.methods.caprl.mcq import seeded_rng
 from vlrl.methods.caprl.mcq_parse import parse_mcqs
@@ -139,21 +140,19 @@ def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig)
         sampling = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed if cfg.temperature > 0 else None)
         content = [{"type": "image", "image": loaded[image_id]}, {"type": "text", "text": prompt}]
         reqs.append(ChatRequest([{"role": "user", "content": content}], sampling, id=image_id))
-    try:
-        gens = vlm.chat(reqs)
-    except Exception as e:  # noqa: BLE001
-        logger.error("VLM failed on a batch of %d images: %s", len(ids), e)
-        return [], ids
+    # through the judge seam: parse_mcqs never raises, so no correction rounds; a backend that raises
+    # or errors leaves the image for the next run
+    gens = chat_structured(vlm, reqs, lambda text, i: parse_mcqs(text), max_retries=0, raw_text=True)
     failed = []
     parsed: dict[str, Any] = {}
-    for image_id, res in zip(ids, gens, strict=False):
+    for image_id, res in zip(ids, gens, strict=True):
         if not res.ok:
             logger.warning("%s: generation failed: %s", image_id, res.error)
             failed.append(image_id)
         else:
-            parsed[image_id] = (res.text, parse_mcqs(res.text))
+            parsed[image_id] = (res.raw[-1], res.value)
             if not parsed[image_id][1].found:
-                logger.warning("%s: the VLM's answer holds no multiple-choice question (%r)", image_id, res.text[:80])
+                logger.warning("%s: the VLM's answer holds no multiple-choice question (%r)", image_id, res.raw[-1][:80])
     items, keys, owners = [], [], []
     for image_id, (_, pr) in parsed.items():
         for qi, mcq in enumerate(pr.questions[: cfg.per_image]):

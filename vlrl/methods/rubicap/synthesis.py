@@ -198,7 +198,8 @@ def _write_rubrics(
         iid = str(r["image_id"])
         if not res.ok:
             _reject(rejected,
-                {"image_id": iid, "reason": f"rubric writer: {res.error}", "attempts": res.attempts, "raw": res.raw}
+                {"image_id": iid, "reason": f"rubric writer: {res.error}", "attempts": res.attempts, "raw": res.raw,
+                 "prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens}
             )
             continue
         v = res.value
@@ -211,7 +212,8 @@ def _write_rubrics(
                 "deficiencies": v["deficiencies"],
                 "student_caption": student_caps[iid],
                 "teacher_captions": r["teacher_captions"],
-                "writer": {"attempts": res.attempts, "repaired": res.repaired, "dropped_facts": v["dropped_facts"]},
+                "writer": {"attempts": res.attempts, "repaired": res.repaired, "dropped_facts": v["dropped_facts"],
+                           "prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens},
             }
         )
 
@@ -242,4 +244,9 @@ def _stats(rows: Sequence[dict], store: JsonlStore, rejected: JsonlStore) -> dic
         "mean_consensus_facts": (sum(len(r["consensus_facts"]) for r in accepted) / n_acc) if n_acc else 0.0,
         "repaired": sum(bool(r["writer"]["repaired"]) for r in accepted),
         "retried": sum(r["writer"]["attempts"] > 1 for r in accepted),
+        # what the writer cost, rejected answers included (older rows without counts add 0)
+        "writer_tokens": {
+            k: sum(r["writer"].get(k, 0) for r in accepted) + sum(r.get(k, 0) for r in rejected if r["image_id"] not in store)
+            for k in ("prompt_tokens", "completion_tokens")
+        },
     }
