@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,11 +240,8 @@ def captions_from_file(path: str | Path, items: Sequence[ImageItem]) -> list[Cap
     ]
 
 
-ImageLoader = Callable[[], Any]
-
 __all__ = [
     "CaptionOutcome",
-    "ImageLoader",
     "caption_images",
     "captions_from_file",
     "check_caption",

@@ -140,7 +140,6 @@ class PromptRenderer:
         if unknown:  # would fail on every image: a job error, not a per-image quarantine
             raise ValueError(f"prompt template uses undefined variable(s) {unknown}; use {{{{ image_id }}}} or {{{{ meta.COLUMN }}}}")
         self.template = from_string(text)
-        self.static = "{{" not in text and "{%" not in text
 
     def __call__(self, item: ImageItem) -> str:
         return self.template.render(image_id=item.image_id, meta=item.meta).strip()

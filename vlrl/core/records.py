@@ -1,31 +1,18 @@
-"""Typed records for what vlrl stores, and their round trips through HF ``datasets``.
+"""Typed records for what vlrl stores: pure types that validate themselves, with no file IO.
 
 Every dataset vlrl builds is a list of a few kinds of record: an image reference, a
 multiple-choice question (CapRL's QA pairs), a rubric item (RubiCap's criteria) and a caption.
 They are plain dataclasses that validate themselves on construction, so a malformed MCQ (answer
 letter not among the options, duplicate options) is refused with a one-line :class:`RecordError`
-naming the record the moment it is read — not three stages later as a wrong reward.
+naming the record the moment it is read — not three stages later as a wrong reward. There is one
+type per concept: CapRL's stages, the reward and Prism use this :class:`MCQ`, and RubiCap's schema
+uses this :data:`Severity`.
 
-On disk they are ordinary HF datasets, so anything that reads ``datasets`` reads them:
-
-* JSONL, parquet and ``save_to_disk`` folders (:func:`save_records` / :func:`load_records`);
-* ``imagefolder`` folders: image files plus a ``metadata.jsonl`` with ``file_name``
-  (:func:`save_imagefolder`), loadable with ``datasets.load_dataset("imagefolder", data_dir=...)``.
-
-Images travel either as the HF ``Image`` feature (bytes embedded: self-contained parquet and
-``save_to_disk`` folders) or as paths relative to the dataset root (small metadata files next to an
-image tree). Relative paths resolve against the *dataset root*: the folder itself for image folders
-and imagefolders, the containing folder for a JSONL/parquet file or a ``save_to_disk`` folder,
-unless ``root=`` says otherwise (for image folders ``root=`` only moves the boundary; see
-:func:`load_any_dataset`). The loader refuses paths that leave the root.
-
+Reading and writing them (JSONL, parquet, ``save_to_disk``, imagefolder) lives in
+:mod:`vlrl.core.sources.records_io`; finding images in any layout in :mod:`vlrl.core.sources`.
 Free-form dict fields (provenance, sampling parameters, image metadata) are stored as JSON strings:
 Arrow would otherwise unify their keys across rows into one struct type, filling absent keys with
 nulls and failing on mixed value types, and the round trip would not give back what went in.
-
-:func:`load_any_dataset` is how the caption job, QA curation and ``vlrl data check`` read an image
-source, whatever its layout; it returns a :class:`DatasetSource` whose images are never decoded by
-``datasets`` itself, only by :func:`vlrl.core.images.load_image`.
 """
 
 from __future__ import annotations
@@ -297,12 +284,10 @@ class Caption(_Record):
 
 
 Record = ImageRef | MCQ | RubricItem | Caption
-RECORD_TYPES: dict[str, type] = {c.kind: c for c in (ImageRef, MCQ, RubricItem, Caption)}
 
 
 __all__ = [
     "MCQ",
-    "RECORD_TYPES",
     "SEVERITY_WEIGHTS",
     "Caption",
     "ImageRef",

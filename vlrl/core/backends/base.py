@@ -301,16 +301,6 @@ def first_choice(text: str, choices: Sequence[str]) -> str | None:
     return None
 
 
-def message_images(messages: Sequence[dict[str, Any]]) -> list[Any]:
-    """All image parts of a conversation, in order."""
-    out = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            out.extend(p["image"] for p in content if p.get("type") == "image")
-    return out
-
-
 def request_key(identity: dict[str, Any], payload: dict[str, Any]) -> str:
     """Stable hash of (backend identity, request payload); images are hashed by their pixels, and
     images given as file paths by the file's bytes (a regenerated image at the same path is a new
