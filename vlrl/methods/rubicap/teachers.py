@@ -28,13 +28,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from vlrl.captioning.captioner import caption_images, split_named, unique_names
-from vlrl.core.backends import Backend, SamplingParams, load_backend
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard, read_jsonl
+from vlrl.captioning.captioner import split_named, unique_names
+from vlrl.core.backends import Backend, SamplingParams
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
+from vlrl.methods.rubicap.captioner import caption_pairs
 from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
@@ -88,47 +87,13 @@ def run_teacher_committee(
             if not todo:
                 logger.info("teacher %s: all %d captions already written", name, len(items))
                 continue
-            _run_one_teacher(name, spec, todo, out, prompt, sampling, batch_size, min_words, captions, failures)
+            caption_pairs(name, spec, todo, captions, failures, role="teacher", field="teacher", prompt=prompt,
+                          sampling=sampling, batch_size=batch_size, min_words=min_words, cache=out / "cache")
         stats = _write_dataset(out, items, names, captions, failures)
     finally:
         captions.close()
         failures.close()
     return stats
-
-
-def _run_one_teacher(
-    name: str,
-    spec: str | Backend,
-    todo: list[ImageItem],
-    out: Path,
-    prompt: str,
-    sampling: SamplingParams,
-    batch_size: int,
-    min_words: int,
-    captions: JsonlStore,
-    failures: JsonlStore,
-) -> None:
-    try:
-        backend = load_backend(spec, cache=out / "cache")
-    except Exception as e:  # cannot load this teacher: record every pair, go on with the others
-        reason = f"teacher could not be loaded: {type(e).__name__}: {e}"
-        logger.error("teacher %s: %s", name, reason)
-        for it in todo:
-            failures.append(
-                {"key": pair_key(it.image_id, name), "image_id": it.image_id, "teacher": name, "reason": reason}
-            )
-        return
-    try:
-        for batch in tqdm(list(batched(todo, batch_size)), desc=f"teacher {name}", unit="batch"):
-            for it, oc in zip(batch, caption_images(backend, batch, prompt, sampling, min_words=min_words), strict=True):
-                key = pair_key(it.image_id, name)
-                if oc.caption is not None:
-                    captions.append({"key": key, "image_id": it.image_id, "teacher": name, "caption": oc.caption})
-                else:
-                    logger.warning("teacher %s: %s: %s", name, it.image_id, oc.reason)
-                    failures.append({"key": key, "image_id": it.image_id, "teacher": name, "reason": oc.reason})
-    finally:
-        backend.close()
 
 
 def _write_dataset(
