@@ -6,6 +6,6 @@ answered prose / a truncated object / the wrong ids" is handled once, the same w
 reason on the record instead of a silent default.
 """
 
-from vlrl.judge.structured import InvalidOutput, Structured, chat_structured, extract_json
+from vlrl.judge.structured import InvalidOutput, Structured, chat_structured, extract_json, json_field
 
-__all__ = ["InvalidOutput", "Structured", "chat_structured", "extract_json"]
+__all__ = ["InvalidOutput", "Structured", "chat_structured", "extract_json", "json_field"]

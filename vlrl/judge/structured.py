@@ -73,6 +73,19 @@ def extract_json(text: str) -> tuple[Any, bool]:
     raise InvalidOutput("no JSON object found in the answer")
 
 
+def json_field(text: str, *keys: str) -> Any:
+    """The first of ``keys`` in the JSON object an answer holds; ``None`` when there is no object or
+    none of the keys. For judges told to answer ``{"score": 7}`` that sometimes answer ``7/10``: the
+    caller falls back to reading the text itself."""
+    try:
+        obj, _ = extract_json(text)
+    except InvalidOutput:
+        return None
+    if isinstance(obj, dict):
+        return next((obj[k] for k in keys if k in obj), None)
+    return None
+
+
 def _first_bracket(s: str) -> int:
     idx = [i for i in (s.find("{"), s.find("[")) if i >= 0]
     return min(idx) if idx else -1

@@ -42,7 +42,7 @@ from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backen
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
-from vlrl.judge.structured import InvalidOutput, chat_structured, extract_json
+from vlrl.judge import chat_structured, json_field
 from vlrl.methods.rubicap.captioner import collect_captions
 from vlrl.methods.rubicap.sources import load_images
 
@@ -55,12 +55,8 @@ _LEAD = re.compile(r"^\W*(A|B|tie|draw)\b", re.IGNORECASE)
 
 def parse_winner(text: str) -> str:
     """Judge answer → ``"A"``, ``"B"`` or ``"tie"``. Raises ``ValueError`` for anything else."""
-    value: Any = None
-    try:
-        obj, _ = extract_json(text)
-        if isinstance(obj, dict):
-            value = obj.get("winner", obj.get("better"))
-    except InvalidOutput:
+    value = json_field(text, "winner", "better")
+    if value is None:
         m = _LEAD.match(text or "")
         value = m.group(1) if m else None
     if isinstance(value, str):

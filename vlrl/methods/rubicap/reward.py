@@ -95,16 +95,11 @@ def parse_verdicts(obj: Any, ids: list[str]) -> dict[str, bool]:
 
 def parse_single_verdict(text: str) -> bool:
     """``{"pass": true}``, or an answer that starts with PASS/FAIL/YES/NO."""
-    from vlrl.judge.structured import InvalidOutput, extract_json
+    from vlrl.judge import json_field
 
-    try:
-        obj, _ = extract_json(text)
-    except InvalidOutput:
-        obj = None
-    if isinstance(obj, dict):
-        for k in ("pass", "passed", "verdict", "met", "result"):
-            if k in obj:
-                return _as_bool(obj[k])
+    verdict = json_field(text, "pass", "passed", "verdict", "met", "result")
+    if verdict is not None:
+        return _as_bool(verdict)
     m = _LEADING_WORD.match(text or "")
     if m and m.group(1).lower() in _TRUE | _FALSE:
         return m.group(1).lower() in _TRUE
@@ -113,15 +108,9 @@ def parse_single_verdict(text: str) -> bool:
 
 def parse_score(text: str, scale: float = 10.0) -> float:
     """``{"score": 7}`` (or a leading number such as ``7/10``) → 0.7. Out of range is an error."""
-    from vlrl.judge.structured import InvalidOutput, extract_json
+    from vlrl.judge import json_field
 
-    value: Any = None
-    try:
-        obj, _ = extract_json(text)
-        if isinstance(obj, dict):
-            value = obj.get("score", obj.get("rating"))
-    except InvalidOutput:
-        pass
+    value = json_field(text, "score", "rating")
     if value is None:
         m = _NUMBER.match(text or "")
         value = m.group(1) if m else None

@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, parse_shard
 from vlrl.core.prompts import render
@@ -60,6 +61,23 @@ def judge_sample(response: str, gold: Any, choices: Any = None) -> tuple[bool, b
         return False, False, None
     pred = extract_answer(response)
     return True, bool(check_answer(pred, gold, choices)), pred
+
+
+def _vlm_step(backend: Any, sampling: SamplingParams, items: list[dict], key: str, rejected: JsonlStore,
+              texts: list[str]) -> list[dict]:
+    """One VLM stage over ``items`` (image + text each): the answer goes to ``it[key]``; the items
+    that got a non-empty answer go on, the others are rejected with ``vlm_error`` / ``empty_<key>``."""
+    outcomes = caption_images(backend, [it["img"] for it in items], texts, sampling, ids=[it["id"] for it in items],
+                              min_words=None)
+    live = []
+    for it, oc in zip(items, outcomes, strict=True):
+        text = (oc.caption or "").strip()
+        if not text:
+            rejected.append({"id": it["id"], "reason": "vlm_error" if oc.caption is None else f"empty_{key}", "error": oc.reason})
+        else:
+            it[key] = text
+            live.append(it)
+    return live
 
 
 def cold_start(
@@ -132,33 +150,11 @@ def cold_start(
         if not items:
             continue
 
-        def user(img, text):
-            return [{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": text}]}]
-
-        cots = vlm_b.chat([
-            ChatRequest(user(it["img"], render("cold_start_pseudo_cot", question=it["rec"]["question"],
-                                               answer=str(it["rec"]["answer"]), choices=it["choices"])), vlm_sp, id=it["id"])
-            for it in items
-        ])
-        live = []
-        for it, res in zip(items, cots, strict=True):
-            if not res.ok or not res.text.strip():
-                rejected.append({"id": it["id"], "reason": "vlm_error" if not res.ok else "empty_pseudo_cot", "error": res.error})
-            else:
-                it["pseudo_cot"] = res.text.strip()
-                live.append(it)
-        descs = vlm_b.chat([
-            ChatRequest(user(it["img"], render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"])),
-                        vlm_sp, id=it["id"])
-            for it in live
-        ])
-        live2 = []
-        for it, res in zip(live, descs, strict=True):
-            if not res.ok or not res.text.strip():
-                rejected.append({"id": it["id"], "reason": "vlm_error" if not res.ok else "empty_description", "error": res.error})
-            else:
-                it["description"] = res.text.strip()
-                live2.append(it)
+        live = _vlm_step(vlm_b, vlm_sp, items, "pseudo_cot", rejected, [
+            render("cold_start_pseudo_cot", question=it["rec"]["question"], answer=str(it["rec"]["answer"]),
+                   choices=it["choices"]) for it in items])
+        live2 = _vlm_step(vlm_b, vlm_sp, live, "description", rejected, [
+            render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"]) for it in live])
         answers = reasoner_b.chat([
             ChatRequest([{"role": "user", "content": render("cold_start_reason", description=it["description"],
                                                             question=it["rec"]["question"], choices=it["choices"])}],
