@@ -152,3 +152,19 @@ def load_record_image(src: Any, root: str | None, record: str) -> Any:
 
     relative = isinstance(src, str) and not Path(src).is_absolute()
     return load_image(src, root=root if relative else None, record=record)
+
+
+def open_record_image(rec: dict[str, Any], root: str | None, record: str) -> tuple[Any, str | None]:
+    """``(image, None)``, or ``(None, reason)`` for a row with no image or one that cannot be read.
+
+    Never raises: jobs quarantine the row with the reason and go on.
+    """
+    from vlrl.core.images import ImageLoadError
+
+    src = record_image(rec)
+    if src is None:
+        return None, "record has no image"
+    try:
+        return load_record_image(src, root, record), None
+    except ImageLoadError as e:
+        return None, e.reason

@@ -99,8 +99,7 @@ def cold_start(
     optional ``choices``, ``id``). ``vlm``/``reasoner`` are backend specs or Backends."""
     from tqdm import tqdm
 
-    from vlrl.core.images import ImageLoadError
-    from vlrl.core.sources.rows import iter_source, load_record_image, record_image
+    from vlrl.core.sources.rows import iter_source, open_record_image, record_image
 
     if isinstance(source, str) and not source.startswith("builtin:") and not Path(source).exists():
         raise ValueError(f"--input {source!r} does not exist")  # before two models are loaded
@@ -137,14 +136,9 @@ def cold_start(
             if not isinstance(q, str) or not q.strip() or gold is None or str(gold).strip() == "":
                 quarantine.add(rid, "record needs a non-empty 'question' and 'answer'")
                 continue
-            src = record_image(rec)
-            if src is None:
-                quarantine.add(rid, "record has no image")
-                continue
-            try:
-                img = load_record_image(src, root, rid)
-            except ImageLoadError as e:
-                quarantine.add(rid, e.reason)
+            img, why = open_record_image(rec, root, rid)
+            if why is not None:
+                quarantine.add(rid, why)
                 continue
             items.append({"id": rid, "rec": rec, "img": img, "choices": choice_lines(rec.get("choices"))})
         if not items:

@@ -111,8 +111,7 @@ def evaluate_reasoning(
     """Evaluate ``model`` (backend spec or Backend) on ``bench`` (JSONL/dataset/``builtin:tiny_math``)."""
     from tqdm import tqdm
 
-    from vlrl.core.images import ImageLoadError
-    from vlrl.core.sources.rows import iter_source, load_record_image, record_image
+    from vlrl.core.sources.rows import iter_source, open_record_image, record_image
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,15 +135,13 @@ def evaluate_reasoning(
     for batch in batched(todo(), batch_size):
         reqs, metas = [], []
         for rid, rec in batch:
-            src = record_image(rec)
             q = rec.get("question") or rec.get("query")
-            if src is None or not isinstance(q, str) or rec.get("answer") is None:
+            if record_image(rec) is None or not isinstance(q, str) or rec.get("answer") is None:
                 quarantine.add(rid, "item needs an image, a question and an answer")
                 continue
-            try:
-                img = load_record_image(src, root, rid)
-            except ImageLoadError as e:
-                quarantine.add(rid, e.reason)
+            img, why = open_record_image(rec, root, rid)
+            if why is not None:
+                quarantine.add(rid, why)
                 continue
             text = render(prompt, question=q, choices=choice_lines(rec.get("choices")))
             reqs.append(ChatRequest([{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": text}]}],
