@@ -131,3 +131,12 @@ def test_real_tiny_vlm_truncation_and_samples(tiny_vlm, tmp_path):
         assert o.truncated == (o.finish_reason == "length")
     # three tokens of a random model almost never end in EOS: most samples are cut off
     assert sum(t for o in out[:3] for t in o.truncations) >= 5
+
+
+def test_n_defaults_to_the_sampling_params(tmp_path):
+    paths = _images(tmp_path, 1)
+    backend = Echo()
+    out = caption_images(backend, [str(paths[0])], "Describe.", SamplingParams(n=3, temperature=1.0))
+    assert len(out[0].captions) == 3 and backend.requests[-1].sampling.n == 3
+    out = caption_images(backend, [str(paths[0])], "Describe.", SamplingParams(n=3, temperature=1.0), n=2)
+    assert len(out[0].captions) == 2 and backend.requests[-1].sampling.n == 2

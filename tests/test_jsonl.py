@@ -108,3 +108,19 @@ def test_reward_score_cli_survives_every_bad_line(tmp_path):
     for lineno, kind in zip(range(2, 2 + len(BAD_LINES)), BAD_LINES, strict=True):
         assert EXPECTED[kind] in errors[lineno]
         assert f"rows.jsonl:{lineno}:" in proc.stderr
+
+
+def test_caption_manifest_skips_bad_lines_and_keeps_the_rest(tmp_path, caplog):
+    """A corpus manifest with a non-UTF-8 or non-object line used to stop `vlrl caption`; now the line is skipped."""
+    from PIL import Image
+
+    from vlrl.core.sources import open_source
+
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (8, 8), "red").save(tmp_path / name)
+    lines = [b'{"image": "a.png", "id": "a"}', *BAD_LINES.values(), b'{"image": "b.png", "id": "b"}']
+    (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with caplog.at_level(logging.WARNING):
+        items = list(open_source(str(tmp_path / "m.jsonl")))
+    assert [it.image_id for it in items] == ["a", "b"] and all(it.open().size == (8, 8) for it in items)
+    assert sum("skipping a bad line" in r.getMessage() for r in caplog.records) == len(BAD_LINES)

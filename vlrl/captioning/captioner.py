@@ -103,7 +103,7 @@ def caption_images(
     prompt: str | Sequence[str],
     sampling: SamplingParams | None = None,
     *,
-    n: int = 1,
+    n: int | None = None,
     min_words: int | None = 3,
     ids: Sequence[str] | None = None,
     max_pixels: int | None = None,
@@ -113,7 +113,8 @@ def caption_images(
 
     ``images`` holds :class:`ImageItem` (decoded here), zero-argument loaders (called here), or
     anything a backend accepts as an image (a PIL image, a path). ``prompt`` is one text or one per
-    image. ``min_words=None`` keeps any answer the backend returned, empty included (corpus
+    image. ``n`` captions per image (default: ``sampling.n``) come from one request's samples; use a
+    temperature above 0 for them to differ. ``min_words=None`` keeps any answer the backend returned, empty included (corpus
     captioning records what the model said); a number applies :func:`check_caption`.
 
     Never raises on a bad image or answer. A backend whose ``chat`` itself raises makes every
@@ -121,7 +122,7 @@ def caption_images(
     stop when its model is gone).
     """
     sampling = sampling or SamplingParams(max_tokens=512, temperature=0.0)
-    if n != sampling.n:
+    if n is not None and n != sampling.n:
         sampling = dataclasses.replace(sampling, n=n)
     prompts = [prompt] * len(images) if isinstance(prompt, str) else list(prompt)
     if len(prompts) != len(images):

@@ -191,7 +191,7 @@ def caption_batch(
     t0 = time.perf_counter()
     outcomes = caption_images(
         backend, [img for _, img, _ in loaded], [p for _, _, p in loaded], sampling,
-        n=sampling.n, min_words=None, ids=[it.image_id for it, _, _ in loaded], raise_backend_errors=True,
+        min_words=None, ids=[it.image_id for it, _, _ in loaded], raise_backend_errors=True,
     )
     dt = time.perf_counter() - t0
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
