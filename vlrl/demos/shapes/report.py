@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.pipeline import read_jsonl
+
 
 def _png(fig) -> str:
     buf = io.BytesIO()
@@ -93,7 +95,7 @@ def _thumb(path: Path, scale: int = 3) -> str:
 def write_report(out: Path, cfg, metrics: dict[str, Any], before: dict, after: dict,
                  history: list[dict[str, Any]], n_examples: int = 10) -> Path:
     plots = _plots(metrics, history)
-    rows = {r["id"]: r for r in (json.loads(line) for line in (out / "data" / "eval.jsonl").read_text().splitlines())}
+    rows = {r["id"]: r for r in read_jsonl(out / "data" / "eval.jsonl")}
     ex = []
     for i, rid in enumerate(before["ids"][:n_examples]):
         r = rows[rid]
