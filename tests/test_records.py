@@ -110,6 +110,7 @@ def test_rubric_item_weights_and_severity() -> None:
         RubricItem("c", "p", "fatal", id="r9")
     with pytest.raises(RecordError, match="positive"):
         RubricItem("c", "p", weight=0)
+    assert RubricItem("c", "p", "critical", weight=-3).pitfall and not RubricItem("c", "p").pitfall
     with pytest.raises(RecordError, match="pass_rule is empty"):
         RubricItem("c", " ")
 

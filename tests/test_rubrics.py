@@ -7,6 +7,7 @@ real CLI with tiny ``hf:`` models, whose junk answers must end up as rejections 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 from PIL import Image
@@ -18,17 +19,19 @@ from vlrl.methods.rubicap.schema import validate_writer_output
 from vlrl.methods.rubicap.synthesis import build_rubrics
 
 LABELS = {"T1": "gemini", "T2": "gpt", "T3": "qwen"}
+STUDENT = "A red truck."
 
 GOOD = {
     "consensus_facts": [
-        {"fact": "a red bus", "sources": ["T1", "T2"]},
-        {"fact": "a sign reading STOP", "sources": ["T1", "T2", "T3"]},
-        {"fact": "only one says it rains", "sources": ["T3"]},
-        {"fact": "unknown labels", "sources": ["T1", "T9"]},
+        {"id": "f1", "fact": "a red bus", "sources": ["T1", "T2"]},
+        {"id": "f2", "fact": "a sign reading STOP", "sources": ["T1", "T2", "T3"]},
+        {"id": "f3", "fact": "only one says it rains", "sources": ["T3"]},
+        {"id": "f4", "fact": "unknown labels", "sources": ["T1", "T9"]},
     ],
     "deficiencies": [
-        {"id": "d1", "severity": "Critical", "description": "calls the bus a truck"},
-        {"id": "d2", "severity": "minor", "description": "no colours"},
+        {"id": "d1", "severity": "Critical", "description": "calls the bus a truck", "facts": ["f1"],
+         "student_span": "truck"},
+        {"id": "d2", "severity": "minor", "description": "no STOP sign", "facts": ["f2"], "student_span": None},
     ],
     "rubrics": [
         {
@@ -37,18 +40,27 @@ GOOD = {
             "criterion": "Identifies the vehicle as a bus",
             "pass_rule": "Pass if bus; fail if truck.",
             "weight": 9,
+            "pitfall": False,
         },
         {
+            "id": "y",
             "deficiency": "d2",
-            "criterion": "Gives the bus colour (red)",
-            "pass_rule": "Pass if red is stated; fail otherwise.",
+            "criterion": "Mentions the STOP sign",
+            "pass_rule": "Pass if the STOP sign is stated; fail otherwise.",
+            "pitfall": False,
         },
     ],
+    "student_meets_all": False,
 }
+SOLVED = {"consensus_facts": GOOD["consensus_facts"][:2], "deficiencies": [], "rubrics": [], "student_meets_all": True}
+
+
+def validate(obj, student=STUDENT):
+    return validate_writer_output(obj, LABELS, student=student)
 
 
 def test_schema_accepts_and_normalises():
-    v = validate_writer_output(GOOD, LABELS)
+    v = validate(GOOD)
     assert [f["fact"] for f in v["consensus_facts"]] == ["a red bus", "a sign reading STOP"]
     assert v["consensus_facts"][1]["teachers"] == ["gemini", "gpt", "qwen"]
     assert v["dropped_facts"] == 2
@@ -56,7 +68,48 @@ def test_schema_accepts_and_normalises():
         ("r1", "critical", 3.0),
         ("r2", "minor", 1.0),
     ]
-    assert validate_writer_output({"consensus_facts": [], "deficiencies": [], "rubrics": []}, LABELS)["rubrics"] == []
+    solved = validate(SOLVED)
+    assert solved["rubrics"] == [] and solved["student_meets_all"] is True
+
+
+def _with_def(i, **patch):
+    defs = [dict(d) for d in GOOD["deficiencies"]]
+    defs[i].update(patch)
+    return {**GOOD, "deficiencies": defs}
+
+
+def test_unlinked_deficiencies_are_dropped_with_their_reason_and_rubric():
+    # d2 cites a fact with one source (f3): dropped; d1 is still linked
+    v = validate(_with_def(1, facts=["f3"]))
+    assert [r["deficiency"] for r in v["rubrics"]] == ["d1"]
+    assert v["unlinked"][0]["id"] == "d2" and "not consensus facts" in v["unlinked"][0]["reason"]
+    # a "purple unicorn" hallucination span that the student never wrote
+    v = validate(_with_def(1, facts=[], student_span="a purple unicorn"))
+    assert v["unlinked"][0]["id"] == "d2" and "does not occur" in v["unlinked"][0]["reason"]
+    # a deficiency with no evidence at all
+    v = validate(_with_def(1, facts=[], student_span=None))
+    assert "no consensus fact and no student span" in v["unlinked"][0]["reason"]
+    # when nothing is left linked, the answer is invalid (goes back to the writer)
+    bad = _with_def(0, facts=["f9"], student_span=None)
+    bad["deficiencies"][1].update(facts=["f3"])
+    with pytest.raises(ValueError, match="no deficiency is linked"):
+        validate(bad)
+
+
+def test_pitfall_rubrics_get_negative_weight_and_need_a_student_span():
+    ans = {
+        **GOOD,
+        "deficiencies": [*GOOD["deficiencies"],
+                         {"id": "d3", "severity": "important", "description": "invents a dog", "facts": [],
+                          "student_span": "dog"}],
+        "rubrics": [*GOOD["rubrics"],
+                    {"id": "z", "deficiency": "d3", "criterion": "Mentions a dog", "pass_rule": "Pass if a dog is "
+                     "mentioned; fail otherwise.", "pitfall": True}],
+    }
+    v = validate(ans, student="A red truck and a dog.")
+    assert [r["weight"] for r in v["rubrics"]] == [3.0, 1.0, -2.0]
+    with pytest.raises(ValueError, match="pitfall"):
+        validate({**GOOD, "rubrics": [{**GOOD["rubrics"][0]}, {**GOOD["rubrics"][1], "pitfall": True}]})
 
 
 @pytest.mark.parametrize(
@@ -83,11 +136,59 @@ def test_schema_accepts_and_normalises():
             "'T2'",
         ),
         ({"rubrics": [{**GOOD["rubrics"][0], "pass_rule": ""}, GOOD["rubrics"][1]]}, "pass_rule"),
+        ({"student_meets_all": True}, "must be empty"),
+        ({"student_meets_all": "yes"}, "student_meets_all"),
+        ({"deficiencies": [], "rubrics": []}, "no deficiency is listed"),
+        ({"consensus_facts": GOOD["consensus_facts"][2:]}, "no consensus fact"),
+        ({"rubrics": [{k: v for k, v in GOOD["rubrics"][0].items() if k != "pitfall"}, GOOD["rubrics"][1]]},
+         "pitfall"),
     ],
 )
 def test_schema_rejects(patch, message):
     with pytest.raises(ValueError, match=message):
-        validate_writer_output({**GOOD, **patch}, LABELS)
+        validate({**GOOD, **patch})
+
+
+@pytest.mark.parametrize("obj", [{}, {"answer": "a red ball"}, [], "", {"rubrics": []},
+                                 {"consensus_facts": [], "deficiencies": [], "rubrics": []}])
+def test_garbage_objects_are_rejected(obj):
+    with pytest.raises(ValueError):
+        validate(obj)
+
+
+def test_random_text_and_truncated_answers_never_become_an_accepted_rubric_set():
+    """Through the real extract → repair → validate path: random text and every cut of a valid
+    answer (the length limit struck anywhere) must be rejected, never accepted as a rubric set."""
+    import random
+
+    from vlrl.judge.structured import InvalidOutput, extract_json
+
+    rng = random.Random(7)
+    full = json.dumps(GOOD)
+    texts = [full[:k] for k in range(1, len(full) - 1)]
+    alphabet = "abc {}[]\":,tru efals0123\n"
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 200))) for _ in range(300)]
+    accepted = 0
+    for t in texts:
+        try:
+            obj, _ = extract_json(t)
+            validate(obj)
+            accepted += 1
+        except (InvalidOutput, ValueError):
+            pass
+    assert accepted == 0
+    assert validate(extract_json(full)[0])["rubrics"]  # the whole answer still passes
+
+
+def test_teacher_labels_are_shuffled_per_image_and_reproducible():
+    from vlrl.methods.rubicap.synthesis import teacher_labels
+
+    caps = {n: "x" for n in ("a", "b", "c", "d", "e")}
+    orders = {tuple(teacher_labels(caps, f"img{k}").values()) for k in range(40)}
+    assert len(orders) > 10  # not one fixed order
+    assert teacher_labels(caps, "img3") == teacher_labels(caps, "img3")
+    firsts = Counter(teacher_labels(caps, f"img{k}")["T1"] for k in range(400))
+    assert set(firsts) == set(caps) and max(firsts.values()) < 400 * 0.35
 
 
 def _text(req) -> str:
@@ -101,7 +202,11 @@ def writer_answer(req):
     if req.id == "good":
         return "Here you go:\n```json\n" + json.dumps(GOOD) + "\n```"
     if req.id == "repairable":
-        return json.dumps(GOOD)[:-3] + ",]}"  # trailing comma + truncated close
+        return json.dumps(GOOD)[:-1] + ",}"  # trailing comma: repaired
+    if req.id == "cutoff":  # the length limit struck: complete-looking after repair, but rejected
+        return ChatResult(texts=[json.dumps(GOOD)[:-40]], finish_reasons=["length"])
+    if req.id == "solved":
+        return json.dumps(SOLVED)
     if req.id == "retry":
         if turns == 1:
             return json.dumps({**GOOD, "rubrics": GOOD["rubrics"][:1]})
@@ -128,7 +233,7 @@ def _teacher_dir(tmp_path, ids, n_teachers=3):
 
 
 def test_pipeline_repair_retry_reject_and_resume(tmp_path):
-    ids = ["good", "repairable", "retry", "garbage", "timeout", "lonely", "nostudent"]
+    ids = ["good", "repairable", "retry", "garbage", "timeout", "lonely", "nostudent", "cutoff", "solved"]
     tdir = _teacher_dir(tmp_path, ids)
     student = Scripted("student", lambda r: "" if r.id == "nostudent" else "A red truck.")
     writer = Scripted("writer", writer_answer)
@@ -140,13 +245,18 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     assert set(row["teacher_captions"]) == {"gemini", "gpt", "qwen"}
     assert row["rubrics"][0]["criterion"] == "Identifies the vehicle as a bus"
     assert [r["weight"] for r in row["rubrics"]] == [3.0, 1.0]
-    assert row["consensus_facts"][0] == {"fact": "a red bus", "teachers": ["gemini", "gpt"]}
+    tl = row["teacher_labels"]
+    assert row["consensus_facts"][0] == {"id": "f1", "fact": "a red bus", "teachers": [tl["T1"], tl["T2"]]}
     assert rows["repairable"]["writer"]["repaired"] is True
     assert rows["retry"]["writer"]["attempts"] == 2
     # the writer never sees teacher names, only neutral labels
     assert all("gemini" not in _text(r) and "[T1]" in _text(r) for r in writer.requests)
     rej = {r["image_id"]: r for r in read_jsonl(tmp_path / "out" / "rejected.jsonl")}
-    assert set(rej) == {"garbage", "timeout", "lonely", "nostudent"}
+    assert set(rej) == {"garbage", "timeout", "lonely", "nostudent", "cutoff"}
+    assert "cut off at the length limit" in rej["cutoff"]["reason"] and len(rej["cutoff"]["raw"]) == 1
+    solved = list(read_jsonl(tmp_path / "out" / "solved.jsonl"))
+    assert [r["image_id"] for r in solved] == ["solved"] and solved[0]["student_meets_all"] is True
+    assert stats["solved"] == 1 and stats["empty_rubric_sets"] == 1 and stats["training_images"] == 3
     assert "no JSON object" in rej["garbage"]["reason"] and len(rej["garbage"]["raw"]) == 3
     # token accounting survives answers that never parsed: all three attempts are counted
     assert rej["garbage"]["completion_tokens"] == sum(len(t.split()) for t in rej["garbage"]["raw"]) > 0
@@ -157,10 +267,10 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     assert "timed out" in rej["timeout"]["reason"]
     assert "only 1 teacher caption" in rej["lonely"]["reason"]
     assert rej["nostudent"]["reason"].startswith("student caption missing: empty answer")
-    assert stats["rejected_by_reason"]["rubric writer: invalid output"] == 1
+    assert stats["rejected_by_reason"]["rubric writer: invalid output"] == 2
     assert (
         stats["accepted"] == 3
-        and stats["rejected"] == 4
+        and stats["rejected"] == 5
         and stats["rubrics_by_severity"] == {"critical": 3, "minor": 3}
     )
     assert not any(r.id == "lonely" for r in writer.requests)
@@ -173,8 +283,8 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     assert [r.id for r in writer2.requests] == ["timeout"]
     assert student2.requests == []  # the stored/cached student captions are reused
     assert len(list(read_jsonl(tmp_path / "out" / "rubrics.jsonl"))) == 4 and stats2["accepted"] == 4
-    assert len(list(read_jsonl(tmp_path / "out" / "rejected.jsonl"))) == 4
-    assert stats2["rejected"] == 3
+    assert len(list(read_jsonl(tmp_path / "out" / "rejected.jsonl"))) == 5
+    assert stats2["rejected"] == 4
 
 
 def test_with_image_attaches_the_image(tmp_path):
@@ -288,3 +398,15 @@ def test_each_rejected_image_is_one_log_line_with_its_reason(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if ": rejected: " in r.getMessage()]
     assert sorted(m.split(":")[0] for m in lines) == ["garbage", "lonely", "timeout"]
     assert any(m.startswith("timeout: rejected: rubric writer:") and "timed out" in m for m in lines)
+
+
+def test_writer_sees_the_image_when_its_backend_is_a_vlm(tmp_path):
+    tdir = _teacher_dir(tmp_path, ["good"])
+    vlm = Scripted("writer", writer_answer)
+    vlm.is_vlm = True
+    build_rubrics(tdir, Scripted("s", lambda r: "A red truck."), vlm, tmp_path / "out")
+    assert vlm.requests[0].messages[0]["content"][0]["type"] == "image"
+    text_only = Scripted("writer", writer_answer)
+    text_only.is_vlm = False
+    build_rubrics(tdir, Scripted("s", lambda r: "A red truck."), text_only, tmp_path / "out2")
+    assert "do not see the image" in _text(text_only.requests[0])

@@ -238,10 +238,17 @@ class RubricItem(_Record):
     pass_rule: str
     severity: Severity = "important"
     weight: float | None = None
-    """Defaults from the severity: critical 3, important 2, minor 1."""
+    """Defaults from the severity: critical 3, important 2, minor 1. A negative weight marks a
+    *pitfall* (Rubrics-as-Rewards): a criterion that describes a mistake, such as a hallucinated
+    object, and costs its weight when a caption meets it."""
     id: str | None = None
 
     kind: ClassVar[str] = "rubric_item"
+
+    @property
+    def pitfall(self) -> bool:
+        """Meeting this criterion is a mistake (negative weight)."""
+        return float(self.weight or 0.0) < 0
 
     def __post_init__(self) -> None:
         label = self.label()
@@ -257,8 +264,8 @@ class RubricItem(_Record):
             self.weight = float(self.weight)
         except (TypeError, ValueError):
             raise RecordError(label, f"weight {self.weight!r} is not a number") from None
-        if not math.isfinite(self.weight) or self.weight <= 0:
-            raise RecordError(label, f"weight must be a positive number, got {self.weight}")
+        if not math.isfinite(self.weight) or self.weight == 0:
+            raise RecordError(label, f"weight must be positive (or negative for a pitfall), got {self.weight}")
 
 
 @dataclass

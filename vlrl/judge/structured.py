@@ -103,6 +103,8 @@ class Structured(Generic[T]):
     """Every raw answer, in order (kept for audit of rejected records)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    truncated: bool = False
+    """The last answer stopped at the length limit (only set with ``reject_truncated``)."""
 
     @property
     def ok(self) -> bool:
@@ -117,11 +119,17 @@ def chat_structured(
     max_retries: int = 2,
     correction: str = CORRECTION,
     raw_text: bool = False,
+    reject_truncated: bool = False,
 ) -> list[Structured[T]]:
     """Run ``requests`` until each parses, retrying failures up to ``max_retries`` times.
 
     ``parse(obj, i)`` receives the extracted JSON (or the raw text when ``raw_text``) of request
     ``i`` and returns the typed value or raises ``ValueError``. Never raises itself.
+
+    ``reject_truncated``: an answer the backend stopped at its length limit (``finish_reason ==
+    "length"``) is rejected without parsing and without a retry (the same limit would cut the
+    same answer again): JSON repair would otherwise close its brackets and pass off a fragment as
+    a complete answer.
     """
     out: list[Structured[T]] = [Structured() for _ in requests]
     pending: dict[int, ChatRequest] = dict(enumerate(requests))
@@ -148,6 +156,10 @@ def chat_structured(
                 continue
             text = res.text
             item.raw.append(text)
+            if reject_truncated and "length" in res.finish_reasons:
+                item.error = "invalid output: answer cut off at the length limit (finish_reason=length)"
+                item.truncated = True
+                continue
             try:
                 if raw_text:
                     obj, repaired = text, False

@@ -134,6 +134,8 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
     """Build the ``datasets.Dataset`` GRPOTrainer trains on (``prompt`` + ``image`` + reward columns).
 
     Bad records (no image, unreadable template field) are skipped with one warning line each.
+    Records whose ``rubrics`` column is an empty set (an image the rubric writer found solved) are
+    left out and counted: every rollout on them would score ``None`` and teach nothing.
     """
     import datasets
 
@@ -141,10 +143,14 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
     src_dir = Path(data.source).parent if not data.source.startswith("builtin:") else None
     root = Path(data.image_root) if data.image_root else src_dir
     rows: dict[str, list] = {"prompt": [], "image": [], "_extra": []}
+    empty_rubrics = 0
     for i, rec in enumerate(iter_source(data.source, cache_dir=cache)):
         if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
             break
         rid = str(rec.get("id", i))
+        if "rubrics" in rec and rec["rubrics"] in ([], "[]", (), None, ""):
+            empty_rubrics += 1
+            continue
         img = record_image(rec)
         if img is None:
             logger.warning("record %s: no image (expected one of %s); skipped", rid, IMAGE_KEYS)
@@ -171,6 +177,8 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
         extra = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k != "prompt"}
         extra.setdefault("id", rid)
         rows["_extra"].append(extra)
+    if empty_rubrics:
+        logger.warning("dataset %s: %d records with an empty rubric set left out", data.source, empty_rubrics)
     if not rows["prompt"]:
         raise ValueError(f"data.source {data.source!r}: no usable records")
     keys = sorted({k for e in rows["_extra"] for k in e})

@@ -46,7 +46,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         student: str = typer.Option(..., "--student", help="Backend spec of the student captioner, or a JSONL file of its captions {image_id, caption}."),
         writer: str = typer.Option(..., "--writer", help="Backend spec of the rubric writer."),
         out: str = typer.Option(..., "--out", help="Output folder (rubrics.jsonl, rejected.jsonl, stats.json, cache/)."),
-        with_image: bool = typer.Option(False, "--with-image", help="Show the image to the writer too."),
+        with_image: bool | None = typer.Option(None, "--with-image/--text-only", help="Show the image to the writer (default: when its backend is a local VLM)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the per-image random teacher label order."),
         student_prompt_file: str | None = typer.Option(None, "--student-prompt-file", help="Student caption prompt template."),
         writer_prompt_file: str | None = typer.Option(None, "--writer-prompt-file", help="Rubric writer prompt template."),
         batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
@@ -63,7 +64,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
             stats = build_rubrics(
                 teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
                 writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
-                student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens,
+                student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens, seed=seed,
             )
         except (OSError, ValueError) as e:
             typer.echo(f"vlrl data rubrics: {e}", err=True)

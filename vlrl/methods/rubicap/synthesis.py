@@ -4,21 +4,28 @@ For each image (RubiCap, offline, once per student):
 
 1. The **student** captions the image (``student.jsonl``, keyed by image id). ``--student`` may also
    be a JSONL captions file ``{"image_id", "caption"}`` made elsewhere (e.g. by ``vlrl caption``).
-2. The **rubric writer** reads the teacher captions (under neutral labels T1, T2, ... so it cannot
-   favour a named model), the student caption and optionally the image, and answers in JSON:
-   consensus facts (each backed by at least two teachers), the student's deficiencies by severity,
-   and one binary, self-contained rubric with a pass rule per deficiency.
-3. The answer is validated (:mod:`.schema`); JSON that merely fails to parse is repaired with
-   ``json_repair``; an answer that still does not validate goes back to the writer with the error
-   quoted, up to ``max_retries`` times; after that the image is *rejected* with the reason.
+2. The **rubric writer** reads the teacher captions (under neutral labels T1, T2, ... assigned in a
+   fresh random order per image, so it can neither favour a named model nor learn that T1 is always
+   the same one), the student caption and, when its backend is a VLM (or ``with_image=True``), the
+   image itself, as in the paper. It answers in JSON: consensus facts with ids (each backed by at
+   least two teachers), the student's deficiencies by severity, each citing the fact ids it rests
+   on or the student's own words for a hallucination, one binary, self-contained rubric per
+   deficiency (pitfalls for hallucinations), and an explicit ``student_meets_all``.
+3. The answer is validated (:mod:`.schema`, strict: no defaults); an answer cut off by the length
+   limit is rejected outright; JSON that merely fails to parse is repaired with ``json_repair``; an
+   answer that still does not validate goes back to the writer with the error quoted, up to
+   ``max_retries`` times; after that the image is *rejected* with the reason.
 
 Images with fewer than two teacher captions cannot have consensus and are rejected up front without
-a writer call. A student caption that meets everything yields an empty rubric set: such rows are
-kept (they document a solved image) and counted; the reward returns ``None`` for them.
+a writer call. An image the writer explicitly declares solved (``student_meets_all: true``) has
+nothing to train on: it goes to ``solved.jsonl``, is counted apart from failures, and never reaches
+the training data (every rollout on it would score ``None``).
 
-Outputs in ``--out``: ``rubrics.jsonl`` (one row per accepted image: ``image_id``, ``image``,
-``rubrics``, ``consensus_facts``, ``deficiencies``, ``student_caption``, ``teacher_captions``,
-``writer`` audit info), ``rejected.jsonl`` (``image_id``, ``reason``, raw answers), ``stats.json``.
+Outputs in ``--out``: ``rubrics.jsonl`` (one row per image with a non-empty rubric set: ``image_id``,
+``image``, ``rubrics``, ``consensus_facts``, ``deficiencies``, ``unlinked`` (deficiencies dropped for
+lack of evidence, with reasons), ``student_caption``, ``teacher_captions``, ``teacher_labels``,
+``writer`` audit info), ``solved.jsonl``, ``rejected.jsonl`` (``image_id``, ``reason``, raw answers),
+``stats.json``.
 Rerunning the same command resumes: accepted images are skipped, rejected ones are retried (their
 paid calls replay from the cache, so a deterministic reject costs nothing twice).
 """
@@ -26,6 +33,7 @@ paid calls replay from the cache, so a deterministic reject costs nothing twice)
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,7 +62,7 @@ def build_rubrics(
     writer: str | Backend,
     out: str | Path,
     *,
-    with_image: bool = False,
+    with_image: bool | None = None,
     student_prompt_file: str | Path | None = None,
     writer_prompt_file: str | Path | None = None,
     batch_size: int = 16,
@@ -63,8 +71,14 @@ def build_rubrics(
     writer_max_tokens: int = 2048,
     min_teachers: int = 2,
     shard: str | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Write ``rubrics.jsonl`` for every image of a teacher-captions folder; returns the stats."""
+    """Write ``rubrics.jsonl`` for every image of a teacher-captions folder; returns the stats.
+
+    ``with_image``: ``None`` shows the image to the writer when its backend is known to be a VLM
+    (a local ``hf:`` model with a vision tower); pass ``True`` for a served VLM. ``seed`` fixes the
+    per-image teacher label order (so a rerun replays its writer calls from the cache).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     part = parse_shard(shard)
@@ -73,12 +87,13 @@ def build_rubrics(
     writer_template = writer_prompt_file or WRITER_PROMPT
 
     store = JsonlStore(out / "rubrics.jsonl", key_field="image_id")
+    solved = JsonlStore(out / "solved.jsonl", key_field="image_id")
     rejected = JsonlStore(out / "rejected.jsonl", key_field="image_id")
     students = JsonlStore(out / "student.jsonl", key_field="image_id")
     stu_backend = wri_backend = None
     student_caps = {rec["image_id"]: rec["caption"] for rec in students}
     try:
-        todo = [r for r in rows if str(r["image_id"]) not in store]
+        todo = [r for r in rows if str(r["image_id"]) not in store and str(r["image_id"]) not in solved]
         for r in [r for r in todo if len(r.get("teacher_captions") or {}) < min_teachers]:
             n = len(r.get("teacher_captions") or {})
             _reject(rejected,
@@ -93,6 +108,10 @@ def build_rubrics(
                 _StudentFile(student) if is_captions_file(student) else load_backend(student, cache=out / "cache")
             )
             wri_backend = load_backend(writer, cache=out / "cache")
+            if with_image is None:
+                with_image = backend_is_vlm(wri_backend)
+                logger.info("rubric writer %s: %s", wri_backend.model,
+                            "a VLM, it sees the image" if with_image else "text only (pass --with-image for a served VLM)")
         for batch in tqdm(list(batched(todo, batch_size)), desc="rubrics", unit="batch"):
             _student_captions(stu_backend, batch, student_prompt, student_max_tokens, students, student_caps, rejected)
             ready = [r for r in batch if str(r["image_id"]) in student_caps]
@@ -105,14 +124,17 @@ def build_rubrics(
                 writer_max_tokens,
                 max_retries,
                 store,
+                solved,
                 rejected,
+                seed,
             )
-        stats = _stats(rows, store, rejected)
+        stats = _stats(rows, store, solved, rejected)
     finally:
         for b in (stu_backend, wri_backend):
             if b is not None:
                 b.close()
         store.close()
+        solved.close()
         rejected.close()
         students.close()
     atomic_write_json(out / "stats.json", stats)
@@ -164,15 +186,17 @@ def _write_rubrics(
     max_tokens: int,
     max_retries: int,
     store: JsonlStore,
+    solved: JsonlStore,
     rejected: JsonlStore,
+    seed: int = 0,
 ) -> None:
     if not rows:
         return
     requests, label_maps, live = [], [], []
+    labels_of: dict[str, dict[str, str]] = {}
     for r in rows:
         iid = str(r["image_id"])
-        names = sorted(r["teacher_captions"])
-        labels = {f"T{i}": name for i, name in enumerate(names, 1)}
+        labels = teacher_labels(r["teacher_captions"], iid, seed)
         prompt = render(
             template,
             teachers=[{"label": lab, "caption": r["teacher_captions"][name]} for lab, name in labels.items()],
@@ -190,9 +214,14 @@ def _write_rubrics(
             ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=max_tokens), id=iid)
         )
         label_maps.append(labels)
+        labels_of[iid] = labels
         live.append(r)
     results = chat_structured(
-        backend, requests, lambda obj, i: validate_writer_output(obj, label_maps[i]), max_retries=max_retries
+        backend,
+        requests,
+        lambda obj, i: validate_writer_output(obj, label_maps[i], student=student_caps[str(live[i]["image_id"])]),
+        max_retries=max_retries,
+        reject_truncated=True,
     )
     for r, res in zip(live, results, strict=True):
         iid = str(r["image_id"])
@@ -203,19 +232,23 @@ def _write_rubrics(
             )
             continue
         v = res.value
-        store.append(
-            {
-                "image_id": iid,
-                "image": r["image"],
-                "rubrics": v["rubrics"],
-                "consensus_facts": v["consensus_facts"],
-                "deficiencies": v["deficiencies"],
-                "student_caption": student_caps[iid],
-                "teacher_captions": r["teacher_captions"],
-                "writer": {"attempts": res.attempts, "repaired": res.repaired, "dropped_facts": v["dropped_facts"],
-                           "prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens},
-            }
-        )
+        row = {
+            "image_id": iid,
+            "image": r["image"],
+            "rubrics": v["rubrics"],
+            "consensus_facts": v["consensus_facts"],
+            "deficiencies": v["deficiencies"],
+            "unlinked": v["unlinked"],
+            "student_meets_all": v["student_meets_all"],
+            "student_caption": student_caps[iid],
+            "teacher_captions": r["teacher_captions"],
+            "teacher_labels": labels_of[iid],
+            "writer": {"attempts": res.attempts, "repaired": res.repaired, "dropped_facts": v["dropped_facts"],
+                       "prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens},
+        }
+        for u in v["unlinked"]:
+            logger.info("%s: deficiency %s dropped: %s", iid, u["id"], u["reason"])
+        (store if v["rubrics"] else solved).append(row)
 
 
 def _reject(rejected: JsonlStore, row: dict[str, Any]) -> None:
@@ -224,11 +257,33 @@ def _reject(rejected: JsonlStore, row: dict[str, Any]) -> None:
     rejected.append(row)
 
 
-def _stats(rows: Sequence[dict], store: JsonlStore, rejected: JsonlStore) -> dict[str, Any]:
+def teacher_labels(captions: dict[str, str], image_id: str, seed: int = 0) -> dict[str, str]:
+    """Neutral labels T1..Tn → teacher names, in a random order drawn afresh for every image.
+
+    The order is a function of ``(seed, image_id)``: random across images (the writer cannot learn
+    which label is the strongest teacher), reproducible across reruns (cached calls replay).
+    """
+    names = sorted(captions)
+    random.Random(f"{seed}:{image_id}").shuffle(names)
+    return {f"T{i}": name for i, name in enumerate(names, 1)}
+
+
+def backend_is_vlm(backend: Backend) -> bool:
+    """Whether a backend is known to read images (local models report it; served ones cannot)."""
+    while backend is not None:
+        if getattr(backend, "is_vlm", None) is not None:
+            return bool(backend.is_vlm)
+        backend = getattr(backend, "inner", None)
+    return False
+
+
+def _stats(rows: Sequence[dict], store: JsonlStore, solved: JsonlStore, rejected: JsonlStore) -> dict[str, Any]:
     accepted = list(store)
+    solved_rows = list(solved)
+    n_solved = len(solved_rows)
     reasons = Counter()
     for rec in rejected:
-        if rec["image_id"] not in store:
+        if rec["image_id"] not in store and rec["image_id"] not in solved:
             reasons[": ".join(p.strip() for p in rec["reason"].split(":")[:2])] += 1  # "rubric writer: invalid output"
     sev = Counter(r["severity"] for row in accepted for r in row["rubrics"])
     n_acc = len(accepted)
@@ -237,7 +292,11 @@ def _stats(rows: Sequence[dict], store: JsonlStore, rejected: JsonlStore) -> dic
         "accepted": n_acc,
         "rejected": sum(reasons.values()),
         "rejected_by_reason": dict(reasons),
-        "empty_rubric_sets": sum(not row["rubrics"] for row in accepted),
+        "solved": n_solved,
+        "empty_rubric_sets": n_solved,
+        "training_images": n_acc,
+        "unlinked_deficiencies": sum(len(r.get("unlinked", [])) for r in accepted),
+        "pitfall_rubrics": sum(r["weight"] < 0 for row in accepted for r in row["rubrics"]),
         "rubrics": sum(sev.values()),
         "rubrics_by_severity": dict(sev),
         "mean_rubrics_per_image": (sum(sev.values()) / n_acc) if n_acc else 0.0,
@@ -246,7 +305,8 @@ def _stats(rows: Sequence[dict], store: JsonlStore, rejected: JsonlStore) -> dic
         "retried": sum(r["writer"]["attempts"] > 1 for r in accepted),
         # what the writer cost, rejected answers included (older rows without counts add 0)
         "writer_tokens": {
-            k: sum(r["writer"].get(k, 0) for r in accepted) + sum(r.get(k, 0) for r in rejected if r["image_id"] not in store)
+            k: sum(r["writer"].get(k, 0) for r in accepted + solved_rows)
+            + sum(r.get(k, 0) for r in rejected if r["image_id"] not in store and r["image_id"] not in solved)
             for k in ("prompt_tokens", "completion_tokens")
         },
     }
