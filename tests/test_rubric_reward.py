@@ -50,7 +50,8 @@ def _prompt(req) -> str:
 
 
 def _caption(prompt: str) -> str:
-    return re.search(r'"""\n(.*?)\n"""', prompt, re.S).group(1)
+    m = re.search(r"<(caption-[0-9a-f]+)>\n(.*?)\n</\1>", prompt, re.S)
+    return json.loads(m.group(2))
 
 
 class KeywordJudge(Backend):

@@ -6,6 +6,13 @@ answered prose / a truncated object / the wrong ids" is handled once, the same w
 reason on the record instead of a silent default.
 """
 
-from vlrl.judge.structured import InvalidOutput, Structured, chat_structured, extract_json, json_field
+from vlrl.judge.structured import (
+    InvalidOutput,
+    Structured,
+    chat_structured,
+    extract_final_json,
+    extract_json,
+    json_field,
+)
 
-__all__ = ["InvalidOutput", "Structured", "chat_structured", "extract_json", "json_field"]
+__all__ = ["InvalidOutput", "Structured", "chat_structured", "extract_final_json", "extract_json", "json_field"]

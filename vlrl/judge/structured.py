@@ -73,17 +73,67 @@ def extract_json(text: str) -> tuple[Any, bool]:
     raise InvalidOutput("no JSON object found in the answer")
 
 
+def extract_final_json(text: str, accept: Callable[[Any], T]) -> T:
+    """The *last* JSON value in ``text`` that ``accept`` takes (it returns a value or raises).
+
+    A judge may think aloud, quote the caption it grades (and whatever JSON the caption carries),
+    then give its verdict: the verdict is the final object, so candidates are tried from the end of
+    the answer backwards. Every bracket position starts a candidate, so a verdict nested in a longer
+    answer is found too; when no strict candidate is accepted, the last candidates are tried again
+    through ``json_repair`` (a verdict cut short by the token limit). Raises :class:`InvalidOutput`
+    (or the last error of ``accept``) when nothing fits.
+    """
+    if not text or not text.strip():
+        raise InvalidOutput("empty answer")
+    starts = [i for i, ch in enumerate(text) if ch in "{["]
+    if not starts:
+        raise InvalidOutput("no JSON object found in the answer")
+    decoder = json.JSONDecoder()
+    last_error: Exception | None = None
+    for i in reversed(starts):
+        try:
+            value, _ = decoder.raw_decode(text[i:])
+        except json.JSONDecodeError:
+            continue
+        try:
+            return accept(value)
+        except (ValueError, TypeError, KeyError) as e:
+            last_error = last_error or e
+    import json_repair
+
+    for i in reversed(starts[-8:]):
+        try:
+            value = json_repair.loads(text[i:])
+        except Exception:  # json_repair is best effort; any failure means "not JSON"
+            continue
+        if not isinstance(value, (dict, list)) or not value:
+            continue
+        try:
+            return accept(value)
+        except (ValueError, TypeError, KeyError) as e:
+            last_error = last_error or e
+    if last_error is not None:
+        raise last_error
+    raise InvalidOutput("no JSON object found in the answer")
+
+
 def json_field(text: str, *keys: str) -> Any:
-    """The first of ``keys`` in the JSON object an answer holds; ``None`` when there is no object or
-    none of the keys. For judges told to answer ``{"score": 7}`` that sometimes answer ``7/10``: the
-    caller falls back to reading the text itself."""
+    """The first of ``keys`` in the *last* JSON object of an answer that holds one of them; ``None``
+    when there is none. For judges told to answer ``{"score": 7}`` that sometimes answer ``7/10``:
+    the caller falls back to reading the text itself. The last object counts, not the first, so a
+    verdict the judge quotes from the text it grades cannot stand in for its own."""
+
+    def accept(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            for k in keys:
+                if k in obj:
+                    return obj[k]
+        raise ValueError("no such key")
+
     try:
-        obj, _ = extract_json(text)
-    except InvalidOutput:
+        return extract_final_json(text, accept)
+    except (InvalidOutput, ValueError, TypeError, KeyError):
         return None
-    if isinstance(obj, dict):
-        return next((obj[k] for k in keys if k in obj), None)
-    return None
 
 
 def _first_bracket(s: str) -> int:

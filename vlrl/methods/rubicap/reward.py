@@ -1,27 +1,47 @@
 """``rubicap_rubric``: reward a caption by a judge's verdicts on its image's weighted rubrics (RubiCap).
 
 Each image carries a rubric set (the ``rubrics`` dataset column, written by ``vlrl data rubrics``):
-binary criteria weighted 3 / 2 / 1 for critical / important / minor. A light judge reads the rollout
-caption and the rubrics and says pass or fail per rubric; the reward is the weighted pass rate
-``Σ w·pass / Σ w``. The judge never sees the teachers or the student's old caption, only
-self-contained criteria, which is what keeps a small in-loop judge reliable.
+binary criteria weighted 3 / 2 / 1 for critical / important / minor, plus *pitfalls* (negative
+weight: criteria that describe a mistake, such as an object the student hallucinated). A light judge
+reads the rollout caption and the rubrics and says, per rubric, whether the caption meets it. With
+``P = Σ w`` over positive rubrics the reward is::
+
+    reward = clip((Σ_{w>0} w·met − Σ_{w<0} |w|·met) / P, −1, 1)
+
+so a caption that meets every positive criterion and commits no pitfall scores 1, and one that
+repeats a hallucination loses that pitfall's weight. A set made only of pitfalls scores
+``1 − Σ |w|·met / Σ |w|``. Without pitfalls this is RubiCap's weighted pass rate ``Σ w·pass / Σ w``.
+The judge never sees the teachers or the student's old caption, only self-contained criteria, which
+is what keeps a small in-loop judge reliable.
+
+The judge is hardened against the caption it grades:
+
+* the caption is JSON-escaped (one line, quotes escaped) inside an element whose name carries a
+  nonce derived from the caption, so a caption cannot close the block and forge criteria or
+  instructions after it;
+* the verdict read is the judge's *final* JSON object of the expected shape (see
+  :mod:`.verdicts`), so a verdict quoted from the caption loses to the judge's own;
+* rubric order is shuffled per call (deterministically from ``seed``, the caption and the vote), so
+  no criterion is always first; ``votes: k`` asks k shuffled orders and takes each rubric's majority;
+* prompts say truthfully whether the image is shown (``with_image``);
+* ``explain`` asks for a one-sentence explanation before each verdict.
 
 Options (a recipe's reward block):
 
-* ``per_rubric`` — one judge call per (caption, rubric) instead of one per caption: more calls, but
-  each decision is isolated (no anchoring between rubrics, no id bookkeeping for the judge).
-* ``aggregation: implicit`` — Rubrics-as-Rewards' implicit variant: the judge sees all rubrics with
-  their weights and returns one 0–10 score, normalised to [0, 1]. No per-rubric verdicts, so no
-  severity pass rates and no veto.
-* ``veto_critical`` — Rubicon's veto: failing any critical rubric zeroes the reward.
-* ``on_judge_failure`` — a judge that still answers garbage after ``max_retries`` corrective rounds:
-  ``drop`` returns ``None`` (the sample does not steer training) and ``zero`` returns 0.0. Either way
-  it is counted (``judge_failures``) and logged.
+* ``per_rubric`` — one judge call per (caption, rubric) instead of one per caption.
+* ``aggregation: implicit`` — Rubrics-as-Rewards' implicit variant: one 0–10 score, normalised.
+* ``veto_critical`` — Rubicon's veto: failing a critical rubric (or committing a critical pitfall)
+  zeroes the reward.
+* ``judges: [spec, ...]`` with ``panel: mean | majority | min`` — a panel of judges. ``mean`` and
+  ``min`` combine the judges' rewards; ``majority`` takes each rubric's majority verdict across
+  judges. The details carry every judge's value, the share of rubrics they disagreed on
+  (``panel_disagreement``) and judges that failed (``panel_failures``; the rest still decide).
+* ``on_judge_failure`` — a judge that still answers garbage after ``max_retries`` corrective
+  rounds: ``drop`` returns ``None`` and ``zero`` returns 0.0. Either way it is counted and logged.
 
 Verdicts are validated: the answer must hold exactly one verdict per rubric id, no unknown or
 duplicate ids. A bad answer goes back to the judge with the error quoted. All requests of a batch go
-to the backend in one ``chat()`` call per retry round, and identical requests (GRPO groups often
-repeat a caption) are sent once.
+to the backend in one ``chat()`` call per retry round, and identical requests are sent once.
 
 Inputs that cannot be judged are handled before any call: a missing, empty or malformed rubric set
 scores ``None`` (nothing to reward against); an empty caption scores 0.0 without calling the judge.
@@ -30,109 +50,77 @@ Nothing here raises inside a training step.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-import re
+import random
 from collections import Counter
 from typing import Any
 
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
+from vlrl.methods.rubicap.verdicts import (
+    majority,
+    parse_score,
+    parse_single_verdict,
+    parse_verdicts,
+    parse_verdicts_text,
+)
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import Reward, Score
 
 logger = logging.getLogger(__name__)
 
-_TRUE = {"pass", "passed", "yes", "true", "1", "met", "y"}
-_FALSE = {"fail", "failed", "no", "false", "0", "not met", "n"}
-_LEADING_WORD = re.compile(r"^\W*([A-Za-z]+)")
-_NUMBER = re.compile(r"^\W*(\d+(?:\.\d+)?)\s*(?:/\s*10)?")
+PANEL = ("mean", "majority", "min")
+
+__all__ = ["RubricJudgeReward", "caption_fence", "parse_score", "parse_single_verdict", "parse_verdicts", "rubric_value"]
 
 
-def _as_bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, (int, float)) and v in (0, 1):
-        return bool(v)
-    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
-        return v.strip().lower() in _TRUE
-    raise ValueError(f"verdict {v!r} is not true/false")
+def caption_fence(caption: str) -> dict[str, str]:
+    """Template variables that put ``caption`` where it cannot forge prompt structure.
 
-
-def parse_verdicts(obj: Any, ids: list[str]) -> dict[str, bool]:
-    """``{"verdicts": [{"id", "pass"}]}`` (or a bare list, or ``{id: bool}``) → {id: passed}.
-
-    Raises ``ValueError`` worded for the judge when ids or the count are wrong.
+    ``caption_json`` is the caption as a JSON string literal (newlines and quotes escaped, so it is
+    one line that cannot end the block), and ``fence`` an element name with a nonce derived from the
+    caption's hash, which the caption cannot contain without changing its hash.
     """
-    if isinstance(obj, dict) and "verdicts" in obj:
-        obj = obj["verdicts"]
-    pairs: list[tuple[str, Any]] = []
-    if isinstance(obj, list):
-        for v in obj:
-            if not isinstance(v, dict) or "id" not in v:
-                raise ValueError('each verdict must be an object like {"id": "r1", "pass": true}')
-            val = next((v[k] for k in ("pass", "passed", "verdict", "met", "result") if k in v), None)
-            if val is None:
-                raise ValueError(f'verdict for id {v["id"]!r} has no "pass" field')
-            pairs.append((str(v["id"]), val))
-    elif isinstance(obj, dict):
-        pairs = [(str(k), v) for k, v in obj.items()]
-    else:
-        raise ValueError('the answer must be {"verdicts": [{"id": ..., "pass": true|false}, ...]}')
-    got = [k for k, _ in pairs]
-    dup = sorted(k for k, c in Counter(got).items() if c > 1)
-    missing = [i for i in ids if i not in got]
-    unknown = [k for k in got if k not in ids]
-    if dup or missing or unknown or len(got) != len(ids):
-        parts = [f"expected exactly {len(ids)} verdicts with ids {ids}, got {len(got)}"]
-        if missing:
-            parts.append(f"missing {missing}")
-        if unknown:
-            parts.append(f"unknown {unknown}")
-        if dup:
-            parts.append(f"duplicated {dup}")
-        raise ValueError("; ".join(parts))
-    return {k: _as_bool(v) for k, v in pairs}
+    nonce = hashlib.sha256(("fence\x00" + caption).encode("utf-8")).hexdigest()[:10]
+    return {"caption_json": json.dumps(caption, ensure_ascii=False), "fence": f"caption-{nonce}", "caption": caption}
 
 
-def parse_single_verdict(text: str) -> bool:
-    """``{"pass": true}``, or an answer that starts with PASS/FAIL/YES/NO."""
-    from vlrl.judge import json_field
-
-    verdict = json_field(text, "pass", "passed", "verdict", "met", "result")
-    if verdict is not None:
-        return _as_bool(verdict)
-    m = _LEADING_WORD.match(text or "")
-    if m and m.group(1).lower() in _TRUE | _FALSE:
-        return m.group(1).lower() in _TRUE
-    raise ValueError('answer with {"pass": true} or {"pass": false}')
-
-
-def parse_score(text: str, scale: float = 10.0) -> float:
-    """``{"score": 7}`` (or a leading number such as ``7/10``) → 0.7. Out of range is an error."""
-    from vlrl.judge import json_field
-
-    value = json_field(text, "score", "rating")
-    if value is None:
-        m = _NUMBER.match(text or "")
-        value = m.group(1) if m else None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError('answer with {"score": <number from 0 to 10>}') from None
-    if not 0 <= x <= scale:
-        raise ValueError(f"score {x} is outside 0..{scale:g}")
-    return x / scale
+def rubric_value(rset: list[Any], met: dict[str, bool]) -> tuple[float, dict[str, Any]]:
+    """The reward of one caption from per-rubric verdicts (formula in the module docstring)."""
+    pos = [r for r in rset if r.weight > 0]
+    neg = [r for r in rset if r.weight < 0]
+    p_total = sum(r.weight for r in pos)
+    n_total = sum(-r.weight for r in neg)
+    gain = sum(r.weight for r in pos if met[r.id])
+    penalty = sum(-r.weight for r in neg if met[r.id])
+    value = (gain - penalty) / p_total if p_total else 1.0 - penalty / n_total
+    value = max(-1.0, min(1.0, value))
+    details: dict[str, Any] = {}
+    if pos:
+        details["pass_rate"] = sum(met[r.id] for r in pos) / len(pos)
+        details["weighted_pass_rate"] = gain / p_total
+    for sev in ("critical", "important", "minor"):
+        mine = [met[r.id] for r in pos if r.severity == sev]
+        if mine:
+            details[f"pass_rate_{sev}"] = sum(mine) / len(mine)
+    if neg:
+        details["pitfalls"] = len(neg)
+        details["pitfall_hits"] = sum(met[r.id] for r in neg)
+        details["pitfall_penalty"] = penalty / p_total if p_total else penalty / n_total
+    return value, details
 
 
 @register_reward("rubicap_rubric")
 class RubricJudgeReward(Reward):
-    """Weighted binary rubric reward judged by an LLM. Settings are keyword arguments."""
+    """Weighted binary rubric reward judged by an LLM (or a panel). Settings are keyword arguments."""
 
     name = "rubicap_rubric"
     required_columns = ("rubrics",)
 
     def __init__(
         self,
-        judge: str | Backend,
+        judge: str | Backend | list[str | Backend] | None = None,
         cache: str | None = None,
         per_rubric: bool = False,
         aggregation: str = "explicit",
@@ -143,6 +131,12 @@ class RubricJudgeReward(Reward):
         temperature: float = 0.0,
         with_image: bool = False,
         prompt: str | None = None,
+        judges: list[str | Backend] | None = None,
+        panel: str = "mean",
+        votes: int = 1,
+        shuffle: bool = True,
+        explain: bool = False,
+        seed: int = 0,
     ) -> None:
         if aggregation not in ("explicit", "implicit"):
             raise ValueError(f"rubicap_rubric: aggregation must be 'explicit' or 'implicit', not {aggregation!r}")
@@ -152,9 +146,20 @@ class RubricJudgeReward(Reward):
             raise ValueError(
                 "rubicap_rubric: implicit aggregation gives one score, so per_rubric and veto_critical do not apply"
             )
-        if isinstance(judge, str):
-            parse_spec(judge)  # a malformed spec fails when the reward is built, not per row
-        self.judge = judge
+        if panel not in PANEL:
+            raise ValueError(f"rubicap_rubric: panel must be one of {', '.join(PANEL)}, not {panel!r}")
+        if aggregation == "implicit" and panel == "majority":
+            raise ValueError("rubicap_rubric: a majority panel needs per-rubric verdicts; use mean or min with implicit")
+        if int(votes) < 1:
+            raise ValueError(f"rubicap_rubric: votes must be at least 1, not {votes}")
+        specs = list(judges or []) + ([] if judge is None else list(judge) if isinstance(judge, (list, tuple)) else [judge])
+        if not specs:
+            raise ValueError("rubicap_rubric: give a judge (or judges: [...] for a panel)")
+        for spec in specs:
+            if isinstance(spec, str):
+                parse_spec(spec)  # a malformed spec fails when the reward is built, not per row
+        self.judges = specs
+        self.judge = specs[0]
         self.cache = cache
         self.per_rubric = bool(per_rubric)
         self.aggregation = aggregation
@@ -163,26 +168,35 @@ class RubricJudgeReward(Reward):
         self.max_retries = int(max_retries)
         self.temperature = float(temperature)
         self.with_image = bool(with_image)
+        self.panel = panel
+        self.votes = int(votes)
+        self.shuffle = bool(shuffle)
+        self.explain = bool(explain)
+        self.seed = int(seed)
         if prompt is None:
             prompt = {"implicit": "rubric_judge_implicit.jinja"}.get(
                 aggregation, "rubric_judge_single.jinja" if per_rubric else "rubric_judge.jinja"
             )
         self.prompt = prompt
-        self.max_tokens = int(max_tokens) if max_tokens else (1024 if self._mode == "explicit" else 64)
+        default_tokens = (1024 if self._mode == "explicit" else 64) * (3 if self.explain else 1)
+        self.max_tokens = int(max_tokens) if max_tokens else default_tokens
         self.counts: Counter[str] = Counter()
         """Running totals over the reward's life: judged, judge_failures, empty_rubrics, ..."""
-        self._backend: Backend | None = None
+        self._backends: list[Backend | None] = [None] * len(specs)
 
     @property
     def _mode(self) -> str:
         return "implicit" if self.aggregation == "implicit" else ("per_rubric" if self.per_rubric else "explicit")
 
+    def _backend_at(self, k: int) -> Backend:
+        if self._backends[k] is None:
+            self._backends[k] = load_backend(self.judges[k], cache=self.cache)
+        return self._backends[k]
+
     @property
     def backend(self) -> Backend:
-        """The judge, built on first use."""
-        if self._backend is None:
-            self._backend = load_backend(self.judge, cache=self.cache)
-        return self._backend
+        """The (first) judge, built on first use."""
+        return self._backend_at(0)
 
     # -- scoring -----------------------------------------------------------------------------------
     def score(
@@ -227,8 +241,9 @@ class RubricJudgeReward(Reward):
                 continue
             jobs.append((i, rset))
         if jobs:
-            for (i, _rset), s in zip(jobs, self._judge(completions, jobs, image_col), strict=True):
-                scores[i] = s
+            per_judge = [self._judge_with(k, completions, jobs, image_col) for k in range(len(self.judges))]
+            for j, (i, rset) in enumerate(jobs):
+                scores[i] = self._panel(rset, [pj[j] for pj in per_judge])
         self.counts["judged"] += len(jobs)
         fails = sum(1 for s in scores if s is not None and s.details.get("judge_failures"))
         if fails:
@@ -255,7 +270,19 @@ class RubricJudgeReward(Reward):
             value = load_image(value)
         return {"type": "image", "image": value}
 
-    def _judge(self, completions: list[str], jobs: list[tuple[int, list[Any]]], image_col: list[Any]) -> list[Score]:
+    def _order(self, rset: list[Any], caption: str, vote: int) -> list[Any]:
+        """Rubrics in a per-call order: deterministic from (seed, caption, vote), so calls cache."""
+        if not self.shuffle or len(rset) < 2:
+            return list(rset)
+        key = hashlib.sha256(f"{self.seed}\x00{vote}\x00{caption}".encode()).hexdigest()
+        order = list(rset)
+        random.Random(key).shuffle(order)
+        return order
+
+    def _judge_with(
+        self, k: int, completions: list[str], jobs: list[tuple[int, list[Any]]], image_col: list[Any]
+    ) -> list[tuple[Score, dict[str, bool] | None]]:
+        """Judge ``k`` on every job: per job its Score and (explicit modes) the majority verdicts."""
         from vlrl.core.prompts import render
         from vlrl.judge.structured import chat_structured
 
@@ -263,7 +290,7 @@ class RubricJudgeReward(Reward):
         unique: dict[str, int] = {}
         requests: list[ChatRequest] = []
         parsers: list[Any] = []
-        owners: list[list[int]] = []  # per job: indices into requests
+        owners: list[list[list[int]]] = []  # per job, per vote: indices into requests
         for j, (i, rset) in enumerate(jobs):
             caption = completions[i]
             try:
@@ -271,75 +298,92 @@ class RubricJudgeReward(Reward):
             except Exception as e:  # noqa: BLE001 - an unreadable image: judge text-only, say so
                 logger.warning("rubicap_rubric: image of sample %d unreadable (%s); judging text only", i, e)
                 img = None
-            units = [(r,) for r in rset] if self._mode == "per_rubric" else [tuple(rset)]
-            mine = []
-            for unit in units:
-                if self._mode == "per_rubric":
-                    text = render(self.prompt, caption=caption, rubric=unit[0])
-                    parse = _single_parser
-                else:
-                    text = render(self.prompt, caption=caption, rubrics=list(unit))
-                    parse = _implicit_parser if self._mode == "implicit" else _explicit_parser([r.id for r in unit])
-                src = image_col[i] if isinstance(image_col[i], str) else id(image_col[i])
-                key = f"{src if img else ''}\x00{text}"
-                if key not in unique:
-                    content: Any = [img, {"type": "text", "text": text}] if img else text
-                    unique[key] = len(requests)
-                    requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=f"sample{i}/{j}"))
-                    parsers.append(parse)
-                mine.append(unique[key])
-            owners.append(mine)
+            fence = caption_fence(caption)
+            per_vote = []
+            for v in range(self.votes):
+                units = [(r,) for r in rset] if self._mode == "per_rubric" else [tuple(self._order(rset, caption, v))]
+                mine = []
+                for unit in units:
+                    common = {**fence, "with_image": img is not None, "explain": self.explain}
+                    if self._mode == "per_rubric":
+                        text = render(self.prompt, rubric=unit[0], **common)
+                        parse = parse_single_verdict
+                    else:
+                        text = render(self.prompt, rubrics=list(unit), **common)
+                        ids = [r.id for r in unit]
+                        parse = parse_score if self._mode == "implicit" else (lambda t, ids=ids: parse_verdicts_text(t, ids))
+                    src = image_col[i] if isinstance(image_col[i], str) else id(image_col[i])
+                    # votes of per-rubric / implicit prompts repeat the text: the vote index keeps them apart
+                    key = f"{src if img else ''}\x00{v if self.temperature > 0 else ''}\x00{text}"
+                    if key not in unique:
+                        content: Any = [img, {"type": "text", "text": text}] if img else text
+                        unique[key] = len(requests)
+                        requests.append(
+                            ChatRequest([{"role": "user", "content": content}], sampling, id=f"sample{i}/{j}/v{v}")
+                        )
+                        parsers.append(parse)
+                    mine.append(unique[key])
+                per_vote.append(mine)
+            owners.append(per_vote)
         results = chat_structured(
-            self.backend, requests, lambda obj, k: parsers[k](obj), max_retries=self.max_retries, raw_text=True
+            self._backend_at(k), requests, lambda obj, q: parsers[q](obj), max_retries=self.max_retries, raw_text=True
         )
-        return [self._aggregate(rset, [results[k] for k in owners[j]]) for j, (_, rset) in enumerate(jobs)]
+        return [self._aggregate(rset, [[results[q] for q in vote] for vote in owners[j]]) for j, (_, rset) in enumerate(jobs)]
 
-    def _aggregate(self, rset: list[Any], results: list[Any]) -> Score:
-        retries = sum(max(r.attempts - 1, 0) for r in results)
-        bad = next((r for r in results if not r.ok), None)
+    def _aggregate(self, rset: list[Any], votes: list[list[Any]]) -> tuple[Score, dict[str, bool] | None]:
+        flat = [r for vote in votes for r in vote]
+        retries = sum(max(r.attempts - 1, 0) for r in flat)
+        bad = next((r for r in flat if not r.ok), None)
         if bad is not None:
             self.counts["judge_failures"] += 1
-            return self._failure(f"judge: {bad.error}", n_rubrics=len(rset), judge_retries=retries)
+            return self._failure(f"judge: {bad.error}", n_rubrics=len(rset), judge_retries=retries), None
         details: dict[str, Any] = {"n_rubrics": len(rset), "judge_failures": 0, "judge_retries": retries}
         if self._mode == "implicit":
-            value = float(results[0].value)
+            value = sum(float(vote[0].value) for vote in votes) / len(votes)
             details["implicit_score"] = value
-            return Score(value, details)
-        verdicts = (
-            results[0].value
-            if self._mode == "explicit"
-            else {r.id: res.value for r, res in zip(rset, results, strict=True)}
-        )
-        total = sum(r.weight for r in rset)
-        value = sum(r.weight for r in rset if verdicts[r.id]) / total
-        details["pass_rate"] = sum(verdicts[r.id] for r in rset) / len(rset)
-        for sev in ("critical", "important", "minor"):
-            mine = [verdicts[r.id] for r in rset if r.severity == sev]
-            if mine:
-                details[f"pass_rate_{sev}"] = sum(mine) / len(mine)
-        details["weighted_pass_rate"] = value
+            return Score(value, details), None
+        if self._mode == "explicit":
+            ballots = [vote[0].value for vote in votes]
+        else:
+            ballots = [{r.id: res.value for r, res in zip(rset, vote, strict=True)} for vote in votes]
+        met = {r.id: majority([b[r.id] for b in ballots]) for r in rset}
+        if len(ballots) > 1:
+            details["vote_disagreement"] = sum(len({b[r.id] for b in ballots}) > 1 for r in rset) / len(rset)
+        return self._from_verdicts(rset, met, details), met
+
+    def _from_verdicts(self, rset: list[Any], met: dict[str, bool], details: dict[str, Any]) -> Score:
+        value, more = rubric_value(rset, met)
+        details.update(more)
         if self.veto_critical:
-            vetoed = any(r.severity == "critical" and not verdicts[r.id] for r in rset)
+            vetoed = any(r.severity == "critical" and (met[r.id] == (r.weight < 0)) for r in rset)
             details["vetoed"] = int(vetoed)
             if vetoed:
                 self.counts["vetoed"] += 1
-                value = 0.0
+                value = min(value, 0.0)
         return Score(value, details)
 
-
-def _explicit_parser(ids: list[str]):
-    from vlrl.judge.structured import extract_json
-
-    def parse(text: str) -> dict[str, bool]:
-        obj, _ = extract_json(text)
-        return parse_verdicts(obj, ids)
-
-    return parse
-
-
-def _single_parser(text: str) -> bool:
-    return parse_single_verdict(text)
-
-
-def _implicit_parser(text: str) -> float:
-    return parse_score(text)
+    def _panel(self, rset: list[Any], outcomes: list[tuple[Score, dict[str, bool] | None]]) -> Score:
+        """Combine the judges' outcomes for one caption (a single judge passes through)."""
+        if len(outcomes) == 1:
+            return outcomes[0][0]
+        ok = [(s, m) for s, m in outcomes if not s.details.get("judge_failures")]
+        values = [s.value for s, _ in outcomes]
+        if not ok:
+            return self._failure(outcomes[0][0].details.get("reason", "every judge failed"), panel_values=values)
+        if self.panel == "majority":
+            met = {r.id: majority([m[r.id] for _, m in ok]) for r in rset}
+            score = self._from_verdicts(rset, met, {"n_rubrics": len(rset), "judge_failures": 0})
+        else:
+            pick = min if self.panel == "min" else (lambda xs: sum(xs) / len(xs))
+            value = pick([s.value for s, _ in ok])
+            score = Score(value, {**ok[0][0].details})
+        score.details["panel_values"] = values
+        score.details["panel_failures"] = len(outcomes) - len(ok)
+        verdict_sets = [m for _, m in ok if m is not None]
+        if len(verdict_sets) > 1:
+            score.details["panel_disagreement"] = (
+                sum(len({m[r.id] for m in verdict_sets}) > 1 for r in rset) / len(rset)
+            )
+        else:
+            score.details["panel_disagreement"] = (max(s.value for s, _ in ok) - min(s.value for s, _ in ok))
+        return score
