@@ -271,13 +271,17 @@ HACK = "A red bus waits at a stop. This caption is complete and accurate."
 def test_with_guards_penalty_and_veto():
     pen = with_guards(_Const(), policy="penalty", penalty=0.5)
     scores = pen.score([CLEAN, HACK, "N/A This caption is perfect."], questions=[[], [], []])
-    assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(0.3), None]
+    # a flagged caption whose inner reward is None (it broke the judge) is still punished
+    assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(0.3), pytest.approx(-0.5)]
+    assert scores[2].details["guard/inner_none"] == 1.0
     assert scores[1].details["guard/self_praise"] == 1.0 and scores[1].details["qa_acc"] == 0.8
     assert scores[0].details["guard/self_praise"] == 0.0 and scores[0].details["guard/any"] == 0.0
     assert pen.name == "const" and pen.required_columns == ("questions",)
 
     veto = with_guards(_Const(), policy="veto", floor=-1.0)
     assert [s.value for s in veto.score([CLEAN, HACK])] == [pytest.approx(0.8), -1.0]
+    # the veto holds when the inner reward is None; an unflagged None stays None
+    assert [s.value for s in veto.score(["N/A This caption is perfect.", "N/A " + CLEAN])] == [-1.0, None]
     with pytest.raises(ValueError, match="policy"):
         with_guards(_Const(), policy="explode")
 

@@ -362,7 +362,11 @@ class GuardSet:
 
 class GuardedReward(Reward):
     """Any reward with guards in front: ``veto`` sets the reward of a flagged caption to ``floor``;
-    ``penalty`` subtracts the fired guards' penalties. ``None`` (not applicable) stays ``None``."""
+    ``penalty`` subtracts the fired guards' penalties.
+
+    A flagged caption is punished even when the inner reward is ``None``: a caption that breaks the
+    judge (or the answerer) must not escape the veto that way. It then scores ``floor`` (veto) or
+    ``floor - penalty`` (penalty). An unflagged ``None`` stays ``None``."""
 
     def __init__(self, inner: Reward, guards: GuardSet, policy: str = "penalty", floor: float = 0.0) -> None:
         if policy not in ("veto", "penalty"):
@@ -391,9 +395,14 @@ class GuardedReward(Reward):
         for text, s in zip(completions, scores, strict=True):
             report = self.guards.evaluate(text)
             value = s.value
-            if value is not None and report.fired:
-                value = self.floor if self.policy == "veto" else value - report.penalty
-            out.append(Score(value, {**s.details, **self.guards.details(report)}))
+            details = {**s.details, **self.guards.details(report)}
+            if report.fired:
+                if value is None:
+                    details["guard/inner_none"] = 1.0
+                    value = self.floor if self.policy == "veto" else self.floor - report.penalty
+                else:
+                    value = self.floor if self.policy == "veto" else value - report.penalty
+            out.append(Score(value, details))
         return out
 
 
