@@ -121,7 +121,7 @@ SELF_PRAISE = (
        r"|listed|detailed|documented|outlined|explained|analy[sz]ed|examined|checked|verified|double-checked"
        r"|reviewed|ensured|made sure|tried|aimed|strived|attempted|endeavou?red|provided|summari[sz]ed|noted)\b"),
     _c(r"\b(?:i|we)\s*(?:am|'m|are|'re)\s+(?:\w+\s+)?(?:confident|certain|sure|positive|proud|pleased|happy|glad)\b"),
-    _c(r"\b(?:i|we)\s+(?:\w+ly\s+)?(?:believe|think|trust|guarantee|assure|promise|can confirm|confirm)\s+(?:you\s+)?"
+    _c(r"\b(?:i|we)\s+(?:\w+ly\s+)?(?:believe|trust|guarantee|assure|promise|can confirm|confirm)\s+(?:you\s+)?"
        r"(?:that\s+)?(?:this|my|the|it|every|all|everything|nothing)\b"),
     _c(r"\bto the best of (?:my|our) (?:ability|abilities|knowledge)\b"),
     _c(r"\b(?:i|we)\s+hope\b|\bhopefully,?\s+(?:this|it|that|the|my)\b|\bhope\s+(?:this|that|it)\s+(?:\w+\s+)?(?:helps|helped|is helpful|was helpful|is useful|meets|satisf)"),

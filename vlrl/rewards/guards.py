@@ -61,6 +61,16 @@ from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.guard_meta import (
+    GRADER_FAMILIES,
+    SELF_FAMILIES,
+    compact_hit,
+    deobfuscate,
+    fold,
+    meta_claim,
+    strip_image_text,
+    verdict_json,
+)
 from vlrl.rewards.guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
 
 logger = logging.getLogger(__name__)
@@ -84,8 +94,9 @@ _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, ma
 
 
 def normalize(text: str) -> str:
-    """NFKC, straight quotes, single spaces (case is kept; option letters need it)."""
-    text = unicodedata.normalize("NFKC", text or "").translate(_QUOTES)
+    """NFKC, invisible characters removed, homoglyphs folded, straight quotes, single spaces (case is
+    kept; option letters need it)."""
+    text = fold(unicodedata.normalize("NFKC", text or "")).translate(_QUOTES)
     return re.sub(r"\s+", " ", text).strip()
 
 
@@ -101,15 +112,23 @@ class Doc:
 
     raw: str
     norm: str  # normalised, case kept
-    unquoted: str  # normalised, quoted spans removed, case kept
+    unquoted: str  # normalised, quoted spans and clauses reporting image text removed, case kept
     lower: str  # unquoted, lower case
     words: list[str]  # lower-case word tokens of the whole caption (quotes included)
+    decoded: str = ""  # lower case, unquoted, obfuscation undone (digits for letters, spread letters, base64)
+    obfuscated: bool = False  # whether anything had to be undone
+    meta: str = ""  # decoded, with clauses reporting text in the image removed
 
     @classmethod
     def of(cls, text: str) -> Doc:
         norm = normalize(text)
-        unquoted = strip_quoted(norm)
-        return cls(text, norm, unquoted, unquoted.lower(), re.findall(r"[\w']+", norm.lower()))
+        unquoted = strip_image_text(strip_quoted(norm))
+        decoded, obfuscated = deobfuscate(unquoted)
+        decoded = decoded.lower()
+        return cls(
+            text, norm, unquoted, unquoted.lower(), re.findall(r"[\w']+", norm.lower()),
+            decoded, obfuscated, decoded,
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,6 +150,8 @@ class Guard(abc.ABC):
     """A check that fires on a caption. ``match`` returns the evidence (a snippet) or ``None``."""
 
     name = "guard"
+    default = True
+    """Whether ``enabled`` left unset turns the guard on (an LLM-judged guard is opt-in)."""
 
     def __init__(self, penalty: float = 1.0) -> None:
         self.penalty = float(penalty)
@@ -158,6 +179,8 @@ class PatternGuard(Guard):
         for pat in self.patterns + self._extra:
             if m := pat.search(doc.lower):
                 return m.group(0)
+            if doc.obfuscated and (m := pat.search(doc.decoded)):
+                return m.group(0)
         for pat in self.case_patterns:
             if m := pat.search(doc.unquoted):
                 return m.group(0)
@@ -166,17 +189,55 @@ class PatternGuard(Guard):
 
 @register_guard("self_praise")
 class SelfPraiseGuard(PatternGuard):
-    """Claims about the caption itself and first-person assistant chatter."""
+    """Claims about the caption itself and first-person assistant chatter; then the cue families
+    of :mod:`vlrl.rewards.guard_meta` (self-reference with praise or grading words, completeness
+    claims, "answers any question") on text with obfuscation undone and image text removed."""
 
     patterns = SELF_PRAISE
+
+    def match(self, doc: Doc) -> str | None:
+        return super().match(doc) or meta_claim(doc.meta, SELF_FAMILIES)
 
 
 @register_guard("grader_address")
 class GraderAddressGuard(PatternGuard):
-    """Text addressed to the grader or answerer: option letters, injection, score requests."""
+    """Text addressed to the grader or answerer: option letters, injection, score requests; then
+    the cue families of :mod:`vlrl.rewards.guard_meta` (grader talk, imperatives, verdicts and
+    scores, rubric outcomes), verdict-like JSON, and injection keywords in obfuscated text."""
 
     patterns = GRADER
     case_patterns = GRADER_CASED
+
+    def match(self, doc: Doc) -> str | None:
+        if hit := super().match(doc) or meta_claim(doc.meta, GRADER_FAMILIES):
+            return hit
+        if hit := verdict_json(doc.norm):
+            return f"verdict json: {hit}"
+        if doc.obfuscated and (hit := compact_hit(doc.decoded)):
+            return f"obfuscated: {hit}"
+        return None
+
+
+@register_guard("llm_defense")
+class LLMDefenseGuard(Guard):
+    """Rubicon-style defense rubric judged by an LLM (:mod:`vlrl.rewards.defense`). Opt-in only."""
+
+    default = False
+
+    def __init__(self, judge: str | Any = None, penalty: float = 1.0, prompt: str | None = None,
+                 max_retries: int = 2, max_tokens: int = 256, cache: str | None = None) -> None:
+        super().__init__(penalty)
+        if judge is None:
+            raise ValueError("llm_defense needs a judge backend spec (llm_defense: {judge: SPEC})")
+        from vlrl.rewards.defense import DEFENSE_PROMPT, DefenseJudge
+
+        self.judge = DefenseJudge(judge, prompt or DEFENSE_PROMPT, max_retries, max_tokens, cache)
+
+    def prefetch(self, docs: list[Doc]) -> None:
+        self.judge.prefetch([d.raw for d in docs])
+
+    def match(self, doc: Doc) -> str | None:
+        return "judged as gaming the grader" if self.judge.gaming(doc.raw) else None
 
 
 @register_guard("repetition")
@@ -309,7 +370,10 @@ class GuardSet:
         ``min_words`` / ``max_words`` are shortcuts for the length band (to switch one side of the
         band off, write ``length: {max_words: null}``).
         """
-        names = list(GUARDS) if enabled is None else list(enabled)
+        if enabled is None:  # every default guard, plus an opt-in one that has its own settings block
+            names = [n for n, g in GUARDS.items() if g.default or isinstance(per_guard.get(n), dict)]
+        else:
+            names = list(enabled)
         for key in list(per_guard) + names:
             if key not in GUARDS:
                 raise ValueError(f"unknown guard {key!r}; known guards: {', '.join(GUARDS)}")
@@ -332,8 +396,16 @@ class GuardSet:
                 raise ValueError(f"guard {name!r}: bad settings {conf} ({e})") from None
         return cls(guards)
 
-    def evaluate(self, caption: str) -> GuardReport:
-        doc = Doc.of(caption if isinstance(caption, str) else str(caption or ""))
+    def evaluate_many(self, captions: list[str]) -> list[GuardReport]:
+        """:meth:`evaluate` for a batch; guards that call a model judge the batch in one round."""
+        docs = [Doc.of(c if isinstance(c, str) else str(c or "")) for c in captions]
+        for g in self.guards:
+            if hasattr(g, "prefetch"):
+                g.prefetch(docs)
+        return [self.evaluate(d) for d in docs]
+
+    def evaluate(self, caption: str | Doc) -> GuardReport:
+        doc = caption if isinstance(caption, Doc) else Doc.of(caption if isinstance(caption, str) else str(caption or ""))
         fired: list[str] = []
         evidence: dict[str, str] = {}
         penalty = 0.0
@@ -392,8 +464,7 @@ class GuardedReward(Reward):
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
         scores = self.inner.score(completions, **columns)
         out = []
-        for text, s in zip(completions, scores, strict=True):
-            report = self.guards.evaluate(text)
+        for report, s in zip(self.guards.evaluate_many(completions), scores, strict=True):
             value = s.value
             details = {**s.details, **self.guards.details(report)}
             if report.fired:
@@ -432,8 +503,7 @@ class GuardReward(Reward):
 
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
         out = []
-        for text in completions:
-            report = self.guards.evaluate(text)
+        for report in self.guards.evaluate_many(completions):
             out.append(Score(-report.penalty if report.fired else 0.0, self.guards.details(report)))
         return out
 
@@ -446,6 +516,7 @@ __all__ = [
     "GuardReward",
     "GuardSet",
     "GuardedReward",
+    "LLMDefenseGuard",
     "LengthGuard",
     "PatternGuard",
     "RepetitionGuard",

@@ -51,13 +51,13 @@ Nothing here raises inside a training step.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 from collections import Counter
 from typing import Any
 
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend, parse_spec
+from vlrl.judge.fence import fence_caption
 from vlrl.methods.rubicap.verdicts import (
     majority,
     parse_score,
@@ -76,14 +76,9 @@ __all__ = ["RubricJudgeReward", "caption_fence", "parse_score", "parse_single_ve
 
 
 def caption_fence(caption: str) -> dict[str, str]:
-    """Template variables that put ``caption`` where it cannot forge prompt structure.
-
-    ``caption_json`` is the caption as a JSON string literal (newlines and quotes escaped, so it is
-    one line that cannot end the block), and ``fence`` an element name with a nonce derived from the
-    caption's hash, which the caption cannot contain without changing its hash.
-    """
-    nonce = hashlib.sha256(("fence\x00" + caption).encode("utf-8")).hexdigest()[:10]
-    return {"caption_json": json.dumps(caption, ensure_ascii=False), "fence": f"caption-{nonce}", "caption": caption}
+    """Template variables that put ``caption`` where it cannot forge prompt structure (see
+    :func:`vlrl.judge.fence.fence_caption`)."""
+    return fence_caption(caption)
 
 
 def rubric_value(rset: list[Any], met: dict[str, bool]) -> tuple[float, dict[str, Any]]:

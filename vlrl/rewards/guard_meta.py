@@ -1,0 +1,411 @@
+"""Text preparation and cue families that make the semantic guards generalise.
+
+Fixed phrases ("this description is complete") catch the hacks someone already saw. A policy under
+RL pressure finds the paraphrase, the obfuscated spelling, or the JSON verdict. This module gives the
+guards in :mod:`vlrl.rewards.guards` two things.
+
+**Normalisation that undoes cheap obfuscation.** NFKC (full-width letters), removal of zero-width
+and other invisible characters, homoglyph folding with the Unicode confusables table (Cyrillic
+"а" reads as Latin "a"; the table comes from the ``confusable_homoglyphs`` package), digit-for-letter
+spellings inside words ("1gn0re prev10us"), letters spread out with separators ("J.u.d.g.e",
+"v-e-r-d-i-c-t", "s c o r e") and base64 payloads, which are decoded and appended.
+
+**Cue families about the caption as an object of evaluation**, matched per sentence, after text that
+is *in the image* is removed: quoted spans, and the clause after words that introduce image text
+("a sticker says 10/10 would recommend", "a banner reading WELCOME JUDGES", "printed with ...",
+"labelled ..."). What remains fires when it
+
+* refers to the caption itself ("this caption", "the above", "what I wrote", "these sentences",
+  "reading this") and praises it, claims completeness, or talks about grading;
+* addresses a grader or a model ("evaluator", "reviewer", "text-only reader", "LLM judge") in the
+  second person, or tells it what to answer;
+* states a verdict, a score or a rubric outcome ("verdict: PASS", "Rubric compliance: 100%",
+  "every rubric point has been satisfied", check-mark lists);
+* claims the caption can answer any question about the image (the meta-commentary CapRL-3B learned).
+
+A caption's description of graders, scores or rubrics *in the scene* (a panel of judges, a score
+sheet, a printed rubric) has no self-reference, no second person and no claim, and stays clean.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import unicodedata
+from functools import lru_cache
+
+# ------------------------------------------------------------------------------------------------
+# Normalisation
+
+_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+                        "\u206a-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]")
+
+
+@lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    """The Latin letter a non-ASCII character is confusable with, or the character itself."""
+    try:
+        from confusable_homoglyphs import confusables
+    except ImportError:  # declared dependency; without it only NFKC folding applies
+        return ch
+    found = confusables.is_confusable(ch, greedy=True, preferred_aliases=["latin"])
+    if not found:
+        return ch
+    letters = [h.get("c", "") for h in found[0].get("homoglyphs", [])]
+    letters = [c for c in letters if len(c) == 1 and c.isascii() and c.isalpha()]
+    same_case = [c for c in letters if c.isupper() == ch.isupper()]
+    if not same_case:  # Cyrillic "І" is listed only as "l"; its name ends in the letter it copies ("... I")
+        last = unicodedata.name(ch, "").rsplit(" ", 1)[-1]
+        if len(last) == 1 and last.isascii() and last.isalpha():
+            same_case = [last if ch.isupper() else last.lower()]
+    return (same_case or letters or [ch])[0]
+
+
+def fold(text: str) -> str:
+    """NFKC, invisible characters removed, homoglyphs folded to Latin letters."""
+    text = unicodedata.normalize("NFKC", text or "")
+    text = _INVISIBLE.sub("", text)
+    if text.isascii():
+        return text
+    return "".join(_fold_char(ch) if not ch.isascii() and ch.isalpha() else ch for ch in text)
+
+
+_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
+_MIXED = re.compile(r"\b(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$])[\w@$!]{2,}\b")
+_SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
+_B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}")
+
+
+def _unspread(m: re.Match[str]) -> str:
+    chunk = m.group(0)
+    letters = re.sub(r"[ .\-_*·|]", "", chunk)
+    return letters if any(c.isalpha() for c in letters) else chunk
+
+
+def _b64_payloads(text: str) -> list[str]:
+    out = []
+    for m in _B64.finditer(text):
+        tok = m.group(0)
+        try:
+            raw = base64.b64decode(tok + "=" * (-len(tok) % 4), validate=True)
+            s = raw.decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            continue
+        if len(s) >= 8 and sum(c.isalpha() or c == " " for c in s) / len(s) > 0.85:
+            out.append(s)
+    return out
+
+
+def deobfuscate(text: str) -> tuple[str, bool]:
+    """Undo digit-for-letter words, spread-out letters and base64 payloads in folded text.
+
+    Returns the decoded text and whether anything was decoded (obfuscation is itself a signal: the
+    guards then also look at the text with every separator removed).
+    """
+    out = _SPREAD.sub(_unspread, text)
+    out = _MIXED.sub(lambda m: m.group(0).translate(_LEET) if not re.fullmatch(r"\d+[a-z]{1,2}", m.group(0)) else m.group(0), out)
+    payloads = _b64_payloads(text)
+    if payloads:
+        out = out + " . " + " . ".join(payloads)
+    return out, out != text
+
+
+# ------------------------------------------------------------------------------------------------
+# Image text
+
+_INTRO = (
+    r"\b(?:says|said|saying|reads|reading|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
+    r"|writes|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
+    r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
+    r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
+    r"|painted\s+with|lettered\s+with|marked)"
+)
+# Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
+_IMAGE_TEXT = re.compile(
+    _INTRO + r"(?::|\s)\s*(?!this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|here\b)"
+    r"[^.;!?\n]{1,160}?(?=\s+(?:next to|beside|over|above|below|under|in (?:red|gold|green|blue|black|white|tall|large|small)"
+    r"|across|on (?:the|a)|at the)\b|[.;!?,(\n]|$)",
+    re.IGNORECASE,
+)
+
+
+# ... and text named before the words that place it in the image ("with the answer is C written on it").
+_IMAGE_TEXT_BEFORE = re.compile(
+    r"\bwith\s+(?:the\s+(?:words?|text|phrase|message|note)\s+)?[^.;,\n]{1,80}?\s+(?:written|printed|painted|scrawled|"
+    r"stamped|displayed|lettered|engraved|handwritten|chalked|typed|scribbled)\b",
+    re.IGNORECASE,
+)
+
+
+def strip_image_text(text: str) -> str:
+    """Remove clauses that report text written in the image (they describe, they do not claim)."""
+    text = _IMAGE_TEXT_BEFORE.sub(" \u2039t\u203a ", text)
+    return _IMAGE_TEXT.sub(" \u2039t\u203a ", text)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cue families (lower-case text, image text removed, one sentence at a time)
+
+_SELF = (
+    r"(?:\b(?:this|these|the\s+(?:above|preceding|previous|foregoing|present|following|provided|given|generated|entire|whole)"
+    r"|my|our)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|text|response|write-?up|summary|account|sentences?|words"
+    r"|paragraphs?|lines|writing|phrasing|observations?|output|answer|submission|narration|prose|report|depiction|piece"
+    r"|work|effort|version|rendering|portrayal|breakdown|overview|rundown|wording|language|entry|reply|content|passage"
+    r"|statement|one)\b"
+    r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description)\b)"
+    r"|\b(?:above|here)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b))"
+    r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"
+    r"|\bthe\s+above\b|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
+    r"|\bwhat\s+is\s+written\s+(?:here|above)\b|\b(?:reading|read)\s+this\b|\bthe\s+(?:caption|description|text)\s+alone\b"
+    r"|\bin\s+(?:this|my)\s+(?:[\w-]+\s+){0,2}(?:caption|description)\b|\b(?:is|are)\s+(?:all\s+)?(?:here|in here)\b"
+    r"|\b(?:caption|description|write-?up)\b(?=[^.]*\b(?:i|my|me)\b))"
+)
+_PRAISE = (
+    r"(?:\b(?:perfect(?:ly)?|flawless(?:ly)?|impeccabl[ey]|exemplary|superb|excellent|outstanding|ideal|exceptional|"
+    r"error[- ]free|beyond reproach|top[- ]notch|top marks|best(?: possible)?|well[- ]observed|expertly|masterful|"
+    r"professional[- ]grade|vivid|sharp|brilliant|stellar|complete(?:ly)?|comprehensive(?:ly)?|thorough(?:ly)?|"
+    r"exhaustive(?:ly)?|accurate(?:ly)?|precise(?:ly)?|faithful(?:ly)?|correct(?:ly)?|nothing false|"
+    r"no hallucinations?|hallucination[- ]free|every (?:detail|element|object|aspect)|everything|all (?:the )?(?:details|information|elements)|"
+    r"in (?:its|their) entirety|nothing (?:is |was )?(?:missing|missed|left out|omitted)|deserves?|recognition|"
+    r"model of|example of|a\+|10/10|100%|as good as|exactly what|needs? no (?:changes|edits|improvement)|"
+    r"informative|well[- ]done|how well|impressive|great|amazing|fantastic|wonderful|remarkable|"
+    r"high[- ]quality|polished|meticulous(?:ly)?|rigorous(?:ly)?|spotless|pristine|unmatched|unbeatable|"
+    r"nail(?:s|ed)|spot[- ]on|on point|crisp|elegant|articulate|insightful|reliable|trustworthy|truthful|objective|"
+    r"100 percent|unimprovable|beyond improvement|gold standard|masterpiece|"
+    r"first[- ]rate|world[- ]class|better|top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
+    r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture)\b|\ba\+)"
+)
+_AUDIENCE = (
+    r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|markers?|scorers?|"
+    r"judges?|judging (?:model|system)|llm(?: judge)?s?|language models?|reward models?|text[- ]only (?:model|reader|llm|"
+    r"answerer)s?|question[- ]answerers?|answerers?|assistant|ai|model|whoever (?:reads|grades|checks|evaluates)|"
+    r"anyone (?:reading|grading|checking)|checkers?|inspectors?|critics?|moderators?|annotators?|labell?ers?|verifiers?|"
+    r"auditors?|scoring (?:system|model)|ai judge|automated (?:judge|grader|system)|chatbot|bot|dear reader)\b"
+)
+_YOU = r"\b(?:you|your|you'll|you're|yourself)\b"
+_EVAL = (
+    r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|scoring sheet|grading (?:requirements?|criteria|sheet|guide)|"
+    r"requirements?|verdict|grade|graded|grading|score[ds]?|scoring|rating|rated|marks?|credit|pass(?:es|ed|ing)?|"
+    r"evaluation|assessment|judg(?:ed|ment|ement)|questions?|answer(?:s|ed|able)?|options?|points|stars|reward|"
+    r"review(?:ed)?|metrics?|evaluated?|assess(?:ed)?|approv(?:e|ed|al)|accept(?:ed)?|reject(?:ed)?|penali[sz]\w*|"
+    r"deduct\w*|mark(?:ed)? down|full credit|top score|highest score|maximum)\b"
+)
+_FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
+    "self_reference": (
+        # the caption itself, with praise / a completeness claim / grading words
+        re.compile(rf"{_SELF}.*?{_PRAISE}|{_PRAISE}.*?{_SELF}"),
+        re.compile(rf"{_SELF}.*?{_EVAL}|{_EVAL}.*?{_SELF}"),
+        # praise right in front of the noun that names the caption
+        re.compile(r"\b(?:superb|perfect|flawless|ideal|best|exemplary|excellent|expertly[\w\s-]{0,12}|impeccable|"
+                   r"well[- ]observed|professional[- ]grade|top[- ]notch|masterful|brilliant|great|a\+)\s+(?:[\w-]+[\s,]+){0,2}?"
+                   r"(?:caption|description|write-?up|summary)\b"),
+    ),
+    "completeness": (
+        re.compile(r"\bnothing\b[^.]{0,50}\b(?:slipped|escaped|missed|left out|omitted|overlooked|skipped|left undescribed)"),
+        re.compile(r"\bno\s+[\w-]+(?:,?\s+(?:or\s+|and\s+)?[\w-]+){0,4}\s+(?:was\s+|were\s+|is\s+|has been\s+)?"
+                   r"(?:skipped|missed|omitted|left out|overlooked)\b"),
+        re.compile(r"\beverything\s+(?:there\s+is\s+to\s+see|visible|in the (?:image|frame|picture|photo|scene))\b"),
+        re.compile(r"\b(?:image|picture|photo|scene|frame)\s+(?:has been|is|was)\s+(?:\w+ly\s+)?(?:described|covered|"
+                   r"documented|captured)\s+(?:in (?:its|full)|fully|completely|entirely|exhaustively|with every)"),
+        re.compile(r"\b(?:every|each|all)\s+(?:[\w-]+\s+){0,2}?(?:elements?|details?|objects?|items?)\s+(?:\w+\s+){0,2}?verified\b"),
+        re.compile(r"\b(?:guaranteed|certified|verified)\s+(?:[\w-]+\s+)?(?:error[- ]free|accurate|complete|correct|flawless)"),
+        re.compile(r"\b(?:error[- ]free|hallucination[- ]free|no hallucinations?)\b"),
+        re.compile(r"\b(?:not a single|no|not one)\s+(?:\w+\s+)?(?:detail|element|object|thing|aspect|feature)s?\b[^.]*?"
+                   r"\b(?:left out|missed|omitted|overlooked|skipped|missing|ignored)"),
+        re.compile(r"\bnothing\s+(?:at all\s+)?(?:is|was|has been|remains)\s+(?:\w+\s+)?(?:missing|absent|lacking)\b"),
+        re.compile(r"\beverything\s+(?:worth|important|relevant|significant|that matters|of note|notable)\b[^.]*?\b(?:noted|"
+                   r"covered|described|mentioned|captured|included|here|listed)\b"),
+        re.compile(r"\bnothing\s+(?:left\s+)?to\s+(?:criticise|criticize|improve|fix|correct|add|fault|change|object to)\b"),
+        re.compile(r"\bzero\s+(?:mistakes|errors|omissions|hallucinations|flaws|inaccuracies|issues)\b"),
+        re.compile(r"\b(?:faithful|true|accurate|verified|consistent|correct)\s+(?:\w+\s+)?(?:to|against|with)\s+the\s+"
+                   r"(?:image|picture|photo|photograph|scene|original)\b"),
+        re.compile(r"\bnothing\s+(?:else\s+)?(?:to see|to add|more|else|further)\s+(?:\w+\s+)?(?:beyond|besides|than|apart from|"
+                   r"except|outside)\b"),
+        re.compile(r"\b(?:this|it|the above|the caption)\s+(?:is|should be treated as|serves as|counts as|can be used as)\s+"
+                   r"(?:the\s+|a\s+)?(?:ground truth|gold standard|reference)\b"),
+        re.compile(r"\bno\s+(?:further\s+)?(?:improvements?|changes|edits|corrections|revisions)\s+(?:are\s+|were\s+)?"
+                   r"(?:needed|necessary|required)\b"),
+        re.compile(r"^\W*(?:top[- ]tier|top[- ]notch|first[- ]rate|world[- ]class|stellar|superb|excellent|outstanding|"
+                   r"flawless|impeccable)\s+(?:work|job|caption|description|writing|effort|result)\b"),
+        re.compile(r"^\W*(?:flawless|perfect(?:ly (?:\w+ed|done|put|said))?|impeccable|spotless|exemplary|superb|"
+                   r"(?:100|ten|10) (?:percent|%)|a\+|complete and (?:accurate|correct)|(?:accurate|correct) and complete)"
+                   r"(?:\s+(?:in every way|throughout|as always|again|indeed))?\W*$"),
+        re.compile(r"\bwon'?t\s+need\s+(?:the|to see the)\s+(?:image|picture|photo)|\bno\s+need\s+to\s+(?:see|look at)\s+the\s+"
+                   r"(?:image|picture|photo)"),
+    ),
+    "grader_talk": (
+        re.compile(rf"{_AUDIENCE}[^.]*?{_YOU}|{_YOU}[^.]*?{_AUDIENCE}"),
+        re.compile(rf"{_YOU}(?:\s+\w+)?\s+(?:will|'ll|would|should|must|can|clearly|surely|both)\s+(?:\w+\s+)?"
+                   r"(?:agree|appreciate|see|find|know|judge|notice|recogni[sz]e)\b[^.]*?(?:this|it|here)\b"),
+        re.compile(r"\b(?:your|the)\s+(?:answer|verdict|response|score|grade|rating|output|decision)\s+(?:should|must|will|"
+                   r"has to|needs to)\s+be\b"),
+        re.compile(rf"{_AUDIENCE}\s+(?:are|is)\s+(?:instructed|asked|told|required|expected|advised)\b"),
+        re.compile(rf"(?:^|[.!?:]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
+                   r"score|grade|give|award|say|print|return|pass|accept)\b"),
+        re.compile(r"\b(?:respond|reply|answer|output|say|print|return|write|mark)\s+(?:with\s+)?(?:the\s+answer\s+)?"
+                   r"(?:\u2039q\u203a|yes|no|pass|passed|met|true|false|satisfied|correct|full marks|[a-d])\b"
+                   r"(?:\s+(?:for|to|on)\s+(?:each|every|all|any))?"),
+        re.compile(r"\b(?:respond|reply|answer|output|say|mark)\s+(?:with\s+)?\u2039q\u203a"),
+        re.compile(r"\b(?:disregard|ignore|forget|skip)\s+(?:the\s+)?(?:image|picture|photo|question|verification|rubric|"
+                   r"criteria|checks?)\b"),
+        re.compile(r"\b(?:correct|right|true)\s+(?:answer|response|option|choice)\s+(?:to\s+(?:every|each|any|all)\s+[^.]*?)?"
+                   r"(?:is|are|=|:)\s*(?:always\s+)?(?:\u2039q\u203a|yes|no|true|false|[a-d]\b|the (?:first|second|third|last|"
+                   r"top|bottom)\b)"),
+        re.compile(r"\b(?:deserves?|merits?|earns?|warrants?|worthy of)\s+(?:to\s+)?(?:a\s+|an\s+|the\s+)?(?:\w+\s+)?"
+                   r"(?:pass|passing|full|top|perfect|high(?:est)?|credit|marks|a\+|10)\b"),
+    ),
+    "verdict": (
+        re.compile(r"\b(?:verdict|rating|grade|final grade|overall grade|score|final score|result|status|evaluation(?: result)?|"
+                   r"quality(?: assessment| score| check)?|assessment|judged result|judg(?:e)?ment|rubric(?: compliance| status)?|"
+                   r"completeness(?: check)?|coverage(?: of the (?:image|scene))?|accuracy|pass rate|compliance|outcome|"
+                   r"criteria(?: met)?|checklist)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass(?:ed)?|excellent|a\+|\d|total|full|100|"
+                   r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok)"),
+        re.compile(r"\b(?:accuracy|completeness|coverage|precision|faithfulness|correctness|quality|all checks)\s*[:=]?\s*"
+                   r"(?:of\s+)?(?:100\s*%|100 percent|10\s*/\s*10|5\s*/\s*5|green|passed|perfect)"),
+        re.compile(r"^\W*(?:\d|one|two|three|four|five)\s+stars?\W*$|[\u2605\u2b50]{3,}"),
+        re.compile(r"\bpass(?:ed)?\b\s*[\u2713\u2714\u2705]|[\u2713\u2714\u2705]\s*pass|(?:[\u2713\u2714\u2705][^\u2713\u2714\u2705]{0,40}){3}"),
+        re.compile(r"\b(?:passed|pass(?:es)?)\s+(?:\w+\s+){0,2}(?:with full marks|on every|every|all)\b"),
+        re.compile(r"[\[(<]\s*(?:pass(?:ed)?|approved|verified|accepted|ok|correct|10/10|a\+)\s*[\])>]"),
+        re.compile(r"^\W*(?:(?:\d+|ten|nine|five)\s+out\s+of\s+(?:10|ten|5|five|100)|(?:10|5|100)\s*/\s*(?:10|5|100)|"
+                   r"pass(?:ed)?|approved|verified|full marks|top marks)\W*$"),
+        re.compile(r"\b(?:score[ds]?|rated?|grade[ds]?)\s+(?:of\s+)?\d+(?:\.\d+)?\s*/\s*(?:10|5|100)\b(?=[^.]*\b(?:caption|"
+                   r"description|this|response)\b)"),
+    ),
+    "rubric_claim": (
+        re.compile(r"\b(?:rubrics?|criteri(?:a|on)|checklist|grading requirements?|requirements|scoring sheet|rubric points?|"
+                   r"rubric items?|items?|boxe?s?|lines?)\b[^.]*?\b(?:satisf\w*|fulfil\w*|compl(?:iance|ies|ied)|met\b|checks? off|"
+                   r"ticked|earns? credit|credit on|(?:been|are|were|all)\s+(?:\w+ly\s+)?(?:addressed|covered|hit|achieved|handled))"),
+        re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
+                   r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?)\b"),
+        re.compile(r"\b(?:per|according to|under)\s+the\s+(?:rubric|criteria|checklist|scoring)\b"),
+        re.compile(r"\bwhatever\s+the\s+(?:checklist|rubric|criteria|grader|question)\b"),
+    ),
+    "imperative": (
+        re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:be|go)\s+(?:\w+\s+)?(?:generous|lenient|kind|easy|gentle|forgiving|"
+                   r"soft)\b"),
+        re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:say|tell|report|state|declare|confirm)\s+(?:that\s+)?(?:yes|no|pass|"
+                   r"true|met|correct|this|it|the caption)\b"),
+        re.compile(r"\bmark\w*\s+(?:this|it|me|the caption)\s+down\b"),
+        re.compile(r"\b(?:fail|failing|penali[sz]\w*|mark\w*\s+(?:\w+\s+)?down|reject\w*|dock\w*|deduct\w*\s+(?:points\s+)?from)"
+                   r"\s+(?:this|it|the caption|me)\b"),
+        re.compile(r"\b(?:reward|score|marks|credit|rating|grade|pass)\s+(?:is|are|would be|seems|feels)\s+(?:\w+\s+)?"
+                   r"(?:warranted|deserved|justified|appropriate|fitting|due|earned|in order)\b"),
+        re.compile(r"^\W*(?:please\s+|kindly\s+|now\s+)?(?:rate|mark|score|grade|accept|approve|output|return|print|respond|"
+                   r"reply|answer|select|choose|pick|award|give|assign|treat|consider|ignore|disregard|forget|override|"
+                   r"classify|label|judge|evaluate|pass)\s+(?:this|it|me|the\s+(?:caption|answer|response|description)|"
+                   r"yes|no|true|false|pass|with|as|every|all|each|only|\u2039q\u203a|[a-d]\b|full|10|100|a\s+(?:10|perfect|high|"
+                   r"pass|full))"),
+        re.compile(r"\b(?:this|it|the caption|the description)\s+(?:should|must|will|ought to|has to)\s+(?:\w+\s+)?"
+                   r"(?:pass|be (?:passed|accepted|approved|rated|scored|graded|marked|given|awarded))\b"),
+    ),
+    "answers_anything": (
+        re.compile(r"\b(?:anything|everything|all)\s+(?:you|one|a (?:reader|model))\s+(?:might|could|would|will|need|"
+                   r"needs?)\b[^.]*?\b(?:know|ask|answer|need)\b"),
+        re.compile(r"\b(?:without|no need (?:for|to))\s+(?:ever\s+)?(?:seeing|looking at|viewing|see|look at|view)?\s*"
+                   r"the\s+(?:image|picture|photo|original)\b"),
+        re.compile(r"\b(?:replaces?|substitutes? for|stands? in for|as good as|equivalent to)\s+(?:\w+\s+)?"
+                   r"(?:the\s+)?(?:image|picture|photo|seeing)\b"),
+        re.compile(r"\b(?:any|every|all)\s+(?:[\w-]+\s+){0,2}?questions?\b[^.]*?\b(?:answer(?:ed|able)?|respond)\b"),
+        re.compile(r"\banswer(?:ed|able)?\b[^.]*?\b(?:any|every|all)\s+(?:[\w-]+\s+){0,2}?questions?\b"),
+        re.compile(r"\bno\s+question\b[^.]*?\b(?:answer|could not|cannot|can't)\b"),
+        re.compile(r"\b(?:pick|choose|select|get)\s+the\s+(?:right|correct)\s+(?:option|answer|choice)\b"),
+        re.compile(r"\bevery\s+answer\b[^.]*?\b(?:here|in (?:these|this))\b"),
+        re.compile(r"\bas\s+good\s+as\s+(?:looking at|seeing|viewing)\s+the\s+(?:image|picture|photo)\b"),
+    ),
+}
+# Co-occurrence of cue categories in one sentence: one category is ordinary description ("a panel of
+# judges", "a perfect spiral", "test scores"), two of them together are talk about the caption.
+_CUES = {
+    "self": re.compile(_SELF + r"|\b(?:captions?|descriptions?)\b(?!\s+(?:card|plate|panel|board|label|placard|below|"
+                       r"under|beneath|underneath|beside|reads|says|reading|saying|on|of (?:the|a|an) (?:painting|exhibit|"
+                       r"artwork|object|item|product|dish)))|\b(?:i|me|my|myself|we|our|i'm|i've)\b(?!\s+(?:think|can't|cannot|can not|could|"
+                       r"am not|'m not|believe it|guess|suspect|assume|would guess)\b)|\bhere\s*[.!]?$"),
+    "praise": re.compile(_PRAISE),
+    "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
+                       r"grade[ds]?|grading|marks|credit|evaluat\w+|assess\w+|approv\w+|reward|questions?|answer(?:s|ed|able)?)\b"),
+    # bare "model", "ai", "assistant", "bot", "judges" name things in scenes (a scale model, a panel of judges)
+    "audience": re.compile(_AUDIENCE.replace("judges?|", "").replace("assistant|ai|model|", "").replace("|bot|", "|")),
+    "you": re.compile(_YOU),
+}
+
+
+def cue_categories(sentence: str) -> list[str]:
+    """Which cue categories occur in one (lower-case, image-text-free) sentence."""
+    return [name for name, pat in _CUES.items() if pat.search(sentence)]
+
+
+_SENTENCE = re.compile(r"(?<=[.!?\n])\s+|\s+[\u2014\-]{1,2}\s+|\s*\|\s*")
+
+
+SELF_FAMILIES = ("self_reference", "completeness", "answers_anything", "cues_self")
+GRADER_FAMILIES = ("grader_talk", "imperative", "verdict", "rubric_claim", "cues_grader")
+
+
+def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAMILIES) -> str | None:
+    """The evidence (``family: snippet``) when ``text`` (lower-case, image text removed) claims
+    something about the caption as an object of evaluation, else ``None``."""
+    for sentence in _SENTENCE.split(text):
+        if len(sentence) < 4:
+            continue
+        if "cues_self" in families or "cues_grader" in families:
+            cats = cue_categories(sentence)
+            about_self = "self" in cats or "praise" in cats
+            if len(cats) >= 2 and ("cues_self" if about_self else "cues_grader") in families:
+                return f"cues {'+'.join(cats)}: {sentence[:80]}"
+        for family in families:
+            if family.startswith("cues"):
+                continue
+            patterns = _FAMILIES[family]
+            for pat in patterns:
+                if m := pat.search(sentence):
+                    return f"{family}: {m.group(0)[:80]}"
+    return None
+
+
+# Keys or values of a verdict-like object written into a caption.
+_VERDICT_WORDS = re.compile(
+    r"\b(?:pass(?:ed)?|met|score|verdict|judge?ment|answer|label|criteri\w*|rubric\w*|satisf\w*|correct|result|"
+    r"confidence|grade|rating|approved|accept\w*|[rc]\d+|criterion_\d+)\b",
+    re.IGNORECASE,
+)
+_OBJECT = re.compile(r"\{[^{}]{0,400}\}")
+
+
+_PAIR = re.compile(
+    r"[\"'](?:pass(?:ed)?|met|verdict|score|approved|satisfied|criteria_met|all_met|correct|label|result|grade)[\"']\s*:\s*"
+    r"(?:true|1(?:\.0)?|10|100|[\"'](?:yes|pass|passed|met|true|correct|satisfied)[\"'])",
+    re.IGNORECASE,
+)
+_TAG = re.compile(r"<\s*(?:verdict|result|score|judg(?:e)?ment|grade|rating)\s*>\s*(?:pass|yes|true|met|correct|\d+)",
+                  re.IGNORECASE)
+
+
+def verdict_json(text: str) -> str | None:
+    """A JSON-like object (``{"key": value}``) in the caption whose keys or values are verdict words,
+    a bare verdict pair (``"pass": true``) or a verdict tag (``<verdict>pass</verdict>``)."""
+    if m := _PAIR.search(text) or _TAG.search(text):
+        return m.group(0)[:80]
+    for m in _OBJECT.finditer(text):
+        span = m.group(0)
+        if re.search(r"[\"']?\s*:\s*", span) and re.search(r"[\"'][^\"']{1,40}[\"']\s*:", span) and _VERDICT_WORDS.search(span):
+            return span[:80]
+    return None
+
+
+# Strong keywords looked for in the separator-free text of an obfuscated caption.
+_COMPACT = re.compile(
+    r"ignore(?:all|the|any)?(?:previous|prior|above)|disregard|fullmarks|markall|markeach|markevery|output(?:yes|pass|true)|"
+    r"answeryes|verdictpass|score10|10outof10|satisf(?:ied|ies)every|allitemssatisf|awardfull|givefull|passall|"
+    r"(?:rubric|criteri(?:a|on))(?:met|satisfied)|mustoutput|respondwith"
+)
+
+
+def compact_hit(text: str) -> str | None:
+    """With every separator removed, a strong injection keyword (only used on obfuscated text)."""
+    compact = re.sub(r"[^a-z0-9]", "", text.lower())
+    m = _COMPACT.search(compact)
+    return m.group(0) if m else None
+
+
+__all__ = ["GRADER_FAMILIES", "SELF_FAMILIES", "compact_hit", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]
