@@ -24,21 +24,29 @@ class Answerer(Backend):
     def __init__(self) -> None:
         super().__init__("answerer")
         self.calls = 0
+        self.choice_requests = []
+
+    @staticmethod
+    def _pick(text):
+        desc = re.search(r"<description>\n(.*?)\n</description>", text, re.S).group(1)
+        opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
+        pick = next((letter for letter, o in opts if o in desc.split()), None)
+        return pick or next(letter for letter, o in opts if o.lower().startswith("cannot"))
 
     def _chat(self, requests):
         self.calls += 1
-        out = []
-        for r in requests:
-            text = r.messages[0]["content"]
-            desc = re.search(r"<description>\n(.*?)\n</description>", text, re.S).group(1)
-            opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
-            pick = next((letter for letter, o in opts if o in desc.split()), None)
-            pick = pick or next(letter for letter, o in opts if o.lower().startswith("cannot"))
-            out.append(ChatResult(texts=[f" {pick}."]))
-        return out
+        return [ChatResult(texts=[f" {self._pick(r.messages[0]['content'])}."]) for r in requests]
 
     def _score_choices(self, requests):
-        raise NotImplementedError
+        from vlrl.core.backends import ChoiceResult
+
+        self.calls += 1
+        self.choice_requests.extend(requests)
+        out = []
+        for r in requests:
+            pick = self._pick(r.messages[0]["content"])
+            out.append(ChoiceResult(probs={c: float(c.strip() == pick) for c in r.choices}, method="logprobs", mass=1.0))
+        return out
 
 
 def _qa_dataset(tmp_path):
@@ -67,7 +75,7 @@ def test_budgets_curve_table_plot_and_resume(tmp_path):
     qa = _qa_dataset(tmp_path)
     early, late = _captions(tmp_path, "early", True), _captions(tmp_path, "late", False)
     answerer = Answerer()
-    settings = {"questions_per_caption": 2, "rounds": 2}
+    settings = {"questions_per_caption": 2, "rounds": 2, "mode": "sample", "every_question": False}
     res = run_caption_qa(
         qa, answerer, tmp_path / "out", captions=[early, late], budgets=[50, 100], reward_settings=settings
     )
@@ -164,8 +172,31 @@ class DownAnswerer(Answerer):
 def test_answerer_outage_is_retried_on_rerun_not_stored_as_unscored(tmp_path):
     qa = _qa_dataset(tmp_path)
     early = _captions(tmp_path, "early", True)
-    settings = {"questions_per_caption": 1, "rounds": 1}
+    settings = {"questions_per_caption": 1, "rounds": 1, "mode": "sample"}
     down = run_caption_qa(qa, DownAnswerer(), tmp_path / "out", captions=[early], budgets=[50], reward_settings=settings)
     assert down["captioners"]["early"]["50"]["accuracy"] is None
     up = run_caption_qa(qa, Answerer(), tmp_path / "out", captions=[early], budgets=[50], reward_settings=settings)
     assert up["captioners"]["early"]["50"]["accuracy"] == 1.0 and up["captioners"]["early"]["full"]["scored"] == 3
+
+
+def test_evaluation_asks_every_question_once_exactly_with_intervals(tmp_path):
+    """Default settings: exact mode, each question of an image asked once (no draws with
+    replacement), accuracy with a bootstrap interval, answerer parse failures reported."""
+    rows = []
+    for i, colour in enumerate(COLOURS):
+        img = tmp_path / f"{i}.png"
+        Image.new("RGB", (8, 8), colour).save(img)
+        qs = [{"question": f"Q{k}: what colour is the ball?", "options": ["red", "blue", "green", "yellow"],
+               "answer": "ABC"[i]} for k in range(5)]
+        rows.append({"id": f"img{i}", "image": img.name, "questions": qs})
+    qa = tmp_path / "qa5.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answerer = Answerer()
+    res = run_caption_qa(qa, answerer, tmp_path / "out", captions=[_captions(tmp_path, "early", True)], budgets=[50])
+    assert res["settings"]["mode"] == "exact" and res["settings"]["every_question"] is True
+    asked = [re.search(r"Q(\d):", r.messages[0]["content"]).group(1) for r in answerer.choice_requests]
+    assert sorted(asked) == sorted([str(k) for k in range(5)] * 3 * 2)  # 5 questions x 3 images x 2 levels, once each
+    cell = res["captioners"]["early"]["50"]
+    assert cell["questions_asked"] == 15 and cell["parse_failure_rate"] == 0.0
+    lo, hi = cell["accuracy_ci95"]
+    assert lo <= cell["accuracy"] <= hi

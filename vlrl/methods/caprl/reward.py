@@ -64,6 +64,7 @@ class CapRLQAReward(Reward):
         shuffle: bool = True,
         redraw: bool = False,
         cannot_answer: str = CANNOT_ANSWER,
+        every_question: bool = False,
     ) -> None:
         if mode not in ("sample", "exact"):
             raise ValueError(f"caprl_qa: mode must be 'sample' or 'exact', not {mode!r}")
@@ -83,6 +84,9 @@ class CapRLQAReward(Reward):
         self.shuffle = shuffle
         self.redraw = redraw
         self.cannot_answer = cannot_answer
+        self.every_question = bool(every_question)
+        """Ask each valid question exactly once, in order, instead of drawing ``questions_per_caption``
+        with replacement (evaluation: every question counts once, none twice, none skipped)."""
         self._backend: Backend | None = None
         self._calls = 0
         render(prompt, caption="", question="", options=[])  # fail fast on a bad template name
@@ -113,7 +117,10 @@ class CapRLQAReward(Reward):
             return [], details
         epoch = call if self.redraw else 0
         rng = seeded_rng("caprl_qa", self.seed, epoch, [m.key for m in valid])
-        draws = [rng.randrange(len(valid)) for _ in range(self.questions_per_caption)]
+        if self.every_question:
+            draws = list(range(len(valid)))
+        else:
+            draws = [rng.randrange(len(valid)) for _ in range(self.questions_per_caption)]
         asks = []
         orders: dict[tuple[int, int], Any] = {}
         for j, qi in enumerate(draws):
@@ -170,6 +177,7 @@ class CapRLQAReward(Reward):
             "answerer_calls": sum(1 for a in answers if a is not None and a.first),
             "errors": errors,
             "parse_failures": sum(a.parse_failure for a in ok),
+            "asks": len(answers),
         }
         if not ok:
             first_error = next((a.error for a in answers if a is not None), "answerer unavailable")

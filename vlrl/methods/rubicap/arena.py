@@ -6,14 +6,20 @@ CapArena-style pairwise evaluation, with the position bias of LLM judges cancell
 Scoring, per baseline, from the candidate's point of view (``+1`` win, ``0`` tie, ``-1`` loss per
 judgment):
 
-* **pair outcome** — the sign of the two judgments' sum: win, loss, or tie (a judge that always
-  picks position A gives +1 and -1, a tie: pure position bias cannot move the result);
-* ``win_rate`` = pair wins / judged pairs (ties count as not-won); ``win_rate_ties_half`` counts a
-  tie as half a win;
+* **pair outcome** — the sum of the two judgments, as CapArena counts ties: a pair is a *win* only
+  when the candidate wins in both orders and a *loss* only when it loses in both; everything else is
+  a *tie*, split out as ``partial_wins`` (one win and one tie), ``partial_losses`` (one loss and one
+  tie) and split or double ties. A judge that always picks position A gives +1 and -1, a tie: pure
+  position bias cannot move the result, and one win plus one tie is not a full win;
+* ``win_rate`` = pair wins / judged pairs, with its 95% Wilson interval ``win_rate_ci95``;
+  ``win_rate_ties_half`` gives each judgment win 1 and each judgment tie ½ (so a win + tie pair
+  counts ¾), with a bootstrap interval over pairs;
+* ``sign_test_p`` — the exact two-sided sign test of pairs leaning to the candidate (sum > 0)
+  against pairs leaning to the baseline (sum < 0); ties carry no sign;
 * ``score`` = (judgment wins − judgment losses) / 2 — CapArena's +1/0/−1 per comparison, where our
   "comparison" is the pair judged in both orders, so each order counts one half. Its range is
   ``[-n, n]`` for ``n`` pairs; ``score_pct`` = 100 · score / n puts it on ``[-100, 100]`` so runs of
-  different sizes compare;
+  different sizes compare (``score_pct_ci95``: bootstrap over pairs);
 * ``position_consistency`` — the share of pairs whose two orders agree, and ``first_position_rate``
   — the share of decisive judgments that picked whichever caption came first (0.5 is unbiased);
 * average caption length in words for the candidate and the baseline, printed beside the score:
@@ -37,13 +43,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from vlrl.captioning.captioner import read_captions, split_named, unique_names
+from vlrl.captioning.captioner import read_captions, unique_names
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
+from vlrl.core.stats import bootstrap_mean, sign_test, wilson
 from vlrl.judge import chat_structured, json_field
 from vlrl.methods.rubicap.captioner import collect_captions
+from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
@@ -101,9 +109,12 @@ def run_arena(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     items = list(images) if not isinstance(images, (str, Path)) else load_images(images, out / "images")
-    named = [split_named(s) if isinstance(s, str) else (None, s) for s in [candidate, *baselines]]
+    named = [split_contestant(s) if isinstance(s, str) else (None, s) for s in [candidate, *baselines]]
     names = unique_names([s for _, s in named], [n for n, _ in named])
     cand_name, base_names = names[0], names[1:]
+    for name, (_, spec) in zip(names, named, strict=True):
+        if is_caption_file_spec(spec):
+            check_caption_file(name, spec)  # a missing or malformed file stops the run here
     refs = read_captions(reference) if reference else {}
 
     caps = collect_captions(
@@ -114,6 +125,11 @@ def run_arena(
         batch_size,
         caption_max_tokens,
     )
+    if items and not caps[cand_name]:
+        raise ValueError(
+            f"candidate {cand_name} has no caption for any of the {len(items)} images "
+            f"(see {out / 'caption_failures.jsonl'}); nothing to compare"
+        )
     judgments = JsonlStore(out / "judgments.jsonl", key_field="key")
     try:
         _judge_all(
@@ -206,6 +222,8 @@ def score_arena(
     per: dict[str, Any] = {}
     for b in base_names:
         wins = losses = ties = j_wins = j_losses = j_ties = agree = first = decisive = 0
+        partial_wins = partial_losses = leaning_cand = leaning_base = 0
+        pair_sums: list[int] = []
         missing = failed = 0
         cand_words, base_words = [], []
         for it in items:
@@ -219,9 +237,14 @@ def score_arena(
                 continue
             views = [p["candidate"] for p in pair]
             s = sum(views)
-            wins += s > 0
-            losses += s < 0
-            ties += s == 0
+            pair_sums.append(s)
+            wins += s == 2
+            losses += s == -2
+            ties += abs(s) < 2
+            partial_wins += s == 1
+            partial_losses += s == -1
+            leaning_cand += s > 0
+            leaning_base += s < 0
             j_wins += views.count(1)
             j_losses += views.count(-1)
             j_ties += views.count(0)
@@ -239,10 +262,16 @@ def score_arena(
             "wins": wins,
             "losses": losses,
             "ties": ties,
+            "partial_wins": partial_wins,
+            "partial_losses": partial_losses,
             "win_rate": wins / n if n else None,
-            "win_rate_ties_half": (wins + ties / 2) / n if n else None,
+            "win_rate_ci95": wilson(wins, n),
+            "win_rate_ties_half": sum((x + 2) / 4 for x in pair_sums) / n if n else None,
+            "win_rate_ties_half_ci95": bootstrap_mean([(x + 2) / 4 for x in pair_sums]),
+            "sign_test_p": sign_test(leaning_cand, leaning_base),
             "score": score,
             "score_pct": 100 * score / n if n else None,
+            "score_pct_ci95": bootstrap_mean([50 * x for x in pair_sums]),
             "judgments": {"wins": j_wins, "losses": j_losses, "ties": j_ties},
             "position_consistency": agree / n if n else None,
             "first_position_rate": first / decisive if decisive else None,
@@ -260,7 +289,10 @@ def score_arena(
         "mean_score_pct": sum(pcts) / len(pcts) if pcts else None,
         "candidate_words": sum(cand_all) / len(cand_all) if cand_all else None,
         "normalization": "score = (judgment wins - judgment losses) / 2 over both orders of every pair; "
-        "score_pct = 100 * score / pairs; win_rate = pair wins / pairs (pair outcome = sign of the two judgments' sum)",
+        "score_pct = 100 * score / pairs; win_rate = pair wins / pairs, a pair won only when won in both orders "
+        "(one win + one tie is a tie, counted in partial_wins); intervals are 95% (Wilson for win_rate, "
+        "bootstrap over pairs otherwise); sign_test_p compares pairs leaning to the candidate with pairs leaning "
+        "to the baseline",
     }
 
 
@@ -277,6 +309,8 @@ def results_table(results: dict[str, Any]):
         "pairs",
         "W/T/L",
         "win rate",
+        "95% CI",
+        "sign p",
         "score",
         "score %",
         "consistency",
@@ -291,6 +325,8 @@ def results_table(results: dict[str, Any]):
             str(r["pairs"]),
             f"{r['wins']}/{r['ties']}/{r['losses']}",
             f(r["win_rate"]),
+            "—" if not r["win_rate_ci95"] else "{:.2f}–{:.2f}".format(*r["win_rate_ci95"]),
+            f(r["sign_test_p"], "{:.3g}"),
             f(r["score"], "{:+.1f}"),
             f(r["score_pct"], "{:+.1f}"),
             f(r["position_consistency"]),

@@ -6,8 +6,14 @@ alone. A captioner that front-loads the important content keeps its accuracy at 
 that opens with filler ("This image shows a scene that...") loses it.
 
 The scoring *is* CapRL's ``caprl_qa`` reward (built with :func:`vlrl.rewards.build_reward`, so the
-answer prompt, option shuffling, "cannot answer" option and sampling are the same code that trains
-CapRL models); this module only truncates, batches, aggregates and plots. Captions come from JSONL
+answer prompt, option shuffling and "cannot answer" option are the same code that trains CapRL
+models), but with evaluation settings by default (:data:`EVAL_SETTINGS`): every question of an image
+asked exactly once (``every_question``, not the training reward's draws with replacement, which skip
+some questions and repeat others), one round, scored exactly from the answerer's probabilities
+(``mode: exact``). ``--set KEY=VALUE`` overrides any of them. This module truncates, batches,
+aggregates and plots; each accuracy comes with a 95% bootstrap interval over images, and the
+answerer's parse failures (answers with no readable option letter) are reported as a rate, so a
+broken answerer is not mistaken for an uninformative caption. Captions come from JSONL
 files (``{"image_id", "caption"}``) or from captioner specs run on the QA dataset's images.
 
 Outputs in ``--out``: ``scores.jsonl`` (one line per captioner × budget × image, the resumable unit),
@@ -24,15 +30,18 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from vlrl.captioning.captioner import split_named, unique_names
+from vlrl.captioning.captioner import unique_names
 from vlrl.core.backends import Backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
+from vlrl.core.stats import bootstrap_mean
 from vlrl.methods.rubicap.captioner import collect_captions
+from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUDGETS = (50, 100, 200, 400)
+EVAL_SETTINGS: dict[str, Any] = {"every_question": True, "mode": "exact", "rounds": 1}
 
 
 def truncate_words(text: str, budget: int | None) -> str:
@@ -76,13 +85,17 @@ def run_caption_qa(
         raise ValueError(f"{qa}: no 'questions' column (expected a QA dataset from `vlrl data` CapRL curation)")
     budgets = parse_budgets(budgets)
     specs = [str(c) for c in captions] + list(captioners)
-    named = [split_named(s) if isinstance(s, str) else (None, s) for s in specs]
+    named = [split_contestant(s) if isinstance(s, str) else (None, s) for s in specs]
     names = unique_names([s for _, s in named], [n for n, _ in named])
+    for name, (_, spec) in zip(names, named, strict=True):
+        if is_caption_file_spec(spec):
+            check_caption_file(name, spec)
     caps = collect_captions(
         items, dict(zip(names, [s for _, s in named], strict=True)), out, None, batch_size, caption_max_tokens
     )
 
-    reward = build_reward("caprl_qa", answerer=answerer, cache=str(out / "cache"), **(reward_settings or {}))
+    settings = {**EVAL_SETTINGS, **(reward_settings or {})}
+    reward = build_reward("caprl_qa", answerer=answerer, cache=str(out / "cache"), **settings)
     store = JsonlStore(out / "scores.jsonl", key_field="key")
     levels: list[int | None] = [*budgets, None]
     try:
@@ -114,6 +127,7 @@ def run_caption_qa(
                     }
                 )
         results = aggregate(list(store), names, levels, items, caps)
+        results["settings"] = settings
     finally:
         store.close()
     atomic_write_json(out / "results.json", results)
@@ -131,8 +145,14 @@ def aggregate(rows: list[dict], names: list[str], levels: list[int | None], item
         for b in levels:
             mine = [r for r in rows if r["captioner"] == n and r["budget"] == b]
             vals = [r["score"] for r in mine if r["score"] is not None]
+            asks = sum(int(r["details"].get("asks", 0)) for r in mine)
+            parse_failures = sum(int(r["details"].get("parse_failures", 0)) for r in mine)
             per[n][str(b or "full")] = {
                 "accuracy": sum(vals) / len(vals) if vals else None,
+                "accuracy_ci95": bootstrap_mean(vals),
+                "questions_asked": asks,
+                "parse_failures": parse_failures,
+                "parse_failure_rate": parse_failures / asks if asks else None,
                 "scored": len(vals),
                 "unscored": len(mine) - len(vals),
                 "mean_words": sum(r["words"] for r in mine) / len(mine) if mine else None,
@@ -154,7 +174,11 @@ def results_table(results: dict[str, Any]):
         cells = []
         for c in cols:
             acc = r[c]["accuracy"]
-            cells.append("—" if acc is None else f"{acc:.3f} ({r[c]['mean_words']:.0f}w)")
+            ci = r[c].get("accuracy_ci95")
+            span = f" [{ci[0]:.2f}–{ci[1]:.2f}]" if ci else ""
+            pf = r[c].get("parse_failure_rate")
+            bad = f" pf {pf:.0%}" if pf else ""
+            cells.append("—" if acc is None else f"{acc:.3f}{span} ({r[c]['mean_words']:.0f}w){bad}")
         t.add_row(name, *cells, str(r["missing_captions"]))
     return t
 

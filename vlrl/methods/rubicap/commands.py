@@ -17,11 +17,12 @@ def register(groups: dict[str, typer.Typer]) -> None:
     @data.command("teacher-captions", help="RubiCap teacher committee: every teacher captions every image (resumable, cached).")
     def teacher_captions_cmd(
         images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
-        teacher: list[str] = typer.Option(..., "--teacher", help="Teacher backend spec, optionally NAME=SPEC; repeat per teacher."),
+        teacher: list[str] = typer.Option(..., "--teacher", help="Teacher backend spec, optionally NAME=SPEC, or NAME=FILE.jsonl of captions made elsewhere; repeat per teacher."),
         out: str = typer.Option(..., "--out", help="Output folder (teacher_captions.jsonl, failures.jsonl, stats.json, cache/)."),
         prompt_file: str | None = typer.Option(None, "--prompt-file", help="Jinja prompt template (default: teacher_caption.jinja)."),
         batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
         max_tokens: int = typer.Option(512, "--max-tokens", help="Caption length limit in tokens."),
+        temperature: float = typer.Option(0.0, "--temperature", help="Teacher sampling temperature (0 = greedy)."),
         min_words: int = typer.Option(3, "--min-words", help="Shorter answers count as missing captions."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
     ) -> None:
@@ -32,7 +33,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         try:
             stats = run_teacher_committee(
                 images, teacher, out, prompt_file=prompt_file, batch_size=batch_size, max_tokens=max_tokens,
-                min_words=min_words, shard=shard,
+                temperature=temperature, min_words=min_words, shard=shard,
             )
         except (OSError, ValueError) as e:
             typer.echo(f"vlrl data teacher-captions: {e}", err=True)
@@ -74,7 +75,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
 
     @evals.command("arena", help="Pairwise arena: a VLM judge compares candidate vs baseline captions in both orders.")
     def arena_cmd(
-        candidate: str = typer.Option(..., "--candidate", help="Candidate captioner spec (or NAME=SPEC, or a captions .jsonl)."),
+        candidate: str = typer.Option(..., "--candidate", help="Candidate captioner spec (or NAME=SPEC, or FILE.jsonl / NAME=FILE.jsonl of captions)."),
         baseline: list[str] = typer.Option(..., "--baseline", help="Baseline captioner spec; repeat per baseline."),
         judge: str = typer.Option(..., "--judge", help="Judge backend spec (a VLM: it sees the image)."),
         images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),

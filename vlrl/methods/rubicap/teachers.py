@@ -10,6 +10,9 @@ models (``openai:``) and local ones (``hf:``). The job is built to run for hours
   ``image_id::teacher``; a killed run, rerun with the same command, skips what is written. Every
   model call goes through the response cache in ``<out>/cache``, so a unit that was in flight when
   the job died is replayed for free.
+* **Captions made elsewhere.** ``NAME=FILE.jsonl`` (rows ``{"image_id", "caption"}``) makes a
+  teacher of a file of captions, e.g. from a served model run on another machine; a missing or
+  malformed file stops the run before any model loads.
 * **One bad teacher never stops the others.** A teacher that cannot be loaded, raises, times out,
   refuses or answers with nothing has its missing captions written to ``failures.jsonl`` with the
   reason, and is retried on the next run (failures are never cached).
@@ -28,12 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vlrl.captioning.captioner import split_named, unique_names
+from vlrl.captioning.captioner import unique_names
 from vlrl.core.backends import Backend, SamplingParams
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
 from vlrl.methods.rubicap.captioner import caption_pairs
+from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
 logger = logging.getLogger(__name__)
@@ -63,8 +67,11 @@ def run_teacher_committee(
     items = list(images) if not isinstance(images, (str, Path)) else load_images(images, out / "images")
     part = parse_shard(shard)
     items = [it for it in items if in_shard(it.image_id, part)]
-    named = [split_named(t) if isinstance(t, str) else (None, t) for t in teachers]
+    named = [split_contestant(t) if isinstance(t, str) else (None, t) for t in teachers]
     names = unique_names([s for _, s in named], [n for n, _ in named])
+    for name, (_, spec) in zip(names, named, strict=True):
+        if is_caption_file_spec(spec):
+            check_caption_file(name, spec)  # NAME=FILE.jsonl: captions made elsewhere; a bad file stops here
     prompt = render(prompt_file or DEFAULT_PROMPT)
     sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     atomic_write_json(
