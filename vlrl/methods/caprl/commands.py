@@ -48,11 +48,12 @@ def register(groups: dict[str, typer.Typer]) -> None:
         typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
 
 
-    @reward.command("smoke", help="CapRL sanity check: real captions must out-score generic, empty and shuffled ones.")
+    @reward.command("smoke", help="Reward sanity check before training. caprl_qa (default): real captions must out-score "
+                    "generic, empty and shuffled ones. rubicap_rubric: rubrics must fail the student caption and pass the teachers'.")
     def smoke_cmd(
-        qa: str = typer.Option(..., "--qa", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
-        captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner."),
-        answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
+        qa: str | None = typer.Option(None, "--qa", help="caprl_qa: QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
+        captioner: str | None = typer.Option(None, "--captioner", help="caprl_qa: backend spec of the captioner."),
+        answerer: str | None = typer.Option(None, "--answerer", help="caprl_qa: backend spec of the text-only answerer."),
         mode: str = typer.Option("exact", "--mode", help="caprl_qa mode: exact or sample."),
         limit: int = typer.Option(
             256, "--limit", min=0, help="Use only the first N images (0: all). A sample is enough; the whole corpus is held in memory."
@@ -61,13 +62,27 @@ def register(groups: dict[str, typer.Typer]) -> None:
         rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
         out: str = typer.Option("smoke.json", "--out", help="Where to write the JSON summary."),
         cache: str | None = typer.Option(None, "--cache", help="Response cache folder."),
-        strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the check fails."),
+        strict: bool = typer.Option(False, "--strict", help="caprl_qa: exit with status 1 when the check fails."),
+        reward_name: str = typer.Option("caprl_qa", "--reward", help="Which reward to check: caprl_qa or rubicap_rubric."),
+        rubrics: str | None = typer.Option(None, "--rubrics", help="rubicap_rubric: rubrics.jsonl (or its folder) from `vlrl data rubrics`."),
+        judge: str | None = typer.Option(None, "--judge", help="rubicap_rubric: backend spec of the rubric judge."),
+        setting: list[str] = typer.Option([], "--set", help="rubicap_rubric: judge setting KEY=VALUE (e.g. votes=3); repeatable."),
+        drop: bool = typer.Option(False, "--drop", help="rubicap_rubric: also write rubrics.discriminating.jsonl without the rubrics that do not discriminate."),
     ) -> None:
         from rich.console import Console
         from rich.panel import Panel
         from rich.table import Table
 
         from vlrl.core.pipeline import atomic_write_json
+
+        if reward_name != "caprl_qa":
+            _other_smoke(reward_name, rubrics=rubrics, judge=judge, setting=setting, limit=limit, out=out, drop=drop,
+                         cache=cache)
+            return
+        missing = [f for f, v in (("--qa", qa), ("--captioner", captioner), ("--answerer", answerer)) if not v]
+        if missing:
+            typer.echo(f"vlrl reward smoke: caprl_qa needs {', '.join(missing)}", err=True)
+            raise typer.Exit(2)
         from vlrl.methods.caprl.smoke import smoke_check
 
         try:
@@ -95,6 +110,28 @@ def register(groups: dict[str, typer.Typer]) -> None:
                                 title="WARNING: caprl_qa smoke check FAILED", style="bold red"))
             if strict:
                 raise typer.Exit(1)
+
+    def _other_smoke(reward_name: str, **options) -> None:
+        """Another method's check, found by reward name (methods never import each other)."""
+        import json
+
+        from rich.console import Console
+
+        from vlrl.rewards.smoke import get_smoke
+
+        try:
+            check = get_smoke(reward_name)
+            summary = check(**options)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl reward smoke: {e}", err=True)
+            raise typer.Exit(2) from None
+        console = Console()
+        shown = {k: v for k, v in summary.items() if k not in ("per_rubric", "failures")}
+        console.print_json(json.dumps(shown, default=str))
+        if not summary["passed"]:
+            console.print("[bold red]smoke check FAILED[/bold red]: " + "; ".join(summary["failures"]))
+            raise typer.Exit(1)
+        console.print(f"[green]smoke check passed[/green] -> {options.get('out')}")
 
 
     @evals.command("prism", help="Prism-style QA: captioner describes each image, a text-only answerer answers from the caption.")

@@ -14,6 +14,10 @@ def register(groups: dict[str, typer.Typer]) -> None:
     data = groups["data"]
     evals = groups["eval"]
 
+    from vlrl.rewards.smoke import register_smoke
+
+    register_smoke("rubicap_rubric", _rubric_smoke)
+
     @data.command("teacher-captions", help="RubiCap teacher committee: every teacher captions every image (resumable, cached).")
     def teacher_captions_cmd(
         images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
@@ -128,3 +132,16 @@ def register(groups: dict[str, typer.Typer]) -> None:
             raise typer.Exit(2) from None
         Console().print(results_table(results))
         typer.echo(f"results -> {out}/results.json, plot -> {out}/accuracy_vs_budget.png")
+
+
+def _rubric_smoke(rubrics=None, judge=None, setting=(), limit=None, out="smoke.json", drop=False, cache=None, **_):
+    """``vlrl reward smoke --reward rubicap_rubric``: the discrimination check after synthesis."""
+    from vlrl.methods.rubicap.discrimination import rubric_discrimination
+    from vlrl.rewards.scoring import parse_setting_pairs
+
+    if not rubrics or not judge:
+        raise ValueError("rubicap_rubric needs --rubrics RUBRICS.jsonl and --judge SPEC")
+    settings = parse_setting_pairs(list(setting))
+    if cache:
+        settings.setdefault("cache", cache)
+    return rubric_discrimination(rubrics, judge, out=out, limit=limit or None, drop=drop, settings=settings)

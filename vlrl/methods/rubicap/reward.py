@@ -178,6 +178,7 @@ class RubricJudgeReward(Reward):
         self.counts: Counter[str] = Counter()
         """Running totals over the reward's life: judged, judge_failures, empty_rubrics, ..."""
         self._backends: list[Backend | None] = [None] * len(specs)
+        self.keep_verdicts = False
 
     @property
     def _mode(self) -> str:
@@ -349,6 +350,8 @@ class RubricJudgeReward(Reward):
     def _from_verdicts(self, rset: list[Any], met: dict[str, bool], details: dict[str, Any]) -> Score:
         value, more = rubric_value(rset, met)
         details.update(more)
+        if self.keep_verdicts:  # per-rubric verdicts for audits (the discrimination check), not for logs
+            details["verdicts"] = dict(met)
         if self.veto_critical:
             vetoed = any(r.severity == "critical" and (met[r.id] == (r.weight < 0)) for r in rset)
             details["vetoed"] = int(vetoed)
