@@ -21,7 +21,14 @@ vlrl data teacher-captions --images "$IMAGES" --out data/rubicap/teachers \
     --teacher qwen3vl30b=openai:http://127.0.0.1:8005/v1@Qwen/Qwen3-VL-30B-A3B-Instruct
 
 # 2. Rubric synthesis: consensus facts (>= 2 teachers), the student's deficiencies, weighted rubrics.
-vlrl data rubrics --teachers data/rubicap/teachers --student "$STUDENT" --writer "$WRITER" --out data/rubicap
+#    The writer is a served VLM, so it is shown the image (--with-image), as in the paper.
+vlrl data rubrics --teachers data/rubicap/teachers --student "$STUDENT" --writer "$WRITER" --with-image \
+    --out data/rubicap
+
+# 2b. The in-loop judge must fail the student and pass the teachers on these rubrics (exits 1 if it
+#     cannot tell them apart); --drop also writes the set without rubrics that do not discriminate.
+vlrl reward smoke --reward rubicap_rubric --rubrics data/rubicap/rubrics.jsonl --judge "$JUDGE" --drop \
+    --out data/rubicap/smoke.json
 
 # 3. GRPO with the rubric reward judged by a light LLM.
 WORLD_SIZE=$NPROC vlrl train check --recipe train/recipes/rubicap_7b.yaml output_dir="$RUN"
