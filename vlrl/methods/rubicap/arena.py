@@ -49,7 +49,9 @@ from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
 from vlrl.core.stats import bootstrap_mean, sign_test, wilson
-from vlrl.judge import chat_structured, json_field
+from vlrl.judge import chat_structured, extract_final_json
+from vlrl.judge.fence import fence_caption
+from vlrl.judge.structured import InvalidOutput
 from vlrl.methods.rubicap.captioner import collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
@@ -61,12 +63,9 @@ ORDERS = ("cand_first", "base_first")
 _LEAD = re.compile(r"^\W*(A|B|tie|draw)\b", re.IGNORECASE)
 
 
-def parse_winner(text: str) -> str:
-    """Judge answer → ``"A"``, ``"B"`` or ``"tie"``. Raises ``ValueError`` for anything else."""
-    value = json_field(text, "winner", "better")
-    if value is None:
-        m = _LEAD.match(text or "")
-        value = m.group(1) if m else None
+def _winner(value: Any) -> str:
+    if isinstance(value, dict):
+        value = value.get("winner", value.get("better"))
     if isinstance(value, str):
         v = value.strip().strip("[]\"' .").lower()
         if v in ("a", "caption a"):
@@ -76,6 +75,19 @@ def parse_winner(text: str) -> str:
         if v in ("tie", "draw", "equal", "both"):
             return "tie"
     raise ValueError('answer with {"reason": "...", "winner": "A" | "B" | "tie"}')
+
+
+def parse_winner(text: str) -> str:
+    """Judge answer → ``"A"``, ``"B"`` or ``"tie"``. Raises ``ValueError`` for anything else.
+
+    The judge's *final* object with a winner counts (a verdict quoted from a caption earlier in the
+    answer does not); an answer with no JSON may lead with the winner ("B. Caption B ...").
+    """
+    try:
+        return extract_final_json(text, _winner)
+    except InvalidOutput:
+        m = _LEAD.match(text or "")
+        return _winner(m.group(1) if m else None)
 
 
 def candidate_view(winner: str, order: str) -> int:
@@ -183,7 +195,11 @@ def _judge_all(
                 except Exception as e:
                     logger.warning("arena: %s: %s", it.image_id, e)
                     continue
-                text = render(template, caption_a=a_text, caption_b=b_text, reference=refs.get(it.image_id))
+                ref = refs.get(it.image_id)
+                text = render(
+                    template, caption_a=a_text, caption_b=b_text, reference=ref,
+                    a=fence_caption(a_text), b=fence_caption(b_text), ref=fence_caption(ref or ""),
+                )
                 content = [{"type": "image", "image": image}, {"type": "text", "text": text}]
                 requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=key))
                 live.append((key, it, b, order))
