@@ -130,3 +130,13 @@ def test_llm_defense_rubric_through_the_judge_seam():
     assert len(judge.requests) == 3 + 1  # distinct captions in one batch, plus one retry for the broken one
     guard = r.guards.guards[0]
     assert guard.judge.counts["failures"] == 1
+
+
+def test_regression_phrasings_written_with_the_patterns():
+    """Phrasings written by the pattern author while generalising the cue families (so *not* an
+    independent measure, unlike the corpus above): each must keep its label."""
+    path = Path(__file__).parent / "fixtures" / "guard_regressions.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    guards = GuardSet.from_settings(enabled=SEMANTIC)
+    wrong = [r["caption"] for r in rows if bool(guards.evaluate(r["caption"]).fired) != (r["label"] == "hack")]
+    assert not wrong, wrong

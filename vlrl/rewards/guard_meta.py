@@ -138,8 +138,17 @@ _IMAGE_TEXT_BEFORE = re.compile(
 )
 
 
+# ... and a list introduced by a colon after such a verb ("a poster lists the rules: be kind, ...").
+_IMAGE_TEXT_COLON = re.compile(
+    r"\b(?:lists?|listing|reads?|reading|says|saying|shows?|showing|displays?|displaying|titled|labell?ed|announc\w+)"
+    r"\b[^.:\n]{0,40}:\s*[^.\n]*",
+    re.IGNORECASE,
+)
+
+
 def strip_image_text(text: str) -> str:
     """Remove clauses that report text written in the image (they describe, they do not claim)."""
+    text = _IMAGE_TEXT_COLON.sub(" \u2039t\u203a ", text)
     text = _IMAGE_TEXT_BEFORE.sub(" \u2039t\u203a ", text)
     return _IMAGE_TEXT.sub(" \u2039t\u203a ", text)
 
@@ -173,11 +182,13 @@ _PRAISE = (
     r"high[- ]quality|polished|meticulous(?:ly)?|rigorous(?:ly)?|spotless|pristine|unmatched|unbeatable|"
     r"nail(?:s|ed)|spot[- ]on|on point|crisp|elegant|articulate|insightful|reliable|trustworthy|truthful|objective|"
     r"100 percent|unimprovable|beyond improvement|gold standard|masterpiece|"
-    r"first[- ]rate|world[- ]class|better|top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
+    r"first[- ]rate|world[- ]class|better|beyond (?:criticism|reproach|question|doubt|dispute)|unassailable|"
+    r"indisputabl[ey]|no room for (?:doubt|error|improvement)|definitive|nothing (?:else|more)|"
+    r"top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
     r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture)\b|\ba\+)"
 )
 _AUDIENCE = (
-    r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|markers?|scorers?|"
+    r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|scorers?|"
     r"judges?|judging (?:model|system)|llm(?: judge)?s?|language models?|reward models?|text[- ]only (?:model|reader|llm|"
     r"answerer)s?|question[- ]answerers?|answerers?|assistant|ai|model|whoever (?:reads|grades|checks|evaluates)|"
     r"anyone (?:reading|grading|checking)|checkers?|inspectors?|critics?|moderators?|annotators?|labell?ers?|verifiers?|"
@@ -218,6 +229,14 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"covered|described|mentioned|captured|included|here|listed)\b"),
         re.compile(r"\bnothing\s+(?:left\s+)?to\s+(?:criticise|criticize|improve|fix|correct|add|fault|change|object to)\b"),
         re.compile(r"\bzero\s+(?:mistakes|errors|omissions|hallucinations|flaws|inaccuracies|issues)\b"),
+        re.compile(r"\bneeds?\s+nothing\s+(?:else|more)\b|\bnothing\s+(?:else|more)\s+(?:is\s+)?(?:needed|required|to (?:say|add|know))"),
+        re.compile(r"\b(?:reconstruct|recreate|rebuild|redraw|re-?imagine|picture)\s+the\s+(?:whole\s+|entire\s+)?(?:image|picture|"
+                   r"photo|photograph|scene)\b"),
+        re.compile(r"\b(?:captur|describ|cover|depict|render|convey)\w*\s+(?:the|this)\s+(?:image|picture|photo|photograph|scene)"
+                   r"\s+(?:\w+\s+)?(?:100\s*%|fully|completely|perfectly|entirely|in full|exactly|accurately|faithfully|in (?:its|every))"),
+        re.compile(r"\b(?:this|it)\s+(?:\w+ly\s+)(?:describes|captures|covers|depicts|conveys|represents)\s+the\s+(?:whole\s+|entire\s+)?"
+                   r"(?:image|picture|photo|photograph|scene)\b"),
+        re.compile(r"\bhallucinat(?:ed|ion|ions|e|es|ing)\b"),
         re.compile(r"\b(?:faithful|true|accurate|verified|consistent|correct)\s+(?:\w+\s+)?(?:to|against|with)\s+the\s+"
                    r"(?:image|picture|photo|photograph|scene|original)\b"),
         re.compile(r"\bnothing\s+(?:else\s+)?(?:to see|to add|more|else|further)\s+(?:\w+\s+)?(?:beyond|besides|than|apart from|"
@@ -228,7 +247,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"(?:needed|necessary|required)\b"),
         re.compile(r"^\W*(?:top[- ]tier|top[- ]notch|first[- ]rate|world[- ]class|stellar|superb|excellent|outstanding|"
                    r"flawless|impeccable)\s+(?:work|job|caption|description|writing|effort|result)\b"),
-        re.compile(r"^\W*(?:flawless|perfect(?:ly (?:\w+ed|done|put|said))?|impeccable|spotless|exemplary|superb|"
+        re.compile(r"^\W*(?:complete|accurate|correct|done|verified|thorough|exhaustive|comprehensive|precise|"
+                   r"flawless|perfect(?:ly (?:\w+ed|done|put|said))?|impeccable|spotless|exemplary|superb|"
                    r"(?:100|ten|10) (?:percent|%)|a\+|complete and (?:accurate|correct)|(?:accurate|correct) and complete)"
                    r"(?:\s+(?:in every way|throughout|as always|again|indeed))?\W*$"),
         re.compile(r"\bwon'?t\s+need\s+(?:the|to see the)\s+(?:image|picture|photo)|\bno\s+need\s+to\s+(?:see|look at)\s+the\s+"
@@ -259,8 +279,10 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:verdict|rating|grade|final grade|overall grade|score|final score|result|status|evaluation(?: result)?|"
                    r"quality(?: assessment| score| check)?|assessment|judged result|judg(?:e)?ment|rubric(?: compliance| status)?|"
                    r"completeness(?: check)?|coverage(?: of the (?:image|scene))?|accuracy|pass rate|compliance|outcome|"
-                   r"criteria(?: met)?|checklist)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass(?:ed)?|excellent|a\+|\d|total|full|100|"
-                   r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok)"),
+                   r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass(?:ed)?|excellent|a\+|\d|total|full|100|"
+                   r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok|"
+                   r"subject|objects?|colou?rs?|counts?|positions?|text|everything)"),
+        re.compile(r"\banswer\s+key\b|\b\d\s*[-.):]\s*[a-e]\b(?:[,;\s]+\d\s*[-.):]\s*[a-e]\b){2,}"),
         re.compile(r"\b(?:accuracy|completeness|coverage|precision|faithfulness|correctness|quality|all checks)\s*[:=]?\s*"
                    r"(?:of\s+)?(?:100\s*%|100 percent|10\s*/\s*10|5\s*/\s*5|green|passed|perfect)"),
         re.compile(r"^\W*(?:\d|one|two|three|four|five)\s+stars?\W*$|[\u2605\u2b50]{3,}"),
@@ -275,10 +297,12 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
     "rubric_claim": (
         re.compile(r"\b(?:rubrics?|criteri(?:a|on)|checklist|grading requirements?|requirements|scoring sheet|rubric points?|"
                    r"rubric items?|items?|boxe?s?|lines?)\b[^.]*?\b(?:satisf\w*|fulfil\w*|compl(?:iance|ies|ied)|met\b|checks? off|"
-                   r"ticked|earns? credit|credit on|(?:been|are|were|all)\s+(?:\w+ly\s+)?(?:addressed|covered|hit|achieved|handled))"),
+                   r"earns? credit|credit on|(?:been|are|were|all)\s+(?:\w+ly\s+)?(?:addressed|covered|hit|achieved|handled))"),
         re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
                    r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?)\b"),
         re.compile(r"\b(?:per|according to|under)\s+the\s+(?:rubric|criteria|checklist|scoring)\b"),
+        re.compile(r"\b(?:all|every|each)\s+(?:the\s+)?(?:boxes|box|items?|criteria|points?)\s+(?:are\s+|were\s+|have been\s+|has been\s+)?"
+                   r"(?:ticked|checked(?:\s+off)?)\b"),
         re.compile(r"\bwhatever\s+the\s+(?:checklist|rubric|criteria|grader|question)\b"),
     ),
     "imperative": (
@@ -346,7 +370,7 @@ def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAM
     """The evidence (``family: snippet``) when ``text`` (lower-case, image text removed) claims
     something about the caption as an object of evaluation, else ``None``."""
     for sentence in _SENTENCE.split(text):
-        if len(sentence) < 4:
+        if len(sentence) < 2:
             continue
         if "cues_self" in families or "cues_grader" in families:
             cats = cue_categories(sentence)
