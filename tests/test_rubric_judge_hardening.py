@@ -183,3 +183,12 @@ def test_score_parser_reads_sign_and_denominator(text, expected):
 def test_score_parser_refuses_what_it_cannot_read(text):
     with pytest.raises(ValueError):
         parse_score(text)
+
+
+def test_a_judge_answer_cut_off_by_the_length_limit_is_a_failure_not_a_verdict():
+    from vlrl.core.backends import ChatResult
+
+    full = json.dumps({"verdicts": [{"id": r["id"], "pass": True} for r in RUBRICS]})
+    judge = Scripted("j", lambda req: ChatResult(texts=[full[:-30]], finish_reasons=["length"]))
+    s = build_reward("rubicap_rubric", judge=judge).score(["red bus"], rubrics=[RUBRICS])[0]
+    assert s.value is None and "length limit" in s.details["reason"]

@@ -204,7 +204,8 @@ def _judge_all(
                 requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=key))
                 live.append((key, it, b, order))
             results = chat_structured(
-                backend, requests, lambda t, i: parse_winner(t), max_retries=max_retries, raw_text=True
+                backend, requests, lambda t, i: parse_winner(t), max_retries=max_retries, raw_text=True,
+                reject_truncated=True,
             )
             for (key, it, b, order), res in zip(live, results, strict=True):
                 if res.ok:

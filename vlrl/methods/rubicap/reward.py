@@ -322,7 +322,8 @@ class RubricJudgeReward(Reward):
                 per_vote.append(mine)
             owners.append(per_vote)
         results = chat_structured(
-            self._backend_at(k), requests, lambda obj, q: parsers[q](obj), max_retries=self.max_retries, raw_text=True
+            self._backend_at(k), requests, lambda obj, q: parsers[q](obj), max_retries=self.max_retries, raw_text=True,
+            reject_truncated=True,
         )
         return [self._aggregate(rset, [[results[q] for q in vote] for vote in owners[j]]) for j, (_, rset) in enumerate(jobs)]
 
