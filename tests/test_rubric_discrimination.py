@@ -29,6 +29,8 @@ def _rubrics_file(tmp_path, n=8):
                  "weight": -2.0},
                 {"id": "r4", "criterion": "mentions the sky", "pass_rule": "Pass if the sky is named.", "severity": "minor",
                  "weight": 1.0},
+                {"id": "r5", "criterion": "mentions the moon", "pass_rule": "Pass if the moon is named.",
+                 "severity": "minor", "weight": -1.0, "kind": "regression"},
             ],
         })
     path = tmp_path / "rubrics.jsonl"
@@ -46,14 +48,14 @@ def keyword_judge(req):
 def test_discriminating_rubrics_pass_and_a_useless_one_is_flagged(tmp_path):
     path = _rubrics_file(tmp_path)
     s = rubric_discrimination(path, Scripted("judge", keyword_judge), out=tmp_path / "smoke.json", drop=True)
-    assert s["passed"] and s["rubrics"] == 32 and s["judge_failures"] == 0
+    assert s["passed"] and s["rubrics"] == 32 and s["judge_failures"] == 0 and s["regression_rubrics"] == 8
     flagged = {e["rubric"] for e in s["per_rubric"] if not e["discriminates"]}
     assert flagged == {"r4"}  # nobody mentions the sky: it cannot separate student from teachers
     pit = next(e for e in s["per_rubric"] if e["rubric"] == "r3")
     assert pit["pitfall"] and pit["student_met"] is True and pit["teacher_expected_rate"] == 1.0
     assert s["teacher_credit_ci95"][0] > s["student_credit_ci95"][1] and s["student_credit_rate"] == 0.0
     kept = [json.loads(line) for line in (tmp_path / "rubrics.discriminating.jsonl").read_text().splitlines()]
-    assert len(kept) == 8 and all([r["id"] for r in row["rubrics"]] == ["r1", "r2", "r3"] for row in kept)
+    assert len(kept) == 8 and all([r["id"] for r in row["rubrics"]] == ["r1", "r2", "r3", "r5"] for row in kept)
 
 
 def test_a_judge_that_cannot_tell_them_apart_fails_loudly(tmp_path):

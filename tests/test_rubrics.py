@@ -28,6 +28,7 @@ GOOD = {
         {"id": "f3", "fact": "only one says it rains", "sources": ["T3"]},
         {"id": "f4", "fact": "unknown labels", "sources": ["T1", "T9"]},
     ],
+    "student_correct": [],
     "deficiencies": [
         {"id": "d1", "severity": "Critical", "description": "calls the bus a truck", "facts": ["f1"],
          "student_span": "truck"},
@@ -52,7 +53,8 @@ GOOD = {
     ],
     "student_meets_all": False,
 }
-SOLVED = {"consensus_facts": GOOD["consensus_facts"][:2], "deficiencies": [], "rubrics": [], "student_meets_all": True}
+SOLVED = {"consensus_facts": GOOD["consensus_facts"][:2], "student_correct": ["f1", "f2"], "deficiencies": [],
+          "rubrics": [], "student_meets_all": True}
 
 
 def validate(obj, student=STUDENT):
@@ -94,6 +96,16 @@ def test_unlinked_deficiencies_are_dropped_with_their_reason_and_rubric():
     bad["deficiencies"][1].update(facts=["f3"])
     with pytest.raises(ValueError, match="no deficiency is linked"):
         validate(bad)
+
+
+def test_what_the_student_had_right_becomes_regression_pitfalls():
+    v = validate({**GOOD, "student_correct": ["f2", "f2"]})
+    reg = [r for r in v["rubrics"] if r["kind"] == "regression"]
+    assert len(reg) == 1 and reg[0]["weight"] == -1.0 and "a sign reading STOP" in reg[0]["criterion"]
+    assert [r["kind"] for r in v["rubrics"]] == ["criterion", "criterion", "regression"]
+    assert validate({**SOLVED})["rubrics"] == []  # a solved image stays solved
+    with pytest.raises(ValueError, match="student_correct"):
+        validate({**GOOD, "student_correct": ["f3"]})  # one teacher only: not a consensus fact
 
 
 def test_pitfall_rubrics_get_negative_weight_and_need_a_student_span():
@@ -150,7 +162,8 @@ def test_schema_rejects(patch, message):
 
 
 @pytest.mark.parametrize("obj", [{}, {"answer": "a red ball"}, [], "", {"rubrics": []},
-                                 {"consensus_facts": [], "deficiencies": [], "rubrics": []}])
+                                 {"consensus_facts": [], "deficiencies": [], "rubrics": []},
+                                 {k: v for k, v in GOOD.items() if k != "student_correct"}])
 def test_garbage_objects_are_rejected(obj):
     with pytest.raises(ValueError):
         validate(obj)

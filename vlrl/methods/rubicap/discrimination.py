@@ -15,7 +15,9 @@ mis-diagnosed, the criterion is vague, or the judge cannot apply it. This check 
 * ``passed``: the teachers' credit interval lies entirely above the student's. When it does not,
   the judge cannot tell the captions apart with these rubrics, and the command exits non-zero.
 
-With ``drop``, the rubrics that do not discriminate are removed and the rest written to
+Regression pitfalls (``kind: regression``: facts the student already had right) are not meant to
+separate student from teachers; they are counted apart and always kept. With ``drop``, the rubrics
+that do not discriminate are removed and the rest written to
 ``rubrics.discriminating.jsonl`` beside the summary (images left with no rubric are left out).
 """
 
@@ -80,12 +82,16 @@ def rubric_discrimination(
         verdicts.setdefault(k, {})[who] = s.details["verdicts"]
 
     per_rubric: list[dict[str, Any]] = []
-    stu_met = stu_n = tea_met = tea_n = stu_exp = tea_exp = 0
+    stu_met = stu_n = tea_met = tea_n = stu_exp = tea_exp = regressions = 0
     kept_rows = []
     for k, row in enumerate(rows):
         got = verdicts.get(k, {})
         kept = []
         for r in row["rubrics"]:
+            if r.get("kind") == "regression":  # guards what the student had right: not meant to separate
+                regressions += 1
+                kept.append(r)
+                continue
             pitfall = float(r.get("weight", 1.0)) < 0
             student = got.get("student", {}).get(r["id"])
             teachers = [v[r["id"]] for who, v in got.items() if who != "student" and r["id"] in v]
@@ -129,6 +135,7 @@ def rubric_discrimination(
         "rubrics": len(per_rubric),
         "discriminating": n_disc,
         "non_discriminating": len(per_rubric) - n_disc,
+        "regression_rubrics": regressions,
         "student_credit_rate": stu_credit / stu_n if stu_n else None,
         "student_credit_ci95": student_ci,
         "teacher_credit_rate": tea_credit / tea_n if tea_n else None,

@@ -22,6 +22,11 @@ missing key never reads as "no rubrics". What the schema cannot express is check
   a rollout that repeats the hallucination loses reward.
 * **Self-contained**: a rubric may not refer to the reference captions, their labels or the
   student, because the judge that applies it sees none of them.
+* **What the student already has right** (``student_correct``: consensus fact ids the student
+  states correctly) becomes *regression* pitfalls, written here rather than by the writer: "States
+  something that contradicts this fact: ...", weight −1 each. A rollout that loses ground the student
+  held costs reward. They are added only when the image has deficiency rubrics (a solved image stays
+  solved). Each rubric carries ``kind``: ``criterion``, ``pitfall`` or ``regression``.
 
 Validation errors are raised as ``ValueError`` with a message written for the writer model itself,
 since :func:`vlrl.judge.structured.chat_structured` quotes it back in the corrective turn.
@@ -40,7 +45,8 @@ from vlrl.core.records import SEVERITY_WEIGHTS, RubricItem, Severity
 # Words that only make sense to someone who saw the writer's inputs (the judge never does).
 _SELF_REF = re.compile(r"\b(student'?s? (caption|description)|reference captions?|other captions)\b", re.IGNORECASE)
 _LABEL_REF = re.compile(r"\b(T\d{1,2})\b")
-KEYS = ("consensus_facts", "deficiencies", "rubrics", "student_meets_all")
+KEYS = ("consensus_facts", "student_correct", "deficiencies", "rubrics", "student_meets_all")
+REGRESSION_WEIGHT = -1.0
 
 
 class _Strict(BaseModel):
@@ -94,7 +100,10 @@ class RubricDraft(_Strict):
 
 
 class WriterOutput(_Strict):
+    """Field order is the order the writer is asked for; ``student_meets_all`` comes last."""
+
     consensus_facts: list[ConsensusFact]
+    student_correct: list[str]
     deficiencies: list[Deficiency]
     rubrics: list[RubricDraft]
     student_meets_all: StrictBool
@@ -200,7 +209,20 @@ def validate_writer_output(obj: Any, labels: dict[str, str], *, student: str) ->
         sev = defs[r.deficiency].severity
         w = SEVERITY_WEIGHTS[sev] * (-1.0 if r.pitfall else 1.0)
         item = RubricItem(criterion=r.criterion, pass_rule=r.pass_rule, severity=sev, weight=w, id=f"r{n}")
-        rubrics.append({**item.to_dict(), "deficiency": r.deficiency})
+        rubrics.append({**item.to_dict(), "deficiency": r.deficiency, "kind": "pitfall" if r.pitfall else "criterion"})
+    unknown_correct = [f for f in out.student_correct if str(f) not in good_facts]
+    if unknown_correct:
+        raise ValueError(f"student_correct cites {unknown_correct}, which are not consensus facts backed by two teachers")
+    if rubrics:
+        by_id = {f["id"]: f["fact"] for f in facts}
+        for fid in dict.fromkeys(str(f) for f in out.student_correct):
+            n += 1
+            item = RubricItem(
+                criterion=f"States something that contradicts this fact about the image: {by_id[fid]}",
+                pass_rule="Pass if the caption contradicts the fact; fail if it agrees with it or does not mention it.",
+                severity="minor", weight=REGRESSION_WEIGHT, id=f"r{n}",
+            )
+            rubrics.append({**item.to_dict(), "fact": fid, "kind": "regression"})
     return {
         "consensus_facts": facts,
         "deficiencies": [d.model_dump() for d in kept_defs],
