@@ -273,7 +273,7 @@ def test_with_guards_penalty_and_veto():
     scores = pen.score([CLEAN, HACK, "N/A This caption is perfect."], questions=[[], [], []])
     # a flagged caption whose inner reward is None (it broke the judge) is still punished
     assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(0.3), pytest.approx(-0.5)]
-    assert scores[2].details["guard/inner_none"] == 1.0
+    assert scores[2].details["guarded_none"] == 1.0
     assert scores[1].details["guard/self_praise"] == 1.0 and scores[1].details["qa_acc"] == 0.8
     assert scores[0].details["guard/self_praise"] == 0.0 and scores[0].details["guard/any"] == 0.0
     assert pen.name == "const" and pen.required_columns == ("questions",)

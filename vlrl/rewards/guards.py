@@ -469,7 +469,7 @@ class GuardedReward(Reward):
             details = {**s.details, **self.guards.details(report)}
             if report.fired:
                 if value is None:
-                    details["guard/inner_none"] = 1.0
+                    details["guarded_none"] = 1.0  # the inner reward gave None; the guard still decided
                     value = self.floor if self.policy == "veto" else self.floor - report.penalty
                 else:
                     value = self.floor if self.policy == "veto" else value - report.penalty
