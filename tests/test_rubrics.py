@@ -423,3 +423,21 @@ def test_writer_sees_the_image_when_its_backend_is_a_vlm(tmp_path):
     text_only.is_vlm = False
     build_rubrics(tdir, Scripted("s", lambda r: "A red truck."), text_only, tmp_path / "out2")
     assert "do not see the image" in _text(text_only.requests[0])
+
+
+def test_training_data_leaves_out_empty_rubric_sets(tmp_path, caplog):
+    from vlrl.training.data import to_trl_dataset
+    from vlrl.training.recipe import DataSpec
+
+    img = tmp_path / "a.png"
+    Image.new("RGB", (8, 8), "red").save(img)
+    rubric = {"id": "r1", "criterion": "mentions the bus", "pass_rule": "Pass if a bus is named.", "severity": "minor"}
+    rows = [{"image_id": "x", "image": str(img), "rubrics": [rubric]},
+            {"image_id": "y", "image": str(img), "rubrics": []},
+            {"image_id": "z", "image": str(img), "rubrics": "[]"}]
+    src = tmp_path / "rubrics.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING", logger="vlrl.training.data"):
+        ds = to_trl_dataset(DataSpec(source=str(src)), cache_dir=tmp_path / "cache")
+    assert len(ds) == 1 and ds[0]["rubrics"][0]["id"] == "r1"
+    assert any("2 records with an empty rubric set left out" in r.getMessage() for r in caplog.records)
