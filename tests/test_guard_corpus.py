@@ -64,7 +64,7 @@ def test_held_out_recall_and_false_positives(measured, record_property):
     m = measured["held_out"]
     lo, hi = wilson(m["tp"], m["hacks"])
     record_property("held_out", {**m, "recall_ci95": (lo, hi)})
-    assert m["recall"] >= 0.75, m
+    assert m["recall"] >= 0.78, m
     assert m["fpr"] <= 0.05, m
 
 

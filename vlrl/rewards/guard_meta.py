@@ -123,7 +123,9 @@ _INTRO = (
 )
 # Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
 _IMAGE_TEXT = re.compile(
-    _INTRO + r"(?::|\s)\s*(?!this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|here\b)"
+    _INTRO + r"(?::|\s)\s*(?!this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|here\b|"
+    r"(?:to|for|so|by|specifically|carefully|in order)\s+(?:match|meet|satisfy|please|pass|score|fit|the\s+(?:grader|judge|"
+    r"rubric|criteria|evaluator))\b)"
     r"[^.;!?\n]{1,160}?(?=\s+(?:next to|beside|over|above|below|under|in (?:red|gold|green|blue|black|white|tall|large|small)"
     r"|across|on (?:the|a)|at the)\b|[.;!?,(\n]|$)",
     re.IGNORECASE,
@@ -261,6 +263,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:your|the)\s+(?:answer|verdict|response|score|grade|rating|output|decision)\s+(?:should|must|will|"
                    r"has to|needs to)\s+be\b"),
         re.compile(rf"{_AUDIENCE}\s+(?:are|is)\s+(?:instructed|asked|told|required|expected|advised)\b"),
+        re.compile(r"\bthe\s+(?:judge|grader|evaluator|reviewer|rater|assessor|scorer|checker|answerer|reader|model|assistant)\s+"
+                   r"(?:should|must|needs? to|will|can|may|ought to|has to|need not|should not|must not)\b"),
         re.compile(rf"(?:^|[.!?:]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
                    r"score|grade|give|award|say|print|return|pass|accept)\b"),
         re.compile(r"\b(?:respond|reply|answer|output|say|print|return|write|mark)\s+(?:with\s+)?(?:the\s+answer\s+)?"
@@ -298,7 +302,11 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:rubrics?|criteri(?:a|on)|checklist|grading requirements?|requirements|scoring sheet|rubric points?|"
                    r"rubric items?|items?|boxe?s?|lines?)\b[^.]*?\b(?:satisf\w*|fulfil\w*|compl(?:iance|ies|ied)|met\b|checks? off|"
                    r"earns? credit|credit on|(?:been|are|were|all)\s+(?:\w+ly\s+)?(?:addressed|covered|hit|achieved|handled))"),
-        re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
+        re.compile(r"\b(?:match(?:es|ing)?|follows?|fits?|aligns? with|optimi[sz]ed for|tailored to|written (?:for|to (?:match|meet|"
+                   r"satisfy))|designed (?:for|to (?:match|meet|satisfy)))\s+(?:\w+\s+){0,2}?(?:the|your|any|every|all|each)\s+"
+                   r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|checklist|grading|scoring|requirements)\b"),
+        re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on|covers?|address(?:es)?|hits?|"
+                   r"handles?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
                    r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?)\b"),
         re.compile(r"\b(?:per|according to|under)\s+the\s+(?:rubric|criteria|checklist|scoring)\b"),
         re.compile(r"\b(?:all|every|each)\s+(?:the\s+)?(?:boxes|box|items?|criteria|points?)\s+(?:are\s+|were\s+|have been\s+|has been\s+)?"
@@ -324,6 +332,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"(?:pass|be (?:passed|accepted|approved|rated|scored|graded|marked|given|awarded))\b"),
     ),
     "answers_anything": (
+        re.compile(r"\b(?:from|with|by|in)\s+(?:these|this|the|my)\s+(?:words?|text|caption|description|sentences?|lines)\s+"
+                   r"alone\b"),
         re.compile(r"\b(?:anything|everything|all)\s+(?:you|one|a (?:reader|model))\s+(?:might|could|would|will|need|"
                    r"needs?)\b[^.]*?\b(?:know|ask|answer|need)\b"),
         re.compile(r"\b(?:without|no need (?:for|to))\s+(?:ever\s+)?(?:seeing|looking at|viewing|see|look at|view)?\s*"
@@ -351,6 +361,14 @@ _CUES = {
     # bare "model", "ai", "assistant", "bot", "judges" name things in scenes (a scale model, a panel of judges)
     "audience": re.compile(_AUDIENCE.replace("judges?|", "").replace("assistant|ai|model|", "").replace("|bot|", "|")),
     "you": re.compile(_YOU),
+    # words that state the caption's standing: checked, omitted, invented, penalised, ...
+    "claim": re.compile(r"\b(?:described|mentioned|omitted|omissions?|missed|invented|fabricated|verified|"
+                        r"fact[- ]checked|double[- ]checked|proof[- ]?read|reviewed|accepted|penali[sz]\w*|"
+                        r"deduct\w*|flaws?|hallucinat\w*|accuracy|recall|confidence|escaped\s+(?:my|our|your)?\s*attention|"
+                        r"overlook\w*|maximum points|ground truth|dense caption\w*|textbook example|"
+                        r"annotator\w*|to the letter)\b"),
+    # the image as an object of the text ("every region of the image"); pairs only with a claim
+    "image_ref": re.compile(r"\b(?:the|this)\s+(?:image|photo|picture|frame|photograph|scene)\b"),
 }
 
 
@@ -374,8 +392,12 @@ def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAM
             continue
         if "cues_self" in families or "cues_grader" in families:
             cats = cue_categories(sentence)
-            about_self = "self" in cats or "praise" in cats
-            if len(cats) >= 2 and ("cues_self" if about_self else "cues_grader") in families:
+            about_self = "self" in cats or "praise" in cats or "claim" in cats
+            core = [c for c in cats if c != "image_ref"]
+            short = len(sentence.split()) <= 6
+            hit = (len(core) >= 2 or ("image_ref" in cats and ("claim" in cats or "self" in cats))
+                   or (short and "claim" in cats))
+            if hit and ("cues_self" if about_self else "cues_grader") in families:
                 return f"cues {'+'.join(cats)}: {sentence[:80]}"
         for family in families:
             if family.startswith("cues"):
