@@ -275,7 +275,8 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     assert rej["garbage"]["completion_tokens"] == sum(len(t.split()) for t in rej["garbage"]["raw"]) > 0
     assert rows["retry"]["writer"]["completion_tokens"] > rows["good"]["writer"]["completion_tokens"] > 0
     assert stats["writer_tokens"]["completion_tokens"] == (
-        sum(r["writer"]["completion_tokens"] for r in rows.values()) + sum(r.get("completion_tokens", 0) for r in rej.values())
+        sum(r["writer"]["completion_tokens"] for r in [*rows.values(), *solved])
+        + sum(r.get("completion_tokens", 0) for r in rej.values())
     )
     assert "timed out" in rej["timeout"]["reason"]
     assert "only 1 teacher caption" in rej["lonely"]["reason"]
