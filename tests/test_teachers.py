@@ -98,6 +98,7 @@ def test_committee_with_failing_teachers(tmp_path):
 def test_names_and_caption_checks():
     assert split_named("gpt=openai:http://127.0.0.1:8000/v1@gpt-5") == ("gpt", "openai:http://127.0.0.1:8000/v1@gpt-5")
     assert split_named("openai:http://h/v1@m?timeout=3") == (None, "openai:http://h/v1@m?timeout=3")
+    assert split_named("mine=out/caps.jsonl") == ("mine", "out/caps.jsonl") and split_named("caps.jsonl") == (None, "caps.jsonl")
     assert unique_names(["hf:/a/qwen", "hf:/b/qwen", "openai:http://h/v1@org/m"]) == ["qwen", "qwen-2", "org_m"]
     assert check_caption("   ") == "empty answer"
     assert check_caption("Sorry, I cannot describe people.") == "refusal"

@@ -207,9 +207,13 @@ def unique_names(specs: Sequence[str | Backend], names: Sequence[str | None] | N
 
 
 def split_named(arg: str) -> tuple[str | None, str]:
-    """``"gpt=openai:http://h/v1@gpt"`` → ("gpt", spec); a bare spec → (None, spec)."""
+    """``"gpt=openai:http://h/v1@gpt"`` or ``"mine=caps.jsonl"`` → (name, spec); a bare spec → (None, spec).
+
+    A named captions file counts as named too: read as a bare spec, ``mine=caps.jsonl`` would be
+    neither a file nor a backend, and its run would go on with no captions at all.
+    """
     head, sep, rest = arg.partition("=")
-    if sep and re.fullmatch(r"[A-Za-z0-9_.\-]+", head) and ":" in rest:
+    if sep and re.fullmatch(r"[A-Za-z0-9_.\-]+", head) and (":" in rest or rest.endswith(".jsonl")):
         return head, rest
     return None, arg
 

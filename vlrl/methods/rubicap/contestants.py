@@ -14,17 +14,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vlrl.captioning.captioner import read_captions
-
-_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+from vlrl.captioning.captioner import read_captions, split_named
 
 
 def split_contestant(arg: str) -> tuple[str | None, str]:
-    """``"gpt=openai:http://h/v1@gpt"`` or ``"mine=caps.jsonl"`` → (name, spec); a bare spec → (None, spec)."""
-    head, sep, rest = arg.partition("=")
-    if sep and _NAME.fullmatch(head) and (":" in rest or rest.endswith(".jsonl")):
-        return head, rest
-    return None, arg
+    """``NAME=SPEC`` / ``NAME=FILE.jsonl`` → (name, spec) (see :func:`vlrl.captioning.captioner.split_named`)."""
+    return split_named(arg)
 
 
 def is_caption_file_spec(spec: object) -> bool:
