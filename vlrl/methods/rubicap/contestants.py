@@ -3,10 +3,9 @@ caption-QA run compares.
 
 A contestant is a backend spec (``hf:...``, ``openai:...``), optionally named (``NAME=SPEC``), or a
 JSONL file of captions made elsewhere (``FILE.jsonl`` or ``NAME=FILE.jsonl``, rows
-``{"image_id", "caption"}``). A named file used to be taken for a backend spec it is not, so the run
-went on with no captions at all and exited 0; here a file contestant is recognised by its suffix
-and checked before any model is loaded: a file that is missing, unreadable or malformed is an error
-that stops the run.
+``{"image_id", "caption"}``). A file contestant is recognised by its suffix and checked before any
+model loads: a file that is missing, unreadable or empty would otherwise leave a run with no
+captions at all that still exits 0, so it is an error that stops the run.
 """
 
 from __future__ import annotations
