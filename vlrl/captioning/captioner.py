@@ -78,10 +78,14 @@ def check_caption(text: str, min_words: int = 3) -> str | None:
     return None
 
 
-def load_one(item: ImageItem, max_pixels: int | None = None) -> tuple[ImageItem, Any, str | None]:
-    """Decode one item; returns (item, image, None) or (item, None, reason). Never raises."""
+def load_one(item: ImageItem, max_pixels: int | None = None, max_image_pixels: Any = "default") -> tuple[ImageItem, Any, str | None]:
+    """Decode one item; returns (item, image, None) or (item, None, reason). Never raises.
+
+    ``max_pixels`` is the Qwen resize budget; ``max_image_pixels`` the decompression-bomb limit
+    (``"default"``: the loader's; ``None``: no limit)."""
     try:
-        return item, item.open(max_pixels=max_pixels), None
+        limit = {} if max_image_pixels == "default" else {"max_pixels_limit": max_image_pixels}
+        return item, item.open(max_pixels=max_pixels, **limit), None
     except ImageLoadError as e:
         return item, None, e.reason
     except Exception as e:  # noqa: BLE001 - a bad file is a reason on its record, never a crash

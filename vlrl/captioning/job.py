@@ -39,6 +39,9 @@ from typing import Any
 from vlrl.captioning.captioner import caption_images, load_one
 from vlrl.captioning.store import CaptionStore, part_prefix
 from vlrl.core.backends import Backend, SamplingParams, load_backend, parse_spec
+from vlrl.core.images import DEFAULT_MAX_PIXELS_LIMIT
+from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, preflight, resolve_source
+from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
 from vlrl.core.prompts import from_string, template_path
 from vlrl.core.sources import ImageItem, ImageSource, TarShardSource, open_source
@@ -74,6 +77,14 @@ class CaptionJob:
     cache: bool = True
     max_pixels: int | None = None
     """Resize images to this Qwen pixel budget while loading (None: leave it to the backend)."""
+    max_image_pixels: int | None = DEFAULT_MAX_PIXELS_LIMIT
+    """Decompression-bomb limit: refuse images declaring more pixels (raise it for huge scans)."""
+    force: bool = False
+    """Start over: remove this shard's captions, quarantine and manifest first."""
+    retry_quarantined: bool = False
+    """Process the images quarantined by earlier runs again (their old reasons are kept aside)."""
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES
+    """Stop the job after this many backend failures in a row (0: never)."""
     loaders: int = 4
     """Threads decoding images ahead of the model."""
     prefetch: int = 2
@@ -153,8 +164,11 @@ def model_name(spec: str) -> str:
 
 def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:
     """What must not change between a job and its rerun into the same folder."""
+    desc = dict(source.describe())
+    if "path" in desc:
+        desc["path"] = resolve_source(desc["path"])
     return {
-        "source": source.describe(),
+        "source": desc,
         "model": sorted({model_name(s) for s in job.models}),
         "prompt": job.prompt_text(),
         "sampling": job.sampling().to_dict(),
@@ -164,20 +178,16 @@ def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:
     }
 
 
-def check_compatible(path: Path, fp: dict[str, Any]) -> dict[str, Any] | None:
+def stored_identity(path: Path) -> dict[str, Any] | None:
+    """The ``job`` block of an existing manifest (None when there is none or it is unreadable)."""
     if not path.exists():
         return None
     import json
 
-    old = json.loads(path.read_text(encoding="utf-8"))
-    prev = old.get("job", {})
-    diff = [k for k in fp if k in prev and prev[k] != fp[k]]
-    if diff:
-        raise ValueError(
-            f"{path.parent}: holds captions of a different job (changed: {', '.join(diff)}); "
-            "rerun with the original settings or use a new --out"
-        )
-    return old
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("job")
+    except (ValueError, AttributeError):
+        return None
 
 
 def caption_batch(
@@ -238,9 +248,21 @@ class Sink:
         job.out.mkdir(parents=True, exist_ok=True)
         self.manifest_path = job.out / names["manifest"]
         self.fp = fingerprint(job, source)
-        check_compatible(self.manifest_path, self.fp)
-        self.store = CaptionStore(job.out / "captions", prefix=names["prefix"], fmt=job.output_format, max_records=job.part_size)
-        self.quarantine = Quarantine(job.out / names["quarantine"], key_field="image_id")
+        # one writer per folder and shard; the identity lives in the manifest's "job" block
+        self.guard = Job(
+            "caption", job.out, self.fp, shard=job.shard_tuple, force=job.force,
+            outputs=[names["manifest"], names["quarantine"], f"captions/{names['prefix']}-*", f"captions/.{names['prefix']}-*"],
+            has_work=lambda: self._has_work(names), stored=stored_identity(self.manifest_path),
+            max_consecutive_failures=job.max_consecutive_failures,
+        ).__enter__()
+        try:
+            if job.retry_quarantined:
+                _retry_quarantined(job.out / names["quarantine"])
+            self.store = CaptionStore(job.out / "captions", prefix=names["prefix"], fmt=job.output_format, max_records=job.part_size)
+            self.quarantine = Quarantine(job.out / names["quarantine"], key_field="image_id")
+        except BaseException:
+            self.guard.__exit__(None, None, None)
+            raise
         self.source = source
         self.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.perf_counter()
@@ -249,8 +271,25 @@ class Sink:
         self.models: set[str] = set()
         self._last_manifest = 0.0
         self.bar = None
-        write_dataset_card(job.out, job.output_format)
-        self.write_manifest("running")
+        self._closed: dict[str, Any] | None = None
+        self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
+        if self.started_work:
+            self.write_manifest("running")
+
+    def _has_work(self, names: dict[str, str]) -> bool:
+        folder = self.job.out / "captions"
+        if any(p.stat().st_size > 0 for p in folder.glob(f"{names['prefix']}-*")) if folder.is_dir() else False:
+            return True
+        q = self.job.out / names["quarantine"]
+        return q.is_file() and q.stat().st_size > 0
+
+    def _start_work(self) -> None:
+        """The first committed record: only now is the job's identity written (a failed first run leaves none)."""
+        if not self.started_work:
+            self.started_work = True
+            write_dataset_card(self.job.out, self.job.output_format)
+            self.guard.started()
+            self.write_manifest("running")
 
     def is_done(self, image_id: str) -> bool:
         return image_id in self.store or image_id in self.quarantine
@@ -267,31 +306,43 @@ class Sink:
 
     def add_quarantined(self, item_id: str, reason: str, locator: dict | None = None) -> None:
         if item_id not in self.quarantine:
+            self._start_work()
             self.quarantine.add(item_id, reason, locator=locator or {})
             self.new_quarantined += 1
+            self.guard.quarantined += 1
         self._tick(1)
 
     def add_caption(self, record: dict[str, Any]) -> None:
+        self._start_work()
         if self.store.append(record):
             self.new += 1
+            self.guard.done += 1
             self.models.add(record["model"])
+        self.guard.breaker.success()
         self._tick(1)
 
     def add_failure(self, item_id: str, error: str) -> None:
         self.failed += 1
+        self.guard.failed += 1
         logger.warning("backend failed on %s: %s (will retry on the next run)", item_id, error)
         self._tick(1)
+        self.guard.breaker.failure(f"{item_id}: {error}")
 
     def _tick(self, n: int) -> None:
         if self.bar is not None:
             self.bar.update(n)
             if self.new_quarantined or self.failed:
                 self.bar.set_postfix(quarantined=self.new_quarantined, failed=self.failed, refresh=False)
-        if time.perf_counter() - self._last_manifest > 30:
+        if self.started_work and time.perf_counter() - self._last_manifest > 30:
             self.write_manifest("running")
 
     def write_manifest(self, status: str) -> dict[str, Any]:
         self._last_manifest = time.perf_counter()
+        m = self.manifest(status)
+        atomic_write_json(self.manifest_path, m)
+        return m
+
+    def manifest(self, status: str) -> dict[str, Any]:
         elapsed = time.perf_counter() - (self.loop_t0 or self.t0)
         ext = "jsonl" if self.job.output_format == "jsonl" else "parquet"
         m = {
@@ -318,17 +369,23 @@ class Sink:
                 "peak_rss_mb": round(peak_rss_mb(), 1),
             },
         }
-        atomic_write_json(self.manifest_path, m)
         return m
 
     def close(self, interrupted: bool = False) -> dict[str, Any]:
-        if self.bar is not None:
-            self.bar.close()
-        self.store.close(finalize=not interrupted)
-        self.quarantine.close()
-        stopped_early = self.job.limit is not None and self.new >= self.job.limit
-        status = "interrupted" if interrupted else ("incomplete" if self.failed or stopped_early else "complete")
-        return self.write_manifest(status)
+        """Finish the run; the manifest is written only when the folder holds work of this job."""
+        if self._closed is not None:
+            return self._closed
+        try:
+            if self.bar is not None:
+                self.bar.close()
+            self.store.close(finalize=not interrupted)
+            self.quarantine.close()
+            stopped_early = self.job.limit is not None and self.new >= self.job.limit
+            status = "interrupted" if interrupted else ("incomplete" if self.failed or stopped_early else "complete")
+            self._closed = self.write_manifest(status) if self.started_work else self.manifest(status)  # nothing committed: no identity on disk
+            return self._closed
+        finally:
+            self.guard.__exit__(None, None, None)
 
 
 DATASET_CARD = """---
@@ -388,7 +445,7 @@ def _prefetch(items: Iterator[ImageItem], job: CaptionJob, render: PromptRendere
         try:
             with ThreadPoolExecutor(max_workers=max(1, job.loaders)) as pool:
                 for batch in batched(items, job.batch_size):
-                    loaded = list(pool.map(lambda it: load_one(it, job.max_pixels), batch))
+                    loaded = list(pool.map(lambda it: load_one(it, job.max_pixels, job.max_image_pixels), batch))
                     out = []
                     for item, img, err in loaded:
                         prompt = None
@@ -450,11 +507,15 @@ def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[s
     own_backend = backend is None
     interrupted = True
     try:
+        if backend is None and next(pending_items(source, sink, shard, with_data=False), None) is None:
+            logger.info("%s: nothing left to caption in this shard; no model loaded", job.out)
+            interrupted = False
+            return sink.close()  # the finished job is reported as it stands
         if backend is None:
-            backend = open_backend(job, job.models[0])
+            preflight(job.models[0])  # a dead server or a wrong folder fails here, in seconds
         sampling = job.sampling()
         sink.start_progress(count_in_shard(source, shard))
-        logger.info("captioning %s with %s into %s", job.images, backend.model, job.out)
+        logger.info("captioning %s with %s into %s", job.images, job.models[0] if own_backend else backend.model, job.out)
         for batch in _prefetch(pending_items(source, sink, shard), job, render):
             good = []
             for item, img, err, prompt in batch:
@@ -462,6 +523,8 @@ def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[s
                     sink.add_quarantined(item.image_id, err, item.locator)
                 else:
                     good.append((item, img, prompt))
+            if good and backend is None:
+                backend = open_backend(job, job.models[0])  # lazily: a corpus of broken files loads no model
             if good:
                 for (item, _, _), (record, error) in zip(good, caption_batch(backend, good, sampling), strict=False):
                     if record is not None:
@@ -474,8 +537,10 @@ def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[s
             if job.limit is not None and sink.new >= job.limit:
                 break
         interrupted = False
+        manifest = sink.close()
     finally:
-        manifest = sink.close(interrupted=interrupted)
+        if interrupted:
+            sink.close(interrupted=True)
         if own_backend and backend is not None:
             backend.close()
     return manifest

@@ -77,7 +77,7 @@ class CaptionWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         items = [ImageItem(str(i), json.loads(loc)) for i, loc in zip(batch["image_id"], batch["locator"], strict=False)]
         prompts = [str(p) for p in batch["prompt"]]
-        loaded = list(self.pool.map(lambda it: load_one(it, self.job.max_pixels), items))
+        loaded = list(self.pool.map(lambda it: load_one(it, self.job.max_pixels, self.job.max_image_pixels), items))
         out: dict[str, list] = {"image_id": [], "status": [], "record": [], "reason": []}
         good = []
         for (item, img, err), prompt in zip(loaded, prompts, strict=False):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES
+
 
 def register(app: typer.Typer) -> None:
     @app.command("caption", help="Caption an image corpus with any backend (resumable, shardable).")
@@ -28,7 +30,11 @@ def register(app: typer.Typer) -> None:
         split: str | None = typer.Option(None, "--split", help="Split of a saved DatasetDict."),
         image_column: str | None = typer.Option(None, "--image-column"),
         id_column: str | None = typer.Option(None, "--id-column"),
-        max_pixels: int | None = typer.Option(None, "--max-pixels", help="Resize to this Qwen pixel budget while loading."),
+        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget: images are resized to at most this many pixels while loading."),
+        max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit: refuse images declaring more pixels (default 89478485, PIL's; raise it for huge scans; 0: no limit)."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this shard's captions, quarantine and manifest first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(DEFAULT_MAX_CONSECUTIVE_FAILURES, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
         cache: bool = typer.Option(True, "--cache/--no-cache", help="Response cache in OUT/cache (replays the in-flight batch after a kill)."),
         limit: int | None = typer.Option(None, "--limit", help="Stop after N new captions."),
         loaders: int = typer.Option(4, "--loaders", help="Image decoding threads."),
@@ -39,6 +45,8 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         from vlrl.captioning import CaptionJob, run_caption
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code
+        from vlrl.core.redact import redact
 
         try:
             job = CaptionJob(
@@ -48,12 +56,16 @@ def register(app: typer.Typer) -> None:
                 part_size=part_size, source_type=source_type, split=split, image_column=image_column,
                 id_column=id_column, cache=cache, max_pixels=max_pixels, loaders=loaders, limit=limit,
                 progress=progress, engine=engine, ray_address=ray_address, num_workers=num_workers,
-                gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
+                gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}),
+                force=force, retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures,
             )
             m = run_caption(job)
-        except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+        except BackendDown as e:
             typer.echo(f"vlrl caption: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+            typer.echo(f"vlrl caption: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         run, counts = m["this_run"], m["counts"]
         typer.echo(
             f"{m['status']}: {run['captioned']} new captions ({run['images_per_s']} img/s), "
@@ -62,4 +74,6 @@ def register(app: typer.Typer) -> None:
         )
         if run["failed"]:
             typer.echo(f"{run['failed']} images failed in the backend; rerun the same command to retry them", err=True)
-            raise typer.Exit(1)
+        code = exit_code(run["captioned"] + run["quarantined"], run["failed"])
+        if code:
+            raise typer.Exit(code)

@@ -72,12 +72,15 @@ class ImageItem:
         """What :func:`vlrl.core.images.load_image` should open: bytes, or a path / HF image struct."""
         return self.data if self.data is not None else read_locator(self.locator)
 
-    def open(self, max_pixels: int | None = None) -> Any:
-        """Decode the image; raises :class:`~vlrl.core.images.ImageLoadError` with a one-line reason."""
+    def open(self, max_pixels: int | None = None, **kwargs: Any) -> Any:
+        """Decode the image; raises :class:`~vlrl.core.images.ImageLoadError` with a one-line reason.
+
+        ``max_pixels`` is the Qwen resize budget; ``kwargs`` reach :func:`load_image` (e.g.
+        ``max_pixels_limit``, the decompression-bomb limit)."""
         if self.error:
             raise ImageLoadError(self.image_id, self.error)
         root = self.locator.get("root") if self.data is None else None
-        return load_image(self.payload(), root=root, record=self.image_id, max_pixels=max_pixels)
+        return load_image(self.payload(), root=root, record=self.image_id, max_pixels=max_pixels, **kwargs)
 
 
 class ImageSource(abc.ABC):

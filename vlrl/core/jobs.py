@@ -1,0 +1,405 @@
+"""What every long vlrl job shares: one writer, one identity, a failure budget, honest exit codes.
+
+A dataset job runs for hours into an output folder, and the folder outlives the process. So:
+
+* **One writer.** :class:`Job` takes an exclusive ``fcntl.flock`` on ``OUT/.lock[-shardIofN]`` for
+  its lifetime. The kernel drops the lock when the process dies, ``kill -9`` included, so a crash
+  never leaves a stale lock to clean up; a second process on the same folder and shard is refused
+  with the first one's pid and command.
+* **One identity.** The settings that decide what the outputs mean (source, models, prompts,
+  thresholds) are compared with those of the run that wrote the folder. The stored identity is
+  written only once work has started (the first record is committed), so a run that failed on a
+  wrong model spec leaves nothing behind to refuse the corrected command; and an identity with no
+  records behind it is ignored. Paths are compared resolved, so ``out/`` and ``/abs/out`` are one
+  job. A refusal lists each changed setting as ``old → new``; ``--force`` starts over.
+* **Pre-flight.** :func:`preflight` checks a backend spec in seconds (an ``hf:`` folder whose
+  config loads; an ``openai:`` server whose ``/v1/models`` lists the model) before any work.
+* **A failure budget.** :class:`CircuitBreaker` stops a job after N consecutive backend failures:
+  a dead server must not cost every record its full retry budget.
+* **Exit codes** (documented in README.md): :data:`EXIT_OK` when every record succeeded or was
+  quarantined, :data:`EXIT_FAILED` when none succeeded (or the breaker stopped the job),
+  :data:`EXIT_USAGE` for bad input and refusals, :data:`EXIT_PARTIAL` when the job finished with
+  some records failed in the backend (rerun to retry them), :data:`EXIT_INTERRUPTED` on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from vlrl.core.backends.base import BackendError
+from vlrl.core.pipeline import atomic_write_json
+from vlrl.core.redact import redact
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PARTIAL = 3
+EXIT_INTERRUPTED = 130
+
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 32
+
+
+def exit_code(succeeded: int, failed: int) -> int:
+    """0 when nothing failed, 1 when records failed and none succeeded, 3 when some of each."""
+    if not failed:
+        return EXIT_OK
+    return EXIT_PARTIAL if succeeded else EXIT_FAILED
+
+
+class JobLocked(ValueError):
+    """Another process writes the same output folder and shard."""
+
+
+class JobMismatch(ValueError):
+    """The output folder holds the work of a job with other settings."""
+
+
+class BackendDown(BackendError):
+    """The circuit breaker opened: too many consecutive backend failures."""
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+def resolve_source(value: Any) -> Any:
+    """An existing local path (or a glob of them) resolved to an absolute path; anything else as is.
+
+    ``hf:PATH`` specs resolve their folder; URLs and model names stay untouched, so the identity of a
+    job never depends on the directory it was started from.
+    """
+    if isinstance(value, (list, tuple)):
+        return [resolve_source(v) for v in value]
+    if not isinstance(value, str) or not value or "://" in value:
+        return value
+    if value.startswith("hf:"):
+        target, sep, query = value[3:].partition("?")
+        return f"hf:{resolve_source(target)}{sep}{query}"
+    p = Path(value).expanduser()
+    if p.exists():
+        return str(p.resolve())
+    if any(ch in value for ch in "*?{["):  # a glob or {000..009} pattern of tar shards
+        return os.path.abspath(str(p))
+    return value
+
+
+# -- single writer --------------------------------------------------------------------------------
+
+
+class OutputLock:
+    """An exclusive, non-blocking ``flock`` on ``path``, held until :meth:`release` or process death.
+
+    ``flock`` (not a pid file, not ``filelock``'s soft locks) because the kernel releases it when
+    the holder dies however it dies: there is never a stale lock to detect or break.
+    """
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        self.path = Path(path)
+        self.what = what
+        self._fh: Any = None
+
+    def acquire(self) -> OutputLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the job's lifetime
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise JobLocked(
+                f"{self.what}: already being written by {holder}; wait for it to finish "
+                "(or stop it) before rerunning, or use another --out / --shard"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        cmd = " ".join(sys.argv[:1] and [Path(sys.argv[0]).name, *sys.argv[1:]])[:300]
+        fh.write(f"pid {os.getpid()} ({redact(cmd)})\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is not None:
+            import fcntl
+
+            try:
+                self._fh.seek(0)
+                self._fh.truncate()
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            finally:
+                self._fh.close()
+                self._fh = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# -- identity -------------------------------------------------------------------------------------
+
+
+def _short(v: Any, width: int = 70) -> str:
+    s = json.dumps(v, ensure_ascii=False, default=str, sort_keys=True) if not isinstance(v, str) else repr(v)
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old → new`` for every setting present in both that differs."""
+    return [f"{k}: {_short(old[k])} → {_short(new[k])}" for k in new if k in old and old[k] != new[k]]
+
+
+def check_identity(stored: dict[str, Any] | None, settings: dict[str, Any], *, where: str, what: str = "vlrl") -> None:
+    """Refuse when ``stored`` (the identity of the work already in the folder) differs from ``settings``."""
+    if not stored:
+        return
+    changes = identity_changes(stored, settings)
+    if changes:
+        raise JobMismatch(
+            f"{where}: holds the work of a different job ({what}; changed: {', '.join(c.split(':', 1)[0] for c in changes)}):\n  "
+            + "\n  ".join(changes)
+            + "\nrerun with the original settings, use a new --out, or pass --force to start over"
+        )
+
+
+# -- pre-flight -----------------------------------------------------------------------------------
+
+
+def preflight(spec: Any, timeout: float = 5.0) -> None:
+    """Check a backend spec can work, in seconds, before any record is processed.
+
+    ``hf:PATH``: the folder exists and its config loads. ``openai:URL@MODEL``: ``GET URL/models``
+    answers and lists MODEL. Raises :class:`BackendError` with one line; anything that is not a spec
+    string (a ready backend object, a captions file) passes.
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        return
+    from vlrl.core.backends import parse_spec
+
+    kind, target, opts = parse_spec(spec)
+    if kind == "hf":
+        p = Path(target).expanduser()
+        if not p.is_dir():
+            raise BackendError(f"hf backend: model folder '{target}' does not exist")
+        if not (p / "config.json").is_file():
+            raise BackendError(f"hf:{target}: not a model folder (no config.json)")
+        try:
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(str(p))
+        except Exception as e:  # noqa: BLE001 - any failure to read the config is the one line we print
+            raise BackendError(f"hf:{target}: its config does not load ({type(e).__name__}: {redact(str(e).splitlines()[0] if str(e) else '')})") from None
+        return
+    base_url, _, model = target.rpartition("@")
+    if not base_url:
+        return  # the backend itself reports the malformed spec
+    _check_openai(base_url.rstrip("/"), model, opts.get("api_key_env", "OPENAI_API_KEY"), timeout)
+
+
+def _check_openai(base_url: str, model: str, key_env: str, timeout: float) -> None:
+    import httpx
+
+    headers = {}
+    if os.environ.get(key_env):
+        headers["Authorization"] = f"Bearer {os.environ[key_env]}"
+    url = f"{base_url}/models"
+    try:
+        resp = httpx.get(url, headers=headers, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise BackendError(f"openai:{base_url}: server not reachable ({type(e).__name__}: {redact(e)}); is it running?") from None
+    if resp.status_code in (401, 403):
+        raise BackendError(f"openai:{base_url}: the server refused the API key (HTTP {resp.status_code}); check ${key_env}")
+    if resp.status_code == 404:
+        logger.warning("openai:%s: the server has no /models listing; model %r not checked", base_url, model)
+        return
+    if resp.status_code >= 400:
+        raise BackendError(f"openai:{base_url}: GET /models answered HTTP {resp.status_code}: {redact(resp.text[:200])}")
+    try:
+        ids = [m.get("id") for m in resp.json().get("data", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        raise BackendError(f"openai:{base_url}: GET /models did not answer a model list; is this an OpenAI-compatible /v1 URL?") from None
+    if model not in ids:
+        shown = ", ".join(map(str, ids[:8])) + (" …" if len(ids) > 8 else "")
+        raise BackendError(f"openai:{base_url}: serves no model {model!r} (it serves: {shown or 'none'})")
+
+
+def preflight_all(specs: Iterable[Any]) -> None:
+    seen: set[str] = set()
+    for s in specs:
+        if isinstance(s, str) and s not in seen:
+            seen.add(s)
+            preflight(s)
+
+
+# -- failure budget -------------------------------------------------------------------------------
+
+
+class CircuitBreaker:
+    """Opens after ``limit`` consecutive failures; any success closes it again (0 disables it)."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_CONSECUTIVE_FAILURES, what: str = "backend") -> None:
+        self.limit = limit
+        self.what = what
+        self.consecutive = 0
+        self.last: str | None = None
+
+    def success(self, n: int = 1) -> None:
+        if n:
+            self.consecutive = 0
+
+    def failure(self, reason: str | None = None, n: int = 1) -> None:
+        self.consecutive += n
+        self.last = reason or self.last
+        if self.limit and self.consecutive >= self.limit:
+            raise BackendDown(
+                f"stopped after {self.consecutive} consecutive {self.what} failures (last: {redact(self.last or 'unknown')}); "
+                "fix the backend and rerun the same command to continue"
+            )
+
+
+# -- the job --------------------------------------------------------------------------------------
+
+_CURRENT: list[Job] = []
+
+
+class Job:
+    """One run of a long job into ``out``: lock, identity, breaker, progress counts, Ctrl-C report.
+
+    Usage::
+
+        with Job("qa-curate", out, settings, shard=(i, n), force=force, outputs=[...],
+                 has_work=lambda: bool(len(store))) as job:
+            ...                  # for each committed record: job.started(); job.done += 1
+            job.breaker.failure(reason) / job.breaker.success()
+
+    ``identity_path`` (default ``OUT/job[-shardIofN].json``) holds ``{"command", "job", ...}``; a
+    pipeline that keeps its identity elsewhere (``vlrl caption``'s manifest) passes ``stored`` and
+    writes it itself.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        out: str | Path,
+        settings: dict[str, Any],
+        *,
+        shard: tuple[int, int] = (0, 1),
+        force: bool = False,
+        outputs: Iterable[str] = (),
+        has_work: Callable[[], bool] | None = None,
+        identity_path: str | Path | None = None,
+        stored: dict[str, Any] | None = None,
+        max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    ) -> None:
+        self.name = name
+        self.out = Path(out)
+        self.settings = settings
+        self.shard = shard
+        self.tag = "" if shard[1] == 1 else f"-shard{shard[0]:03d}of{shard[1]:03d}"
+        self.force = force
+        self.outputs = list(outputs)
+        self.has_work = has_work or self._any_output
+        self.identity_path = Path(identity_path) if identity_path else self.out / f"job{self.tag}.json"
+        self.stored = stored
+        self.breaker = CircuitBreaker(max_consecutive_failures)
+        self.lock = OutputLock(self.out / f".lock{self.tag}", f"{self.out}{' shard ' + '/'.join(map(str, shard)) if shard[1] > 1 else ''}")
+        self.done = self.failed = self.quarantined = 0
+        self._recorded = False
+        self.t0 = time.time()
+
+    # outputs that exist (globs relative to out)
+    def _existing(self) -> list[Path]:
+        found: list[Path] = []
+        for pat in self.outputs:
+            found += sorted(self.out.glob(pat))
+        return found
+
+    def _any_output(self) -> bool:
+        for p in self._existing():
+            if p.is_dir() or (p.is_file() and p.stat().st_size > 0):
+                return True
+        return False
+
+    def __enter__(self) -> Job:
+        self.lock.acquire()
+        try:
+            if self.force:
+                self._start_over()
+            else:
+                stored = self.stored
+                if stored is None and self.identity_path.is_file():
+                    try:
+                        stored = json.loads(self.identity_path.read_text(encoding="utf-8")).get("job")
+                    except (ValueError, AttributeError):
+                        stored = None
+                if stored and self.has_work():
+                    check_identity(stored, self.settings, where=str(self.out), what=f"vlrl {self.name}")
+                self._recorded = bool(stored) and stored == self.settings and self.has_work()
+        except BaseException:
+            self.lock.release()
+            raise
+        _CURRENT.append(self)
+        return self
+
+    def _start_over(self) -> None:
+        doomed = self._existing() + ([self.identity_path] if self.identity_path.exists() else [])
+        for p in doomed:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+        if doomed:
+            logger.warning("--force: removed %d previous output(s) of this job in %s", len(doomed), self.out)
+
+    def started(self) -> None:
+        """Record the identity (once): call when the first record is committed."""
+        if not self._recorded:
+            self._recorded = True
+            if self.stored is None:
+                atomic_write_json(self.identity_path, {"command": f"vlrl {self.name}", "job": self.settings,
+                                                       "shard": list(self.shard)})
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if _CURRENT and _CURRENT[-1] is self:
+            _CURRENT.pop()
+        if exc_type is KeyboardInterrupt:
+            exc.vlrl_job = self.where_stopped()  # read by the CLI's Ctrl-C message
+        self.lock.release()
+
+    def where_stopped(self) -> str:
+        return (f"vlrl {self.name} interrupted: {self.done} record(s) committed this run, {self.quarantined} quarantined, "
+                f"{self.failed} failed, in {self.out}; rerun the same command to resume (finished records are kept)")
+
+
+def current_job() -> Job | None:
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def retry_quarantined(path: str | Path) -> int:
+    """Move a quarantine file aside (``NAME.jsonl.retried-TIMESTAMP``) so its records are processed again.
+
+    Returns how many records it held. The old file is kept so the earlier reasons are not lost.
+    """
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb") as fh:
+        n = sum(1 for line in fh if line.strip())
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    # the new name must not match the pipelines' ``*.jsonl`` globs
+    path.rename(path.with_name(f"{path.name}.retried-{stamp}"))
+    logger.info("--retry-quarantined: %d record(s) of %s will be retried", n, path.name)
+    return n
