@@ -92,6 +92,15 @@ def resolve_source(value: Any) -> Any:
     return value
 
 
+def backend_identity(spec: Any) -> Any:
+    """A backend spec for a job identity: a path-resolved spec string, or ``KIND:MODEL`` of a ready backend."""
+    if isinstance(spec, str):
+        return resolve_source(spec)
+    if hasattr(spec, "model") and hasattr(spec, "kind"):
+        return f"{spec.kind}:{spec.model}"
+    return type(spec).__name__
+
+
 # -- single writer --------------------------------------------------------------------------------
 
 

@@ -32,20 +32,42 @@ def register(groups: dict[str, typer.Typer]) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed of generation sampling and option shuffles."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget applied while loading images."),
+        max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit (default 89478485; 0: no limit)."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this shard's records, the dataset and stats first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
         import json
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code
         from vlrl.core.pipeline import parse_shard
+        from vlrl.core.redact import redact
         from vlrl.methods.caprl.curate import CurateConfig, curate
 
         cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max,
-                           batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed)
+                           batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
+                           **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))
         try:
-            stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet)
-        except (OSError, ValueError) as e:
+            stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=force,
+                           retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures)
+        except BackendDown as e:
             typer.echo(f"vlrl data qa-curate: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data qa-curate: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
+        failed = stats.get("failed_this_run", 0)
+        if not stats["images_pending"] and not stats["kept"]:
+            typer.echo(f"vlrl data qa-curate: the dataset in {out}/dataset is empty (no question passed the filters; "
+                       "see drop_reasons above)", err=True)
+            raise typer.Exit(EXIT_FAILED)
+        if failed:
+            typer.echo(f"{failed} image(s) failed in the backend; rerun the same command to retry them", err=True)
+        code = exit_code(stats["images_done"] + stats["images_quarantined"], failed)
+        if code:
+            raise typer.Exit(code)
 
 
     @reward.command("smoke", help="Reward sanity check before training. caprl_qa (default): real captions must out-score "

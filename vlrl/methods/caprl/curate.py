@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, backend_identity, preflight_all, resolve_source
+from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.judge import chat_structured
@@ -58,6 +60,8 @@ class CurateConfig:
     prompt: str = "caprl_qa_generate"
     max_pixels: int | None = None
     """Optional Qwen pixel budget applied when loading images."""
+    max_image_pixels: int | None = 89_478_485
+    """Decompression-bomb limit: images declaring more pixels are quarantined (None: no limit)."""
 
 
 def _read_done(folder: Path, pattern: str) -> list[dict[str, Any]]:
@@ -73,14 +77,39 @@ def curate(
     config: CurateConfig | None = None,
     shard: tuple[int, int] = (0, 1),
     progress: bool = True,
+    *,
+    force: bool = False,
+    retry_quarantined: bool = False,
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES,
 ) -> dict[str, Any]:
-    """Run (or resume) QA curation of ``images`` into ``out``. Returns the stats dict."""
+    """Run (or resume) QA curation of ``images`` into ``out``. Returns the stats dict.
+
+    The stats carry ``failed_this_run`` (images whose model calls failed; a rerun retries them).
+    One process writes a folder and shard at a time; a folder written with other settings is
+    refused (``force`` starts over), see :mod:`vlrl.core.jobs`.
+    """
+    cfg = config or CurateConfig()
+    out = Path(out)
+    tag = f"shard-{shard[0]}-of-{shard[1]}"
+    settings = {"images": resolve_source(str(images)), "vlm": backend_identity(vlm), "answerer": backend_identity(answerer),
+                **{k: v for k, v in asdict(cfg).items() if k != "batch_size"}}
+    job = Job("data qa-curate", out, settings, shard=shard, force=force,
+              outputs=[f"records/{tag}.jsonl", f"records/quarantine-{tag}.jsonl", "dataset", "stats.json"],
+              has_work=lambda: any((out / "records" / f).is_file() and (out / "records" / f).stat().st_size > 0
+                                   for f in (f"{tag}.jsonl", f"quarantine-{tag}.jsonl")),
+              max_consecutive_failures=max_consecutive_failures)
+    with job:
+        if retry_quarantined:
+            _retry_quarantined(out / "records" / f"quarantine-{tag}.jsonl")
+        stats = _curate(images, vlm, answerer, out, cfg, shard, progress, job)
+    return stats
+
+
+def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard: tuple[int, int], progress: bool, job: Job) -> dict[str, Any]:
     from tqdm import tqdm
 
     from vlrl.core.sources import load_any_dataset
 
-    cfg = config or CurateConfig()
-    out = Path(out)
     (out / "records").mkdir(parents=True, exist_ok=True)
     source = load_any_dataset(images)
     refs = source.image_refs()
@@ -94,7 +123,12 @@ def curate(
     mine = [r.id for r in refs if in_shard(r.id, shard)]
     todo_total = sum(1 for i in mine if i not in done)
     logger.info("qa-curate %s: %d images in shard, %d already done", tag, len(mine), len(mine) - todo_total)
+    if not todo_total:  # a finished shard is reported without loading a model
+        store.close()
+        quarantine.close()
+        return {**finalize(out, [r.id for r in refs], cfg, source_root=source.root, refs=by_id), "failed_this_run": 0}
 
+    preflight_all([vlm, answerer])
     cache = out / "cache"
     vlm_backend = load_backend(vlm, cache=cache)
     text_backend = vlm_backend if answerer == vlm else load_backend(answerer, cache=cache)
@@ -108,15 +142,26 @@ def curate(
             loaded = {}
             for image_id in todo:
                 try:
-                    loaded[image_id] = by_id[image_id].load(root=source.root, max_pixels=cfg.max_pixels)
+                    loaded[image_id] = by_id[image_id].load(root=source.root, max_pixels=cfg.max_pixels,
+                                                            max_pixels_limit=cfg.max_image_pixels)
                 except Exception as e:  # noqa: BLE001 - ImageLoadError and anything a decoder throws
+                    job.started()
                     quarantine.add(image_id, getattr(e, "reason", str(e)))
+                    job.quarantined += 1
                     bar.update(1)
             records, failed = _process_batch(loaded, vlm_backend, text_backend, cfg)
+            if records:
+                job.started()
             for rec in records:
                 store.append(rec)
+            job.done += len(records)
+            job.failed += len(failed)
             retry += len(failed)
             bar.update(len(records) + len(failed))
+            if records:
+                job.breaker.success()
+            elif failed:
+                job.breaker.failure(f"{len(failed)} image(s) failed in the batch", n=len(failed))
     finally:
         bar.close()
         store.close()
@@ -125,7 +170,7 @@ def curate(
             b.close()
     if retry:
         logger.warning("%d image(s) hit a backend error and were not written; rerun the same command to retry them", retry)
-    return finalize(out, [r.id for r in refs], cfg, source_root=source.root, refs=by_id)
+    return {**finalize(out, [r.id for r in refs], cfg, source_root=source.root, refs=by_id), "failed_this_run": retry}
 
 
 def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig) -> tuple[list[dict], list[str]]:
