@@ -538,6 +538,9 @@ def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[s
                 break
         interrupted = False
         manifest = sink.close()
+    except KeyboardInterrupt:
+        sink.guard.note_interrupt()
+        raise
     finally:
         if interrupted:
             sink.close(interrupted=True)

@@ -54,20 +54,31 @@ _register_methods()
 def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
     level = logging.DEBUG if verbose else getattr(logging, os.environ.get("VLRL_LOG_LEVEL", "INFO"))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    from vlrl.core.redact import install_log_redaction
+
+    install_log_redaction()  # a server error that echoes the API key never reaches the terminal or a log file
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _invoke(**kwargs) -> None:
     """Run the app; a backend that cannot be built at all (a missing model folder, a bad server
-    address) is a one-line error with exit code 2, like every other bad input, not a traceback."""
+    address) is a one-line error with exit code 2, like every other bad input, not a traceback.
+    Ctrl-C during a long job prints where it stopped and exits 130."""
     from vlrl.core.backends.base import BackendError
+    from vlrl.core.jobs import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED
+    from vlrl.core.redact import redact
 
     try:
         app(**kwargs)
     except BackendError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise SystemExit(2) from None
+        typer.echo(f"error: {redact(e)}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    except SystemExit:
+        if INTERRUPTED:  # Ctrl-C inside a long job: say where it stopped and how to resume
+            typer.echo(INTERRUPTED[0], err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        raise
 
 
 def main() -> None:

@@ -219,25 +219,30 @@ def preflight(spec: Any, timeout: float = 5.0) -> None:
 
 
 def _check_openai(base_url: str, model: str, key_env: str, timeout: float) -> None:
-    import httpx
+    # stdlib urllib: one GET needs no client library, and pre-flight must not depend on the openai SDK's transport
+    import urllib.error
+    import urllib.request
 
-    headers = {}
+    req = urllib.request.Request(f"{base_url}/models")
     if os.environ.get(key_env):
-        headers["Authorization"] = f"Bearer {os.environ[key_env]}"
-    url = f"{base_url}/models"
+        req.add_header("Authorization", f"Bearer {os.environ[key_env]}")
     try:
-        resp = httpx.get(url, headers=headers, timeout=timeout)
-    except httpx.HTTPError as e:
-        raise BackendError(f"openai:{base_url}: server not reachable ({type(e).__name__}: {redact(e)}); is it running?") from None
-    if resp.status_code in (401, 403):
-        raise BackendError(f"openai:{base_url}: the server refused the API key (HTTP {resp.status_code}); check ${key_env}")
-    if resp.status_code == 404:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, body = resp.status, resp.read(1_000_000)
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read(2000)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        why = getattr(e, "reason", e)
+        raise BackendError(f"openai:{base_url}: server not reachable ({redact(why)}); is it running?") from None
+    if status in (401, 403):
+        raise BackendError(f"openai:{base_url}: the server refused the API key (HTTP {status}); check ${key_env}")
+    if status == 404:
         logger.warning("openai:%s: the server has no /models listing; model %r not checked", base_url, model)
         return
-    if resp.status_code >= 400:
-        raise BackendError(f"openai:{base_url}: GET /models answered HTTP {resp.status_code}: {redact(resp.text[:200])}")
+    if status >= 400:
+        raise BackendError(f"openai:{base_url}: GET /models answered HTTP {status}: {redact(body[:200].decode('utf-8', 'replace'))}")
     try:
-        ids = [m.get("id") for m in resp.json().get("data", []) if isinstance(m, dict)]
+        ids = [m.get("id") for m in json.loads(body).get("data", []) if isinstance(m, dict)]
     except (ValueError, AttributeError):
         raise BackendError(f"openai:{base_url}: GET /models did not answer a model list; is this an OpenAI-compatible /v1 URL?") from None
     if model not in ids:
@@ -282,6 +287,8 @@ class CircuitBreaker:
 # -- the job --------------------------------------------------------------------------------------
 
 _CURRENT: list[Job] = []
+INTERRUPTED: list[str] = []
+"""The Ctrl-C report of the job that was interrupted in this process (at most one line)."""
 
 
 class Job:
@@ -337,10 +344,7 @@ class Job:
         return found
 
     def _any_output(self) -> bool:
-        for p in self._existing():
-            if p.is_dir() or (p.is_file() and p.stat().st_size > 0):
-                return True
-        return False
+        return any(p.is_dir() or p.is_file() and p.stat().st_size > 0 for p in self._existing())
 
     def __enter__(self) -> Job:
         self.lock.acquire()
@@ -385,8 +389,12 @@ class Job:
         if _CURRENT and _CURRENT[-1] is self:
             _CURRENT.pop()
         if exc_type is KeyboardInterrupt:
-            exc.vlrl_job = self.where_stopped()  # read by the CLI's Ctrl-C message
+            self.note_interrupt()
         self.lock.release()
+
+    def note_interrupt(self) -> None:
+        """Remember where the job stopped; the CLI prints it after Ctrl-C (exit code 130)."""
+        INTERRUPTED[:] = [self.where_stopped()]
 
     def where_stopped(self) -> str:
         return (f"vlrl {self.name} interrupted: {self.done} record(s) committed this run, {self.quarantined} quarantined, "

@@ -107,6 +107,9 @@ class Quarantine(JsonlStore):
         super().__init__(path, key_field=key_field)
 
     def add(self, key: str, reason: str, **extra: Any) -> None:
+        from vlrl.core.redact import redact
+
+        reason = redact(reason)  # reasons quote server answers and paths; never a credential
         if self.append({self.key_field: key, "reason": reason, **extra}):
             logger.warning("quarantined %s: %s", key, reason)
 

@@ -29,6 +29,7 @@ from vlrl.core.backends.base import (
     SamplingParams,
 )
 from vlrl.core.backends.cache import CachedBackend, ResponseCache
+from vlrl.core.redact import find_credential, redact
 
 __all__ = [
     "Accounting",
@@ -47,18 +48,25 @@ __all__ = [
 
 
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
-    """Split ``kind:target?opts`` into (kind, target, options). Raises ``ValueError`` with the fix."""
+    """Split ``kind:target?opts`` into (kind, target, options). Raises ``ValueError`` with the fix.
+
+    A credential anywhere in the spec (``?api_key=``, ``@model&api_key=``, ``sk-...``, ``user:pw@``)
+    is refused: it would become part of a model name and land in every record; the spec is echoed
+    redacted in every message."""
     if ":" not in spec:
         raise ValueError(
-            f"backend spec {spec!r} has no kind; use 'hf:PATH' or 'openai:http://HOST:PORT/v1@MODEL'"
+            f"backend spec {redact(spec)!r} has no kind; use 'hf:PATH' or 'openai:http://HOST:PORT/v1@MODEL'"
         )
     kind, rest = spec.split(":", 1)
     target, _, query = rest.partition("?")
     opts = dict(parse_qsl(query, keep_blank_values=True))
     if kind not in ("hf", "openai"):
-        raise ValueError(f"backend spec {spec!r}: unknown kind {kind!r} (expected 'hf' or 'openai')")
-    if "api_key" in opts:
-        raise ValueError("never put an API key in a backend spec; name its environment variable with api_key_env=")
+        raise ValueError(f"backend spec {redact(spec)!r}: unknown kind {kind!r} (expected 'hf' or 'openai')")
+    if "api_key" in opts or find_credential(spec):
+        raise ValueError(
+            f"backend spec {redact(spec)!r} holds a credential; never put an API key in a backend spec, "
+            "name its environment variable with api_key_env="
+        )
     return kind, target, opts
 
 
@@ -76,7 +84,7 @@ def load_backend(spec: str | Backend, cache: str | Path | ResponseCache | None =
             from vlrl.core.backends.openai_http import OpenAIBackend
 
             if "@" not in target:
-                raise ValueError(f"backend spec {spec!r}: expected 'openai:BASE_URL@MODEL'")
+                raise ValueError(f"backend spec {redact(spec)!r}: expected 'openai:BASE_URL@MODEL'")
             base_url, model = target.rsplit("@", 1)
             backend = OpenAIBackend.from_spec(base_url, model, **opts)
     if cache is not None and not isinstance(backend, CachedBackend):

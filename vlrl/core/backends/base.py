@@ -166,6 +166,15 @@ class Accounting:
         return {k: v - other.get(k, 0) for k, v in self.snapshot().items()}
 
 
+def _redact_errors(results: Sequence[Any]) -> None:
+    """Error texts end in failure records and logs; a server that echoes the API key must not put it there."""
+    from vlrl.core.redact import redact
+
+    for r in results:
+        if getattr(r, "error", None):
+            r.error = redact(r.error)
+
+
 class BackendError(RuntimeError, ValueError):
     """A backend could not be built or reached at all (not a per-request failure).
 
@@ -188,6 +197,7 @@ class Backend(abc.ABC):
         if not requests:
             return []
         results = self._chat(list(requests))
+        _redact_errors(results)
         self._account(results)
         return results
 
@@ -206,6 +216,7 @@ class Backend(abc.ABC):
             for i, res in zip(valid, self._score_choices([requests[i] for i in valid]), strict=True):
                 results[i] = res
         out = [r if r is not None else ChoiceResult(error="not processed") for r in results]
+        _redact_errors(out)
         self.stats.add(requests=len(requests), failures=sum(not r.ok for r in out))
         return out
 
