@@ -84,6 +84,9 @@ def resolve_source(value: Any) -> Any:
     if value.startswith("hf:"):
         target, sep, query = value[3:].partition("?")
         return f"hf:{resolve_source(target)}{sep}{query}"
+    name, eq, rest = value.partition("=")
+    if eq and rest.startswith("hf:") and ":" not in name:  # NAME=hf:PATH
+        return f"{name}={resolve_source(rest)}"
     p = Path(value).expanduser()
     if p.exists():
         return str(p.resolve())
@@ -199,6 +202,8 @@ def preflight(spec: Any, timeout: float = 5.0) -> None:
     from vlrl.core.backends import parse_spec
 
     kind, target, opts = parse_spec(spec)
+    if kind == "hf" and target.startswith("tiny:"):
+        return  # built on first use by the backend (vlrl.core.tiny), nothing to check yet
     if kind == "hf":
         p = Path(target).expanduser()
         if not p.is_dir():
@@ -269,15 +274,22 @@ class CircuitBreaker:
         self.what = what
         self.consecutive = 0
         self.last: str | None = None
+        self.opened = False
 
     def success(self, n: int = 1) -> None:
-        if n:
+        if n and not self.opened:
             self.consecutive = 0
 
     def failure(self, reason: str | None = None, n: int = 1) -> None:
         self.consecutive += n
         self.last = reason or self.last
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`BackendDown` if open (it stays open: a pipeline that swallows the first
+        exception gets it again at its next model call, which is then not sent)."""
         if self.limit and self.consecutive >= self.limit:
+            self.opened = True
             raise BackendDown(
                 f"stopped after {self.consecutive} consecutive {self.what} failures (last: {redact(self.last or 'unknown')}); "
                 "fix the backend and rerun the same command to continue"
@@ -319,7 +331,11 @@ class Job:
         identity_path: str | Path | None = None,
         stored: dict[str, Any] | None = None,
         max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES,
+        observe: bool = False,
     ) -> None:
+        """``observe``: feed the breaker from every backend result and record the identity at the
+        first record any :class:`~vlrl.core.pipeline.JsonlStore` commits (for pipelines that do
+        not count failures and commits themselves)."""
         self.name = name
         self.out = Path(out)
         self.settings = settings
@@ -334,6 +350,7 @@ class Job:
         self.lock = OutputLock(self.out / f".lock{self.tag}", f"{self.out}{' shard ' + '/'.join(map(str, shard)) if shard[1] > 1 else ''}")
         self.done = self.failed = self.quarantined = 0
         self._recorded = False
+        self.observe = observe
         self.t0 = time.time()
 
     # outputs that exist (globs relative to out)
@@ -365,7 +382,26 @@ class Job:
             self.lock.release()
             raise
         _CURRENT.append(self)
+        if self.observe:
+            from vlrl.core import pipeline
+            from vlrl.core.backends import base
+
+            base.OBSERVERS.append(self._on_results)
+            pipeline.COMMIT_HOOKS.append(self._on_commit)
         return self
+
+    def _on_results(self, results: Any) -> None:
+        self.breaker.check()
+        bad = [r for r in results if getattr(r, "error", None)]
+        if len(bad) < len(results):
+            self.breaker.success()
+        if bad:
+            self.failed += len(bad)
+            self.breaker.failure(bad[-1].error, n=len(bad))
+
+    def _on_commit(self) -> None:
+        self.done += 1
+        self.started()
 
     def _start_over(self) -> None:
         doomed = self._existing() + ([self.identity_path] if self.identity_path.exists() else [])
@@ -388,9 +424,19 @@ class Job:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if _CURRENT and _CURRENT[-1] is self:
             _CURRENT.pop()
+        if self.observe:
+            from vlrl.core import pipeline
+            from vlrl.core.backends import base
+
+            if self._on_results in base.OBSERVERS:
+                base.OBSERVERS.remove(self._on_results)
+            if self._on_commit in pipeline.COMMIT_HOOKS:
+                pipeline.COMMIT_HOOKS.remove(self._on_commit)
         if exc_type is KeyboardInterrupt:
             self.note_interrupt()
         self.lock.release()
+        if exc_type is None and self.breaker.opened:
+            self.breaker.check()  # the pipeline swallowed the breaker's exception: the job still failed
 
     def note_interrupt(self) -> None:
         """Remember where the job stopped; the CLI prints it after Ctrl-C (exit code 130)."""
@@ -399,6 +445,70 @@ class Job:
     def where_stopped(self) -> str:
         return (f"vlrl {self.name} interrupted: {self.done} record(s) committed this run, {self.quarantined} quarantined, "
                 f"{self.failed} failed, in {self.out}; rerun the same command to resume (finished records are kept)")
+
+
+SETTINGS_IGNORED = frozenset({
+    "out", "force", "retry_quarantined", "max_consecutive_failures", "quiet", "progress", "batch_size", "limit",
+    "loaders", "no_cache", "cache", "max_samples",
+})
+"""Command parameters that change how a job runs, not what its outputs mean."""
+
+
+def job_settings(params: dict[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
+    """A job identity from a command's parameters: paths and ``hf:`` specs resolved, run-only flags left out."""
+    skip = SETTINGS_IGNORED | set(ignore)
+    return {k: backend_identity(v) if not isinstance(v, (list, tuple)) else [backend_identity(x) for x in v]
+            for k, v in sorted(params.items()) if k not in skip and v is not None}
+
+
+def run_command_job(
+    name: str,
+    out: str | Path,
+    params: dict[str, Any],
+    fn: Callable[[], Any],
+    *,
+    specs: Iterable[Any] = (),
+    outputs: Iterable[str] = (),
+    quarantine: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    tolerate_dead: bool = False,
+) -> Any:
+    """Run a long command's library call as a :class:`Job` (lock, identity, pre-flight, breaker).
+
+    ``params`` are the command's parameters (``locals()`` at its top); ``force``,
+    ``retry_quarantined`` and ``max_consecutive_failures`` are read from them. ``specs`` are the
+    backend specs to pre-flight; ``outputs`` the globs (under ``out``) that hold the job's work;
+    ``quarantine`` the files ``--retry-quarantined`` moves aside. The lock covers the whole folder.
+    ``tolerate_dead``: a committee job (teacher captions) goes on without the backends that fail
+    pre-flight (each is one warning line) and fails only when every one does.
+    """
+    job = Job(name, out, job_settings(params, ignore), force=bool(params.get("force")), outputs=outputs,
+              max_consecutive_failures=int(params.get("max_consecutive_failures", DEFAULT_MAX_CONSECUTIVE_FAILURES)),
+              observe=True)
+    with job:
+        if params.get("retry_quarantined"):
+            for q in quarantine:
+                retry_quarantined(Path(out) / q)
+        if tolerate_dead:
+            errors = []
+            for spec in (specs := list(specs)):
+                try:
+                    preflight(_spec_of(spec))
+                except BackendError as e:
+                    errors.append(e)
+                    logger.warning("pre-flight: %s (going on without it)", e)
+            if specs and len(errors) == len(specs):
+                raise errors[0]
+        else:
+            preflight_all(_spec_of(s) for s in specs)
+        return fn()
+
+
+def _spec_of(value: Any) -> Any:
+    """``NAME=SPEC`` → ``SPEC`` (teacher and captioner flags name their backends)."""
+    if isinstance(value, str) and "=" in value.split(":", 1)[0]:
+        return value.split("=", 1)[1]
+    return value
 
 
 def current_job() -> Job | None:

@@ -28,6 +28,10 @@ from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
+COMMIT_HOOKS: list[Any] = []
+"""Called (no arguments) after every record a :class:`JsonlStore` commits: the running job records
+its identity on the first one (see :mod:`vlrl.core.jobs`)."""
+
 
 class JsonlStore:
     """Append-only JSONL file whose records are unique by ``key_field``."""
@@ -79,6 +83,8 @@ class JsonlStore:
         if self.fsync:
             os.fsync(self._fh.fileno())
         self._keys.add(key)
+        for hook in list(COMMIT_HOOKS):
+            hook()
         return True
 
     def sync(self) -> None:

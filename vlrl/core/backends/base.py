@@ -166,6 +166,11 @@ class Accounting:
         return {k: v - other.get(k, 0) for k, v in self.snapshot().items()}
 
 
+OBSERVERS: list[Any] = []
+"""Callables given every batch of results a backend produced (the running job's circuit breaker,
+see :mod:`vlrl.core.jobs`); they may raise to stop the job."""
+
+
 def _redact_errors(results: Sequence[Any]) -> None:
     """Error texts end in failure records and logs; a server that echoes the API key must not put it there."""
     from vlrl.core.redact import redact
@@ -199,6 +204,7 @@ class Backend(abc.ABC):
         results = self._chat(list(requests))
         _redact_errors(results)
         self._account(results)
+        self._notify(results)
         return results
 
     def score_choices(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult]:
@@ -213,12 +219,24 @@ class Backend(abc.ABC):
             else:
                 valid.append(i)
         if valid:
-            for i, res in zip(valid, self._score_choices([requests[i] for i in valid]), strict=True):
+            scored = self._score_choices([requests[i] for i in valid])
+            _redact_errors(scored)
+            self._notify(scored)
+            for i, res in zip(valid, scored, strict=True):
                 results[i] = res
         out = [r if r is not None else ChoiceResult(error="not processed") for r in results]
         _redact_errors(out)
         self.stats.add(requests=len(requests), failures=sum(not r.ok for r in out))
         return out
+
+    observed = True
+    """Whether results are reported to :data:`OBSERVERS` (a wrapper such as the cache says no: its
+    inner backend reports what really went to the model)."""
+
+    def _notify(self, results: Sequence[Any]) -> None:
+        if self.observed:
+            for fn in list(OBSERVERS):
+                fn(results)
 
     def identity(self) -> dict[str, Any]:
         """What makes two backends give the same answers (the cache key's backend part)."""

@@ -90,6 +90,7 @@ class CachedBackend(Backend):
         super().__init__(inner.model)
         self.inner = inner
         self.kind = inner.kind
+        self.observed = False  # the inner backend reports real model calls; replays are not evidence
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.stats = inner.stats  # one set of counters for the pair
 

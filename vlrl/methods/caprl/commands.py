@@ -166,18 +166,31 @@ def register(groups: dict[str, typer.Typer]) -> None:
         caption_max_tokens: int = typer.Option(512, "--caption-max-tokens", help="Caption length limit in tokens."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the response cache in OUT/cache."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
+        params = dict(locals())
         from rich.console import Console
         from rich.table import Table
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.redact import redact
         from vlrl.methods.caprl.prism import evaluate_prism
 
         try:
-            res = evaluate_prism(captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
-                                 cache=not no_cache, progress=not quiet)
-        except (OSError, ValueError) as e:
+            res = run_command_job(
+                "eval prism", out, params, lambda: evaluate_prism(
+                    captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
+                    cache=not no_cache, progress=not quiet,
+                ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl"],
+            )
+        except BackendDown as e:
             typer.echo(f"vlrl eval prism: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval prism: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         table = Table(title=f"Prism-style accuracy ({res['n']} questions, {res['images']} images)")
         for col in ("benchmark", "n", "accuracy", "by type", "errors"):
             table.add_column(col)

@@ -29,19 +29,31 @@ def register(groups: dict[str, typer.Typer]) -> None:
         temperature: float = typer.Option(0.0, "--temperature", help="Teacher sampling temperature (0 = greedy)."),
         min_words: int = typer.Option(3, "--min-words", help="Shorter answers count as missing captions."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
+        params = dict(locals())
         import json
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.teachers import run_teacher_committee
 
         try:
-            stats = run_teacher_committee(
-                images, teacher, out, prompt_file=prompt_file, batch_size=batch_size, max_tokens=max_tokens,
-                temperature=temperature, min_words=min_words, shard=shard,
+            stats = run_command_job(
+                "data teacher-captions", out, params, lambda: run_teacher_committee(
+                    images, teacher, out, prompt_file=prompt_file, batch_size=batch_size, max_tokens=max_tokens,
+                    temperature=temperature, min_words=min_words, shard=shard,
+                ), specs=teacher, ignore=("shard",), quarantine=["failures.jsonl"], tolerate_dead=True,
+                outputs=["captions.jsonl", "failures.jsonl", "teacher_captions.jsonl", "stats.json", "meta.json"],
             )
-        except (OSError, ValueError) as e:
+        except BackendDown as e:
             typer.echo(f"vlrl data teacher-captions: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data teacher-captions: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         typer.echo(json.dumps(stats, indent=2))
 
 
@@ -60,20 +72,32 @@ def register(groups: dict[str, typer.Typer]) -> None:
         student_max_tokens: int = typer.Option(512, "--student-max-tokens", help="Student caption length limit in tokens."),
         writer_max_tokens: int = typer.Option(2048, "--writer-max-tokens", help="Rubric writer answer length limit in tokens."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
+        params = dict(locals())
         import json
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.synthesis import build_rubrics
 
         try:
-            stats = build_rubrics(
-                teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
-                writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
-                student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens, seed=seed,
+            stats = run_command_job(
+                "data rubrics", out, params, lambda: build_rubrics(
+                    teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
+                    writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
+                    student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens, seed=seed,
+                ), specs=[student, writer], ignore=("shard", "max_retries"), quarantine=["rejected.jsonl"],
+                outputs=["rubrics.jsonl", "rejected.jsonl", "student.jsonl", "stats.json"],
             )
-        except (OSError, ValueError) as e:
+        except BackendDown as e:
             typer.echo(f"vlrl data rubrics: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data rubrics: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         typer.echo(json.dumps(stats, indent=2))
 
 
@@ -88,19 +112,31 @@ def register(groups: dict[str, typer.Typer]) -> None:
         judge_prompt_file: str | None = typer.Option(None, "--judge-prompt-file", help="Judge prompt template."),
         batch_size: int = typer.Option(16, "--batch-size", help="Requests per backend call."),
         max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for unparseable verdicts."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
+        params = dict(locals())
         from rich.console import Console
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.arena import results_table, run_arena
 
         try:
-            results = run_arena(
-                candidate, baseline, judge, images, out, reference=reference, judge_prompt_file=judge_prompt_file,
-                batch_size=batch_size, max_retries=max_retries,
+            results = run_command_job(
+                "eval arena", out, params, lambda: run_arena(
+                    candidate, baseline, judge, images, out, reference=reference, judge_prompt_file=judge_prompt_file,
+                    batch_size=batch_size, max_retries=max_retries,
+                ), specs=[candidate, *baseline, judge], ignore=("max_retries",),
+                outputs=["results.json", "captions.jsonl", "judgments.jsonl"],
             )
-        except (OSError, ValueError) as e:
+        except BackendDown as e:
             typer.echo(f"vlrl eval arena: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval arena: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         Console().print(results_table(results))
         typer.echo(f"results -> {out}/results.json")
 
@@ -115,21 +151,32 @@ def register(groups: dict[str, typer.Typer]) -> None:
         budgets: str = typer.Option("50,100,200,400", "--budgets", help="Comma-separated word budgets."),
         setting: list[str] = typer.Option([], "--set", help="caprl_qa setting KEY=VALUE (e.g. mode=exact, rounds=4); repeatable."),
         batch_size: int = typer.Option(32, "--batch-size", help="Captions per reward call."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
+        params = dict(locals())
         from rich.console import Console
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa
         from vlrl.rewards.scoring import parse_setting_pairs
 
         try:
             settings = parse_setting_pairs(setting)
-            results = run_caption_qa(
-                qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
-                reward_settings=settings, batch_size=batch_size,
+            results = run_command_job(
+                "eval caption-qa", out, params, lambda: run_caption_qa(
+                    qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
+                    reward_settings=settings, batch_size=batch_size,
+                ), specs=[answerer, *captioner], outputs=["results.json", "scores.jsonl", "captions.jsonl"],
             )
-        except (OSError, ValueError) as e:
+        except BackendDown as e:
             typer.echo(f"vlrl eval caption-qa: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl eval caption-qa: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         Console().print(results_table(results))
         typer.echo(f"results -> {out}/results.json, plot -> {out}/accuracy_vs_budget.png")
 

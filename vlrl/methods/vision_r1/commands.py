@@ -26,18 +26,32 @@ def register(groups: dict[str, typer.Typer]) -> None:
         reasoner_max_tokens: int = typer.Option(8192, "--reasoner-max-tokens"),
         temperature: float = typer.Option(0.0, "--temperature"),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
+        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
+        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
+        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
     ) -> None:
+        params = dict(locals())
         import json
 
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.redact import redact
         from vlrl.methods.vision_r1.cold_start import cold_start
 
         try:
-            stats = cold_start(input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
-                               vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
-                               temperature=temperature, shard=shard)
-        except (OSError, ValueError) as e:
+            stats = run_command_job(
+                "data cold-start", out, params, lambda: cold_start(
+                    input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
+                    vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
+                    temperature=temperature, shard=shard,
+                ), specs=[vlm, reasoner], ignore=("shard",), quarantine=["quarantine.jsonl"],
+                outputs=["sft.jsonl", "rejected.jsonl", "quarantine.jsonl", "stats.json"],
+            )
+        except BackendDown as e:
             typer.echo(f"vlrl data cold-start: {e}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_FAILED) from None
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data cold-start: {redact(e)}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         typer.echo(json.dumps(stats, indent=2))
 
 
