@@ -361,3 +361,41 @@ def test_qa_curate_identity_lock_and_empty_dataset_exit(tmp_path):
                            "--answerer", "hf:/no/such", "--out", str(tmp_path / "qa2"), "-q"],
                           capture_output=True, text=True, env=_env(), timeout=300)
     assert dead.returncode == EXIT_USAGE and "not reachable" in dead.stderr and not (tmp_path / "qa2" / "job.json").exists()
+
+
+# -- the other long jobs run through the same Job -------------------------------------------------
+
+
+def test_teacher_captions_identity_breaker_and_dead_committee(tmp_path):
+    imgs = _corpus(tmp_path / "imgs", 6)
+    out = tmp_path / "t"
+
+    def run(*args):
+        return subprocess.run([VLRL, "data", "teacher-captions", "--images", str(imgs), "--out", str(out), *args],
+                              capture_output=True, text=True, env=_env(), timeout=300)
+
+    dead = f"openai:http://127.0.0.1:{free_port()}/v1@m"
+    res = run("--teacher", f"a={dead}")  # the whole committee is unreachable: one line, nothing written
+    assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr and not (out / "job.json").exists()
+    with FakeOpenAI() as srv:
+        srv.fail = (503, f'{{"error": "down, key {KEY}"}}')
+        res = run("--teacher", f"a={srv.spec()}", "--max-consecutive-failures", "3", "--batch-size", "1")
+        assert res.returncode == EXIT_FAILED and "consecutive backend failures" in res.stderr and KEY not in res.stderr
+        assert srv.chats < 6
+        srv.fail = None
+        assert run("--teacher", f"a={srv.spec()}").returncode == EXIT_OK
+        res = run("--teacher", f"a={srv.spec()}", "--max-tokens", "9")
+        assert res.returncode == EXIT_USAGE and "max_tokens: 512 → 9" in res.stderr
+    for p in out.rglob("*.jsonl"):
+        assert KEY not in p.read_text()
+
+
+def test_prism_dead_answerer_fails_preflight(tmp_path):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"image": "x.png", "question": "q?", "answer": "a"}) + "\n")
+    with FakeOpenAI() as srv:
+        res = subprocess.run([VLRL, "eval", "prism", "--captioner", srv.spec(), "--answerer",
+                              f"openai:http://127.0.0.1:{free_port()}/v1@m", "--bench", str(bench), "--out", str(tmp_path / "p")],
+                             capture_output=True, text=True, env=_env(), timeout=300)
+        assert srv.chats == 0
+    assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr.strip().splitlines()[-1]

@@ -101,7 +101,9 @@ def backend_identity(spec: Any) -> Any:
         return resolve_source(spec)
     if hasattr(spec, "model") and hasattr(spec, "kind"):
         return f"{spec.kind}:{spec.model}"
-    return type(spec).__name__
+    if spec is None or isinstance(spec, (bool, int, float, dict)):
+        return spec
+    return resolve_source(str(spec)) if isinstance(spec, Path) else type(spec).__name__
 
 
 # -- single writer --------------------------------------------------------------------------------
@@ -392,6 +394,8 @@ class Job:
 
     def _on_results(self, results: Any) -> None:
         self.breaker.check()
+        if results is None:  # before a call
+            return
         bad = [r for r in results if getattr(r, "error", None)]
         if len(bad) < len(results):
             self.breaker.success()

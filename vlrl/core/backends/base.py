@@ -167,8 +167,8 @@ class Accounting:
 
 
 OBSERVERS: list[Any] = []
-"""Callables given every batch of results a backend produced (the running job's circuit breaker,
-see :mod:`vlrl.core.jobs`); they may raise to stop the job."""
+"""Callables given every batch of results a backend produced, and ``None`` before each call (the
+running job's circuit breaker, see :mod:`vlrl.core.jobs`); they may raise to stop the job."""
 
 
 def _redact_errors(results: Sequence[Any]) -> None:
@@ -201,6 +201,7 @@ class Backend(abc.ABC):
     def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         if not requests:
             return []
+        self._notify(None)  # an open circuit breaker stops the call before anything is sent
         results = self._chat(list(requests))
         _redact_errors(results)
         self._account(results)
@@ -219,6 +220,7 @@ class Backend(abc.ABC):
             else:
                 valid.append(i)
         if valid:
+            self._notify(None)
             scored = self._score_choices([requests[i] for i in valid])
             _redact_errors(scored)
             self._notify(scored)
