@@ -231,10 +231,10 @@ def test_guard_command(tmp_path):
     assert set(report) <= {"results", "summary"}
     results = {r["id"]: r for r in report["results"]}
     assert list(results) == ["honest", "form", "praise", "grader", "loop", "short"]
-    for r in report["results"]:
-        assert set(r) == {"id", "fired", "penalty"}
+    for r in report["results"]:  # the input's id and caption are kept so the report joins back to it
+        assert set(r) == {"id", "fired", "penalty", "caption"}
     assert results["honest"]["fired"] == [] and results["form"]["fired"] == []
-    assert results["praise"] == {"id": "praise", "fired": ["self_praise"], "penalty": 1.0}
+    assert {k: results["praise"][k] for k in ("id", "fired", "penalty")} == {"id": "praise", "fired": ["self_praise"], "penalty": 1.0}
     assert results["grader"]["fired"] == ["grader_address"]
     assert results["loop"]["fired"] == ["repetition"]
     assert results["short"]["fired"] == ["length"]

@@ -10,8 +10,8 @@ app = typer.Typer(no_args_is_help=True)
 @app.command("score")
 def score_cmd(
     reward: str = typer.Option(..., "--reward", "-r", help="Registered reward name (e.g. hfrrf, guards, caprl_qa) or module:function."),
-    input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "completion", ...reward columns}.'),
-    out: str = typer.Option(..., "--out", "-o", help='Output JSONL: {"id", "reward", "details"} per row.'),
+    input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "completion", ...reward columns}; `vlrl caption` output ({"image_id", "caption"}) is read as is.'),
+    out: str = typer.Option(..., "--out", "-o", help='Output JSONL: {"id", "reward", "details"} per row, plus the input\'s id and text columns and image reference.'),
     setting: list[str] = typer.Option([], "--set", "-s", help="Reward setting key=value (JSON/YAML value; a.b=v nests). Repeatable."),
     settings: str | None = typer.Option(None, "--settings", help="Reward settings as a JSON object."),
     settings_file: str | None = typer.Option(None, "--settings-file", help="Reward settings as a YAML/JSON file."),
@@ -19,8 +19,13 @@ def score_cmd(
     judge: str | None = typer.Option(None, "--judge", help="Shortcut for -s judge=SPEC (backend spec)."),
     cache: str | None = typer.Option(None, "--cache", help="Shortcut for -s cache=DIR (response cache)."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Rows per reward call."),
+    id_column: str | None = typer.Option(None, "--id-column", help="Column holding the row id (default: id, else image_id)."),
+    text_column: str | None = typer.Option(None, "--text-column", help="Column holding the text to score (default: completion, else caption)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 3 when some rows failed (default: only a run where every row failed exits non-zero)."),
 ) -> None:
-    """Score JSONL rows with any registered reward; bad rows get reward null and details.error."""
+    """Score JSONL rows with any registered reward; bad rows get reward null and details.error.
+
+    Exit codes: 0 done; 1 every row failed; 2 bad settings or input file; 3 (with --strict) some rows failed."""
     import json
 
     from vlrl.rewards import build_reward
@@ -36,24 +41,40 @@ def score_cmd(
         typer.echo(f"error: cannot build reward {reward!r}: {e}", err=True)
         raise typer.Exit(2) from None
     try:
-        summary = score_rows_file(scorer, input, out, batch_size=batch_size)
+        summary = score_rows_file(scorer, input, out, batch_size=batch_size, id_column=id_column, text_column=text_column)
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     finally:
         scorer.close()  # logs each backend's accounting
     typer.echo(json.dumps(summary, indent=2, default=str))
+    _exit_for(summary["scored"], summary["errors"], strict, f"{input}: no row could be scored (see the errors above)")
+
+
+def _exit_for(ok: int, failed: int, strict: bool, all_failed: str) -> None:
+    from vlrl.core.jobs import EXIT_FAILED, EXIT_PARTIAL
+
+    if failed and not ok:
+        typer.echo(f"error: {all_failed}", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    if failed and strict:
+        raise typer.Exit(EXIT_PARTIAL)
 
 
 @app.command("guard")
 def guard_cmd(
-    input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "caption"}.'),
-    json_out: str = typer.Option(..., "--json", help='Output JSON {"results": [{"id", "fired", "penalty"}], "summary"}.'),
+    input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "caption"}; `vlrl caption` output ({"image_id", "caption"}) is read as is.'),
+    json_out: str = typer.Option(..., "--json", help='Output JSON {"results": [{"id", "fired", "penalty", ...input id/text/image}], "summary"}.'),
     setting: list[str] = typer.Option([], "--set", "-s", help="Guard setting key=value, e.g. length.min_words=20. Repeatable."),
     settings: str | None = typer.Option(None, "--settings", help="Guard settings as a JSON object."),
     settings_file: str | None = typer.Option(None, "--settings-file", help="Guard settings as a YAML/JSON file."),
+    id_column: str | None = typer.Option(None, "--id-column", help="Column holding the row id (default: id, else image_id)."),
+    text_column: str | None = typer.Option(None, "--text-column", help="Column holding the caption (default: caption, else completion)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 3 when some rows were bad (default: only a run where every row was bad exits non-zero)."),
 ) -> None:
-    """Run every reward-hacking guard over captions and report which fired."""
+    """Run every reward-hacking guard over captions and report which fired.
+
+    Exit codes: 0 done; 1 every row was bad; 2 bad settings or input file; 3 (with --strict) some rows were bad."""
     from vlrl.core.pipeline import atomic_write_json
     from vlrl.rewards.guards import GuardSet
     from vlrl.rewards.scoring import guard_rows_file, load_settings
@@ -64,7 +85,7 @@ def guard_cmd(
         typer.echo(f"error: bad guard settings: {e}", err=True)
         raise typer.Exit(2) from None
     try:
-        report = guard_rows_file(guards, input)
+        report = guard_rows_file(guards, input, id_column=id_column, text_column=text_column)
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -72,6 +93,7 @@ def guard_cmd(
     s = report["summary"]
     rates = ", ".join(f"{k} {v:.1%}" for k, v in s["firing_rate"].items())
     typer.echo(f"{s['rows']} captions, {len(s['errors'])} bad rows; any guard fired on {s['any_rate']:.1%} ({rates})")
+    _exit_for(s["rows"], len(s["errors"]), strict, f"{input}: every row was bad (see the errors above); nothing was checked")
 
 
 @app.command("list")

@@ -108,24 +108,56 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+ID_KEYS = ("id", "image_id")
+"""Where a row's id is looked for: ``vlrl caption`` writes ``image_id``, most row files ``id``."""
+IMAGE_REF_KEYS = ("image", "image_path", "path", "images")
+"""Image references carried from input rows to score and guard outputs (only when they are text)."""
+
+
 def iter_rows(
-    path: str | Path, text_key: str, fallback_keys: tuple[str, ...] = ()
+    path: str | Path,
+    text_key: str,
+    fallback_keys: tuple[str, ...] = (),
+    *,
+    id_column: str | None = None,
+    text_column: str | None = None,
 ) -> Iterator[tuple[int, dict | None, str | None]]:
-    """``(line number, row, error)`` for every non-blank line; ``error`` names what is wrong."""
+    """``(line number, row, error)`` for every non-blank line; ``error`` names what is wrong.
+
+    The row's id is read from ``id_column`` (default: ``id``, else ``image_id``) and stored as
+    ``row["id"]``; its text from ``text_column`` (default: ``text_key``, else ``fallback_keys``)
+    as ``row[text_key]``; ``row["_keys"]`` names the columns they came from. So the output of
+    ``vlrl caption`` (``image_id``, ``caption``) is read as it is. A bad line (not UTF-8, not JSON,
+    nested too deep, a lone surrogate) is one bad row, never the end of the file.
+    """
+    id_keys = (id_column,) if id_column else ID_KEYS
+    text_keys = (text_column,) if text_column else (text_key, *fallback_keys)
     for lineno, row, bad in iter_jsonl(path):
         if row is None:
             yield lineno, None, bad
             continue
-        if row.get("id") is None:
-            yield lineno, row, "missing 'id'"
+        id_key = next((k for k in id_keys if row.get(k) is not None), None)
+        if id_key is None:
+            yield lineno, row, f"missing {' or '.join(map(repr, id_keys))}"
             continue
-        if text_key not in row:
-            alt = next((k for k in fallback_keys if k in row), None)
-            if alt is None:
-                yield lineno, row, f"missing {text_key!r}"
-                continue
-            row = {**row, text_key: row[alt]}
-        yield lineno, row, None
+        tkey = next((k for k in text_keys if k in row), None)
+        if tkey is None:
+            yield lineno, {**row, "id": row[id_key]}, f"missing {' or '.join(map(repr, text_keys))}"
+            continue
+        yield lineno, {**row, "id": row[id_key], text_key: row[tkey], "_keys": (id_key, tkey)}, None
+
+
+def carried(row: dict | None) -> dict[str, Any]:
+    """The input's id and text under their own column names, and its image reference: what an
+    output row keeps so the next step (a notebook, another command) can join it back."""
+    if not row or "_keys" not in row:
+        return {}
+    id_key, text_key = row["_keys"]
+    out = {id_key: row[id_key], text_key: row[text_key]}
+    for k in IMAGE_REF_KEYS:
+        if isinstance(row.get(k), str):
+            out[k] = row[k]
+    return out
 
 
 def _count_lines(path: str | Path) -> int:
@@ -136,7 +168,7 @@ def _count_lines(path: str | Path) -> int:
 def _score_batch(reward: Reward, rows: list[dict]) -> list[Score | Exception]:
     """One reward call for the whole batch; if it raises, rows are retried one by one."""
     texts = [completion_text(r["completion"]) for r in rows]
-    keys = sorted({k for r in rows for k in r} - {"id", "completion", "prompt", "prompts"})
+    keys = sorted({k for r in rows for k in r} - {"id", "completion", "prompt", "prompts", "_keys"})
     columns = {k: [r.get(k) for r in rows] for k in keys}
     prompts = [r.get("prompt") for r in rows] if any("prompt" in r for r in rows) else None
     try:
@@ -152,10 +184,18 @@ def _score_batch(reward: Reward, rows: list[dict]) -> list[Score | Exception]:
 
 
 def score_rows_file(
-    reward: Reward, input_path: str | Path, out_path: str | Path, batch_size: int = 64, progress: bool = True
+    reward: Reward,
+    input_path: str | Path,
+    out_path: str | Path,
+    batch_size: int = 64,
+    progress: bool = True,
+    *,
+    id_column: str | None = None,
+    text_column: str | None = None,
 ) -> dict[str, Any]:
     """Score every row of ``input_path`` with ``reward``; write ``{"id", "reward", "details"}`` lines
-    to ``out_path`` in input order. Returns a summary (counts, mean reward, mean of each detail)."""
+    to ``out_path`` in input order, each also carrying the input's id and text columns and image
+    reference (:func:`carried`). Returns a summary (counts, mean reward, mean of each detail)."""
     from tqdm import tqdm
 
     if batch_size < 1:
@@ -174,7 +214,9 @@ def score_rows_file(
         good = [(ln, row) for ln, row, err in pending if err is None]
         results = iter(_score_batch(reward, [row for _, row in good]) if good else [])
         for lineno, row, err in pending:
-            rec: dict[str, Any] = {"id": row.get("id") if row else None}
+            rec: dict[str, Any] = {"id": row.get("id") if row else None, **carried(row)}
+            if err is None and not isinstance(row["completion"], (str, list, dict)):
+                err = f"id {row['id']!r}: the text must be a string (got {type(row['completion']).__name__})"
             if err is None:
                 res = next(results)
                 if isinstance(res, Exception):
@@ -203,7 +245,7 @@ def score_rows_file(
             disable=not progress,
         ) as bar,
     ):
-        for lineno, row, err in iter_rows(input_path, "completion"):
+        for lineno, row, err in iter_rows(input_path, "completion", ("caption",), id_column=id_column, text_column=text_column):
             if err is None and (missing := [c for c in required if row.get(c) is None]):
                 err = f"id {row['id']!r}: missing column(s) {', '.join(map(repr, missing))} needed by the reward"
             pending.append((lineno, row, err))
@@ -227,11 +269,14 @@ def score_rows_file(
     }
 
 
-def guard_rows_file(guards: Any, input_path: str | Path) -> dict[str, Any]:
-    """Run a :class:`~vlrl.rewards.guards.GuardSet` over ``{"id", "caption"}`` rows.
+def guard_rows_file(
+    guards: Any, input_path: str | Path, *, id_column: str | None = None, text_column: str | None = None
+) -> dict[str, Any]:
+    """Run a :class:`~vlrl.rewards.guards.GuardSet` over ``{"id", "caption"}`` rows (or
+    ``{"image_id", "caption"}`` as ``vlrl caption`` writes them, or ``completion`` as text).
 
-    Returns ``{"results": [{"id", "fired", "penalty"}], "summary": {...}}``; bad rows are left out
-    of ``results`` and listed in ``summary.errors`` with their line.
+    Returns ``{"results": [{"id", "fired", "penalty", ...carried}], "summary": {...}}``; bad rows are
+    left out of ``results`` and listed in ``summary.errors`` with their line.
     """
     from tqdm import tqdm
 
@@ -239,10 +284,11 @@ def guard_rows_file(guards: Any, input_path: str | Path) -> dict[str, Any]:
     errors: list[dict[str, Any]] = []
     counts = dict.fromkeys(guards.names, 0)
     for lineno, row, err in tqdm(
-        iter_rows(input_path, "caption", fallback_keys=("completion",)), unit="row", desc="guards", disable=None
+        iter_rows(input_path, "caption", fallback_keys=("completion",), id_column=id_column, text_column=text_column),
+        unit="row", desc="guards", disable=None
     ):
         if err is None and not isinstance(row["caption"], (str, list, dict)) and row["caption"] is not None:
-            err = f"id {row['id']!r}: 'caption' must be a string"
+            err = f"id {row['id']!r}: 'caption' must be a string (got {type(row['caption']).__name__})"
         if err is not None:
             logger.error("%s:%d: %s", input_path, lineno, err)
             errors.append({"line": lineno, "id": row.get("id") if row else None, "error": err})
@@ -250,7 +296,7 @@ def guard_rows_file(guards: Any, input_path: str | Path) -> dict[str, Any]:
         report = guards.evaluate(completion_text(row["caption"]) if row["caption"] is not None else "")
         for name in report.fired:
             counts[name] += 1
-        results.append({"id": row["id"], "fired": report.fired, "penalty": report.penalty})
+        results.append({**carried(row), "id": row["id"], "fired": report.fired, "penalty": report.penalty})
     n = len(results)
     summary = {
         "rows": n,
