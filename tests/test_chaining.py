@@ -1,0 +1,85 @@
+"""One command's output is the next one's input: `vlrl caption` → `vlrl reward guard` / `reward score`,
+without reshaping; and a malformed row is one bad row with a reason, never the end of a file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from vlrl.rewards.guards import GuardSet
+from vlrl.rewards.scoring import guard_rows_file, iter_rows
+
+try:
+    from fake_openai import FakeOpenAI
+    from test_jobs import _corpus, _env
+except ImportError:  # tests/ imported as a package
+    from tests.fake_openai import FakeOpenAI
+    from tests.test_jobs import _corpus, _env
+
+VLRL = str(Path(sys.executable).parent / "vlrl")
+
+
+def test_caption_output_feeds_guard_and_score_as_is(tmp_path):
+    imgs = _corpus(tmp_path / "imgs", 5)
+    out = tmp_path / "caps"
+    with FakeOpenAI() as srv:
+        res = subprocess.run([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(), "--out", str(out), "--no-progress"],
+                             capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (part,) = (out / "captions").glob("*.jsonl")
+    captions = {json.loads(line)["image_id"]: json.loads(line)["caption"] for line in part.read_text().splitlines()}
+
+    guard = subprocess.run([VLRL, "reward", "guard", "--input", str(part), "--json", str(tmp_path / "g.json")],
+                           capture_output=True, text=True, env=_env(), timeout=300)
+    assert guard.returncode == 0, guard.stderr[-2000:]
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["summary"]["rows"] == 5 and report["summary"]["errors"] == []
+    assert {r["image_id"]: r["caption"] for r in report["results"]} == captions
+    assert all(r["id"] == r["image_id"] for r in report["results"])
+
+    score = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(part), "--out", str(tmp_path / "s.jsonl")],
+                           capture_output=True, text=True, env=_env(), timeout=300)
+    assert score.returncode == 0, score.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and all(r["reward"] is not None for r in rows)
+    assert {r["image_id"]: r["caption"] for r in rows} == captions
+
+
+def test_every_row_failing_exits_non_zero_and_columns_can_be_named(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"key": f"k{i}", "txt": "A red bus at a stop."}) + "\n" for i in range(3)))
+    res = subprocess.run([VLRL, "reward", "guard", "--input", str(rows), "--json", str(tmp_path / "g.json")],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 1 and "every row was bad" in res.stderr
+    res = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(rows), "--out", str(tmp_path / "s.jsonl")],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 1 and "no row could be scored" in res.stderr
+    res = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(rows), "--out", str(tmp_path / "s.jsonl"),
+                          "--id-column", "key", "--text-column", "txt"], capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in out] == ["k0", "k1", "k2"] and all(r["txt"] == "A red bus at a stop." for r in out)
+
+
+def test_malformed_lines_are_bad_rows_not_a_crash(tmp_path):
+    good = json.dumps({"id": "ok", "caption": "A cat on a mat."}).encode()
+    lines = [
+        good,
+        b'{"id": "utf8", "caption": "caf\xe9"}',                      # invalid UTF-8
+        b'{"id": "\\ud800", "caption": "lone surrogate in the id"}',  # a lone surrogate
+        json.dumps({"id": "num", "caption": 42}).encode(),            # a non-string text
+        b"[" * 100_000 + b"]" * 100_000,                               # 100k-deep JSON
+        json.dumps({"id": "noimg"}).encode(),                         # no text column
+        json.dumps({"id": "ok2", "completion": "A dog."}).encode(),
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    errors = {ln: err for ln, _, err in iter_rows(path, "caption", ("completion",)) if err}
+    assert set(errors) == {2, 3, 5, 6}
+    assert "UTF-8" in errors[2] and "surrogate" in errors[3] and "deep" in errors[5] and "missing" in errors[6]
+    report = guard_rows_file(GuardSet.from_settings(), path)
+    assert [r["id"] for r in report["results"]] == ["ok", "ok2"]
+    assert {e["line"] for e in report["summary"]["errors"]} == {2, 3, 4, 5, 6}
+    assert "must be a string" in next(e["error"] for e in report["summary"]["errors"] if e["line"] == 4)
