@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from vlrl.core.images import ImageLoadError
 from vlrl.core.pipeline import JsonlStore, iter_jsonl, read_jsonl
 
 GOOD = [{"id": "a", "n": 1}, {"id": "b", "text": "caf\u00e9 \U0001f600"}, {"id": "c", "n": 3}]
@@ -110,8 +112,9 @@ def test_reward_score_cli_survives_every_bad_line(tmp_path):
         assert f"rows.jsonl:{lineno}:" in proc.stderr
 
 
-def test_caption_manifest_skips_bad_lines_and_keeps_the_rest(tmp_path, caplog):
-    """A corpus manifest with a non-UTF-8 or non-object line used to stop `vlrl caption`; now the line is skipped."""
+def test_caption_manifest_quarantines_bad_lines_and_keeps_the_rest(tmp_path):
+    """A corpus manifest with a non-UTF-8 or non-object line used to stop `vlrl caption`; now the
+    line is an item that fails to open with its reason (the job quarantines it) and the rest is read."""
     from PIL import Image
 
     from vlrl.core.sources import open_source
@@ -120,7 +123,11 @@ def test_caption_manifest_skips_bad_lines_and_keeps_the_rest(tmp_path, caplog):
         Image.new("RGB", (8, 8), "red").save(tmp_path / name)
     lines = [b'{"image": "a.png", "id": "a"}', *BAD_LINES.values(), b'{"image": "b.png", "id": "b"}']
     (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    with caplog.at_level(logging.WARNING):
-        items = list(open_source(str(tmp_path / "m.jsonl")))
-    assert [it.image_id for it in items] == ["a", "b"] and all(it.open().size == (8, 8) for it in items)
-    assert sum("skipping a bad line" in r.getMessage() for r in caplog.records) == len(BAD_LINES)
+    items = list(open_source(str(tmp_path / "m.jsonl")))
+    good = [it for it in items if it.image_id in ("a", "b")]
+    assert [it.image_id for it in good] == ["a", "b"] and all(it.open().size == (8, 8) for it in good)
+    bad = [it for it in items if it not in good]
+    assert [it.image_id for it in bad] == [f"m.jsonl:line{i}" for i in range(2, 2 + len(BAD_LINES))]
+    for it, kind in zip(bad, BAD_LINES, strict=True):
+        with pytest.raises(ImageLoadError, match=re.escape(EXPECTED[kind])):
+            it.open()

@@ -45,6 +45,7 @@ from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
 from vlrl.core.prompts import from_string, template_path
 from vlrl.core.sources import ImageItem, ImageSource, TarShardSource, open_source
+from vlrl.core.sources.stream import bad_locator
 
 logger = logging.getLogger(__name__)
 
@@ -430,8 +431,27 @@ def count_in_shard(source: ImageSource, shard: tuple[int, int]) -> int | None:
 
 
 def pending_items(source: ImageSource, sink: Sink, shard: tuple[int, int], with_data: bool = True) -> Iterator[ImageItem]:
+    """Items of this shard not yet captioned or quarantined.
+
+    An id seen again with a *different* locator (another file under the same name) is not dropped:
+    it becomes its own record, ``ID#dup-HASH``, quarantined with the reason, so the user sees the
+    clash. An exact repeat (same id, same locator) is the same image and is skipped.
+    """
+    import hashlib
+
+    seen: dict[str, bytes] = {}
     for item in source.iter_items(with_data=with_data):
-        if in_shard(item.image_id, shard) and not sink.is_done(item.image_id):
+        if not in_shard(item.image_id, shard):
+            continue
+        where = hashlib.sha1(repr(sorted(item.locator.items())).encode()).digest()[:8] if item.locator else None
+        first = seen.setdefault(item.image_id, where) if where is not None else None
+        if first is not None and first != where:
+            dup = f"{item.image_id}#dup-{where.hex()}"
+            if not sink.is_done(dup):
+                yield ImageItem(dup, bad_locator(f"duplicate image_id {item.image_id!r} names a different image "
+                                                 f"({item.locator.get('path', item.locator)}); give it a unique id"))
+            continue
+        if not sink.is_done(item.image_id):
             yield item
 
 

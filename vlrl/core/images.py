@@ -114,6 +114,8 @@ def load_image(
         raise ValueError(f"max_pixels ({max_pixels}) must be >= min_pixels ({min_pixels})")
     if isinstance(src, dict):
         data, path = src.get("bytes"), src.get("path")
+        if isinstance(data, str):  # {"bytes": "<a path>"} is a path: it gets the root check below, like any path
+            data, path = None, data
         src = data if data else path
         if record is None and path:
             record = path

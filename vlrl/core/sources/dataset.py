@@ -131,9 +131,13 @@ class DatasetSource:
         for i, row in enumerate(self.dataset):
             value = row.get(self.image_column) if self.image_column else None
             data, path = (value.get("bytes"), value.get("path")) if isinstance(value, dict) else (None, value)
+            if isinstance(data, str):  # {"bytes": "<a path>"}: a path, under the same root policy as any path
+                data, path = None, data
             if isinstance(row.get("path"), str) and row["path"]:
                 path = row["path"]  # the relative path column written next to an Image feature
             try:
+                if path is not None and not isinstance(path, str):
+                    raise ImageLoadError(self._id(i, row), f"image is {type(path).__name__} {str(path)[:40]!r}, not a path or image bytes")
                 if path and Path(path).is_absolute():
                     try:
                         path = Path(path).resolve().relative_to(self.base.resolve()).as_posix()

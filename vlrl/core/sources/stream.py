@@ -150,6 +150,12 @@ class FolderSource(ImageSource):
 # -- manifest (jsonl / parquet) --------------------------------------------------------------------
 
 
+def bad_locator(reason: str) -> dict[str, Any]:
+    """The locator of a record that names no usable image: reading it raises with ``reason``, so the
+    job quarantines that one record and goes on."""
+    return {"kind": "bad", "reason": reason}
+
+
 def _pick(columns: Any, candidates: tuple[str, ...], what: str, path: str, required: bool = True) -> str | None:
     for c in candidates:
         if c in columns:
@@ -169,7 +175,10 @@ class ManifestSource(ImageSource):
         self.id_column = id_column
         self.is_parquet = str(root).endswith(".parquet")
 
-    def _item(self, row: dict[str, Any], img_col: str, id_col: str | None, n: int, locator: dict) -> ImageItem:
+    def _item(self, row: dict[str, Any], img_col: str | None, id_col: str | None, n: int, locator: dict) -> ImageItem:
+        if img_col is None:  # a row without any image column: quarantined with the reason, the job goes on
+            image_id = str(row[id_col]) if id_col and row.get(id_col) is not None else f"{Path(self.root).name}:{n}"
+            return ImageItem(image_id, bad_locator(f"row has no image column (expected one of {', '.join(IMAGE_COLUMNS)})"))
         if img_col not in row:  # listing without the image column: the row's locator says where it is
             meta = {k: v for k, v in row.items() if k != id_col and isinstance(v, (str, int, float, bool))}
             return ImageItem(str(row[id_col]), locator, meta=meta)
@@ -178,8 +187,14 @@ class ManifestSource(ImageSource):
         if isinstance(value, dict):  # HF image struct
             data = value.get("bytes")
             path = value.get("path")
+            if isinstance(data, str):  # {"bytes": "<a path>"}: a path, and it gets the same root policy as any path
+                data, path = None, data
         else:
             path = value
+        if path is not None and not isinstance(path, str) or data is not None and not isinstance(data, (bytes, bytearray)):
+            image_id = str(row[id_col]) if id_col and row.get(id_col) is not None else f"{Path(self.root).name}:{n}"
+            bad = path if path is not None and not isinstance(path, str) else data
+            return ImageItem(image_id, bad_locator(f"{img_col!r} is {type(bad).__name__} {str(bad)[:40]!r}, not a path or image bytes"))
         if id_col is not None and row.get(id_col) is not None:
             image_id = str(row[id_col])
         elif path:
@@ -198,11 +213,15 @@ class ManifestSource(ImageSource):
 
     def _iter_jsonl(self) -> Iterator[ImageItem]:
         n = 0
+        name = Path(self.root).name
         for lineno, row, reason in iter_jsonl(self.root):
-            if row is None:
-                logger.warning("%s:%d: skipping a bad line: %s", self.root, lineno, reason)
+            if row is None:  # one bad line is one quarantined record with its reason, never the end of the file
+                why = f"line {lineno}: {reason}"
+                yield ImageItem(f"{name}:line{lineno}", bad_locator(why), error=why)
                 continue
-            img_col = self.image_column or _pick(row, IMAGE_COLUMNS, "image", f"{self.root}:{lineno}")
+            img_col = self.image_column if self.image_column else _pick(row, IMAGE_COLUMNS, "image", f"{self.root}:{lineno}", required=False)
+            if self.image_column and self.image_column not in row:
+                img_col = None
             id_col = self.id_column or _pick(row, ID_COLUMNS, "id", self.root, required=False)
             yield self._item(row, img_col, id_col, n, {})
             n += 1
@@ -469,4 +488,8 @@ def read_locator(loc: dict[str, Any]) -> Any:
         return _HANDLES[key].column(0)[int(loc["index"])].as_py()
     if kind == "missing":
         return {"bytes": None, "path": None}
+    if kind == "bad":
+        from vlrl.core.images import ImageLoadError
+
+        raise ImageLoadError(loc.get("id", "<record>"), loc["reason"])
     raise ValueError(f"unreadable locator {loc!r}")
