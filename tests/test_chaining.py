@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from vlrl.rewards.guards import GuardSet
 from vlrl.rewards.scoring import guard_rows_file, iter_rows
 
@@ -45,6 +47,31 @@ def test_caption_output_feeds_guard_and_score_as_is(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all(r["reward"] is not None for r in rows)
     assert {r["image_id"]: r["caption"] for r in rows} == captions
+    assert all(Path(r["image"]).is_file() for r in rows)  # the image reference travels with the row
+
+
+def test_reward_notebook_runs_headless_on_real_command_output(tmp_path):
+    """The documented way (docs/notebooks.md): nbconvert --execute --output-dir, never over the source."""
+    pytest.importorskip("nbconvert")
+    imgs = _corpus(tmp_path / "imgs", 4)
+    with FakeOpenAI() as srv:
+        assert subprocess.run([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(), "--out", str(tmp_path / "caps"),
+                               "--no-progress"], capture_output=True, env=_env(), timeout=300).returncode == 0
+    (part,) = (tmp_path / "caps" / "captions").glob("*.jsonl")
+    scored = tmp_path / "scored.jsonl"
+    assert subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(part), "--out", str(scored)],
+                          capture_output=True, env=_env(), timeout=300).returncode == 0
+    nb = Path(__file__).resolve().parents[1] / "notebooks" / "reward_diagnostics.ipynb"
+    before = nb.read_bytes()
+    res = subprocess.run([str(Path(sys.executable).parent / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
+                          "--output-dir", str(tmp_path / "nb"), str(nb)],
+                         capture_output=True, text=True, env=_env(VLRL_NB_SCORED=str(scored)), timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert nb.read_bytes() == before
+    ran = json.loads((tmp_path / "nb" / "reward_diagnostics.ipynb").read_text())
+    outputs = [o for c in ran["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert "000.png" in json.dumps(outputs)  # it read the real rows, not the fixture
 
 
 def test_every_row_failing_exits_non_zero_and_columns_can_be_named(tmp_path):

@@ -216,6 +216,8 @@ def caption_batch(
                 {
                     "image_id": item.image_id,
                     "caption": oc.caption,
+                    # the image reference the next step joins on (reward score/guard carry it, notebooks show it)
+                    **({"image": os.path.join(item.locator.get("root") or "", item.locator["path"])} if item.locator.get("kind") == "file" else {}),
                     "model": backend.model,
                     "prompt": prompt,
                     "sampling": sampling.to_dict(),

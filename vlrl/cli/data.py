@@ -17,6 +17,7 @@ def check(
     max_pixels: int = typer.Option(
         89_478_485,  # vlrl.core.images.DEFAULT_MAX_PIXELS_LIMIT, kept literal so --help stays instant
         "--max-pixels",
+        "--max-image-pixels",
         min=1,
         help="Refuse images declaring more pixels than this (decompression bombs)."
     ),
