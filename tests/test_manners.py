@@ -1,0 +1,54 @@
+"""Commands answer fast: `vlrl --help`, argument errors and `vlrl train check` import no torch/trl
+(measured by what is imported, not by a clock)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "trl", "transformers", "datasets", "numpy", "PIL")
+
+
+def _imported_after(code: str) -> set[str]:
+    probe = f"""
+import sys, json, contextlib, io
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        {code}
+    except SystemExit:
+        pass
+print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {m.split(".")[0] for m in json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def test_help_and_argument_errors_import_nothing_heavy():
+    assert _imported_after("from vlrl.cli import run; run('--help')") == set()
+    assert _imported_after("from vlrl.cli import run; run('caption', '--bogus')") == set()
+    assert _imported_after("from vlrl.cli import run; run('data', 'qa-curate', '--help')") == set()
+
+
+def test_train_check_imports_neither_torch_nor_trl():
+    got = _imported_after("from vlrl.cli import run; run('train', 'check', '--recipe', 'train/recipes/tiny/caprl_tiny.yaml')")
+    assert not got & {"torch", "trl", "transformers"}, got
+
+
+@pytest.mark.parametrize("method,cls", [("grpo", "GRPOConfig"), ("sft", "SFTConfig")])
+def test_trainer_keys_read_from_source_match_the_real_config(method, cls):
+    trl = pytest.importorskip("trl")
+    from vlrl.training.recipe import _source_fields, config_fields
+
+    real = {f.name for f in dataclasses.fields(getattr(trl, cls))}
+    module = "trl.trainer.sft_config" if method == "sft" else "trl.trainer.grpo_config"
+    assert _source_fields(module, cls) == real
+    assert config_fields(method) == real
