@@ -52,3 +52,18 @@ def test_trainer_keys_read_from_source_match_the_real_config(method, cls):
     module = "trl.trainer.sft_config" if method == "sft" else "trl.trainer.grpo_config"
     assert _source_fields(module, cls) == real
     assert config_fields(method) == real
+
+
+def test_a_warning_repeated_every_step_is_shown_once():
+    code = """
+import warnings
+from vlrl.cli import show_warnings_once
+show_warnings_once()
+for step in range(5):
+    with warnings.catch_warnings():  # what libraries do inside a training step
+        warnings.warn("`foo` is deprecated", FutureWarning)
+    warnings.warn("another one", UserWarning)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONWARNINGS": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stderr.count("is deprecated") == 1 and out.stderr.count("another one") == 1, out.stderr

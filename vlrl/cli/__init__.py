@@ -56,9 +56,35 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     from vlrl.core.redact import install_log_redaction
 
-    install_log_redaction()  # a server error that echoes the API key never reaches the terminal or a log file
+    install_log_redaction()
+    show_warnings_once()  # a server error that echoes the API key never reaches the terminal or a log file
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def show_warnings_once() -> None:
+    """Each distinct warning (category and message) is printed once per process.
+
+    Libraries under a training loop warn from inside ``warnings.catch_warnings`` blocks, and leaving
+    such a block resets every registry Python uses to remember what it showed (the ``once`` action's
+    included), so the same FutureWarning would print every step. The display function is what those
+    blocks keep, so the dedup lives there.
+    """
+    import warnings
+
+    show = warnings.showwarning
+    if getattr(show, "_vlrl_once", False):
+        return
+    seen: set[tuple[type, str]] = set()
+
+    def once(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+        key = (category, str(message))
+        if key not in seen:
+            seen.add(key)
+            show(message, category, filename, lineno, file, line)
+
+    once._vlrl_once = True  # type: ignore[attr-defined]
+    warnings.showwarning = once
 
 
 def _invoke(**kwargs) -> None:
