@@ -73,8 +73,9 @@ def test_cold_start_keeps_only_verified_well_formed_samples(tmp_path):
     vlm, rsn = Scripted("vlm", vlm_fn), Scripted("reasoner", reasoner_fn)
     out = tmp_path / "out"
     stats = cold_start(str(src), vlm, rsn, out, batch_size=4)
-    assert stats["kept"] == 3 and stats["quarantined"] == 2 and stats["total"] == 8
-    assert stats["reject_reasons"] == {"wrong_answer": 1, "bad_format": 1, "reasoner_error": 1}
+    assert stats["kept"] == 3 and stats["quarantined"] == 2 and stats["total"] == 7
+    # a reasoner error is not a verdict: it is counted, never written, and retried by the next run
+    assert stats["reject_reasons"] == {"wrong_answer": 1, "bad_format": 1} and stats["failed_this_run"] == 1
     kept = {r["id"]: r for r in map(json.loads, (out / "sft.jsonl").read_text().splitlines())}
     assert set(kept) == {"r0", "r1", "r5"}
     assert kept["r1"]["response"].startswith("<think>A square") and kept["r1"]["response"].endswith("<answer>4</answer>")
@@ -86,10 +87,10 @@ def test_cold_start_keeps_only_verified_well_formed_samples(tmp_path):
     q = [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
     assert {x["id"] for x in q} == {"bad-img", "no-answer"}
 
-    # rerun: nothing is asked again and nothing is written twice
+    # rerun: only the failed record is asked again (its VLM answers come from the cache); nothing is written twice
     vlm2, rsn2 = Scripted("vlm", vlm_fn), Scripted("reasoner", reasoner_fn)
     assert cold_start(str(src), vlm2, rsn2, out, batch_size=4) == stats
-    assert vlm2.requests == [] and rsn2.requests == []
+    assert vlm2.requests == [] and [r.id for r in rsn2.requests] == ["r4"]
 
 
 SCRIPT = r'''

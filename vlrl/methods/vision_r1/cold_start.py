@@ -64,20 +64,25 @@ def judge_sample(response: str, gold: Any, choices: Any = None) -> tuple[bool, b
 
 
 def _vlm_step(backend: Any, sampling: SamplingParams, items: list[dict], key: str, rejected: JsonlStore,
-              texts: list[str]) -> list[dict]:
+              texts: list[str]) -> tuple[list[dict], int]:
     """One VLM stage over ``items`` (image + text each): the answer goes to ``it[key]``; the items
-    that got a non-empty answer go on, the others are rejected with ``vlm_error`` / ``empty_<key>``."""
+    that got a non-empty answer go on, empty answers are rejected as ``empty_<key>``. Returns the
+    live items and how many failed in the backend: those are written nowhere, so the next run
+    retries them (a failure is never kept as a verdict)."""
     outcomes = caption_images(backend, [it["img"] for it in items], texts, sampling, ids=[it["id"] for it in items],
                               min_words=None)
-    live = []
+    live, failed = [], 0
     for it, oc in zip(items, outcomes, strict=True):
         text = (oc.caption or "").strip()
-        if not text:
-            rejected.append({"id": it["id"], "reason": "vlm_error" if oc.caption is None else f"empty_{key}", "error": oc.reason})
+        if oc.caption is None:
+            failed += 1
+            logger.warning("%s: the VLM failed (%s); retried by the next run", it["id"], oc.reason)
+        elif not text:
+            rejected.append({"id": it["id"], "reason": f"empty_{key}", "error": oc.reason})
         else:
             it[key] = text
             live.append(it)
-    return live
+    return live, failed
 
 
 def cold_start(
@@ -109,8 +114,8 @@ def cold_start(
     kept = JsonlStore(out / "sft.jsonl")
     rejected = JsonlStore(out / "rejected.jsonl")
     quarantine = Quarantine(out / "quarantine.jsonl")
-    vlm_b = load_backend(vlm, cache=out / "cache")
-    reasoner_b = load_backend(reasoner, cache=out / "cache")
+    backends: list[Any] = []  # loaded with the first batch that needs them: a finished job loads no model
+    failed = 0  # backend errors: not written anywhere, so the next run retries them (a failure is never kept)
     vlm_sp = SamplingParams(max_tokens=vlm_max_tokens, temperature=temperature, seed=seed)
     rsn_sp = SamplingParams(max_tokens=reasoner_max_tokens, temperature=temperature, seed=seed)
     root = image_root or (None if source.startswith("builtin:") else str(Path(source).parent))
@@ -143,12 +148,17 @@ def cold_start(
             items.append({"id": rid, "rec": rec, "img": img, "choices": choice_lines(rec.get("choices"))})
         if not items:
             continue
+        if not backends:
+            backends[:] = [load_backend(vlm, cache=out / "cache"), load_backend(reasoner, cache=out / "cache")]
+        vlm_b, reasoner_b = backends
 
-        live = _vlm_step(vlm_b, vlm_sp, items, "pseudo_cot", rejected, [
+        live, n_failed = _vlm_step(vlm_b, vlm_sp, items, "pseudo_cot", rejected, [
             render("cold_start_pseudo_cot", question=it["rec"]["question"], answer=str(it["rec"]["answer"]),
                    choices=it["choices"]) for it in items])
-        live2 = _vlm_step(vlm_b, vlm_sp, live, "description", rejected, [
+        failed += n_failed
+        live2, n_failed = _vlm_step(vlm_b, vlm_sp, live, "description", rejected, [
             render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"]) for it in live])
+        failed += n_failed
         answers = reasoner_b.chat([
             ChatRequest([{"role": "user", "content": render("cold_start_reason", description=it["description"],
                                                             question=it["rec"]["question"], choices=it["choices"])}],
@@ -158,7 +168,8 @@ def cold_start(
         for it, res in zip(live2, answers, strict=True):
             rec = it["rec"]
             if not res.ok:
-                rejected.append({"id": it["id"], "reason": "reasoner_error", "error": res.error})
+                failed += 1
+                logger.warning("%s: the reasoner failed (%s); retried by the next run", it["id"], res.error)
                 continue
             response = normalize_reasoner_output(res.text)
             truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
@@ -184,10 +195,10 @@ def cold_start(
                 })
         bar.update(len(batch))
     bar.close()
-    stats = _stats(out, kept, rejected, quarantine)
+    stats = _stats(out, kept, rejected, quarantine, failed)
     for s in (kept, rejected, quarantine):
         s.close()
-    for b in (vlm_b, reasoner_b):
+    for b in backends:
         b.close()
     return stats
 
@@ -202,7 +213,7 @@ def _save_image(img, folder: Path, rid: str) -> str:
     return str(path.resolve())
 
 
-def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quarantine) -> dict[str, Any]:
+def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quarantine, failed: int = 0) -> dict[str, Any]:
     reasons = Counter(r.get("reason", "?") for r in rejected)
     total = len(kept) + len(rejected) + len(quarantine)
     stats = {
@@ -212,6 +223,7 @@ def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quaran
         "quarantined": len(quarantine),
         "reject_reasons": dict(reasons),
         "keep_rate": len(kept) / total if total else 0.0,
+        "failed_this_run": failed,
     }
     atomic_write_json(out / "stats.json", stats)
     return stats

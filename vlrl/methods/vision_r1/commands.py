@@ -33,7 +33,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         params = dict(locals())
         import json
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
+        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code, run_command_job
         from vlrl.core.redact import redact
         from vlrl.methods.vision_r1.cold_start import cold_start
 
@@ -53,6 +53,11 @@ def register(groups: dict[str, typer.Typer]) -> None:
             typer.echo(f"vlrl data cold-start: {redact(e)}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         typer.echo(json.dumps(stats, indent=2))
+        if stats.get("failed_this_run"):
+            typer.echo(f"{stats['failed_this_run']} record(s) failed in a backend; rerun the same command to retry them", err=True)
+        code = exit_code(stats["total"], stats.get("failed_this_run", 0))
+        if code:
+            raise typer.Exit(code)
 
 
     @evals.command("reasoning", help="MathVista-style reasoning eval: accuracy (HFRRF's answer extraction), format failures, lengths.")
