@@ -64,7 +64,7 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
         raise ValueError(f"backend spec {redact(spec)!r}: unknown kind {kind!r} (expected 'hf' or 'openai')")
     if "api_key" in opts or find_credential(spec):
         raise ValueError(
-            f"backend spec {redact(spec)!r} holds a credential; never put an API key in a backend spec, "
+            f"backend spec {redact(spec)!r} holds credentials; never put an API key in a backend spec, "
             "name its environment variable with api_key_env="
         )
     return kind, target, opts
