@@ -51,3 +51,20 @@ def test_bad_manifest_rows_are_quarantined_with_reasons(tmp_path):
     b = ScriptedBackend()
     m2 = run_caption(CaptionJob(images=str(manifest), models=["hf:unused"], out=out, progress=False, cache=False), backend=b)
     assert b.seen == [] and m2["counts"] == {"captioned": 2, "quarantined": 7}
+
+
+def test_qa_curate_quarantines_an_id_reused_for_another_image(tmp_path):
+    from vlrl.methods.caprl.curate import CurateConfig, curate
+
+    try:
+        from test_qa_curate import ScriptedTextAnswerer, ScriptedVLM, make_images
+    except ImportError:
+        from tests.test_qa_curate import ScriptedTextAnswerer, ScriptedVLM, make_images
+    imgs = make_images(tmp_path / "imgs")
+    names = sorted(p.name for p in imgs.iterdir() if p.suffix == ".png" and p.name != "broken.png")
+    manifest = imgs / "m.jsonl"
+    rows = [{"id": n, "image": n} for n in names] + [{"id": names[0], "image": names[1]}, {"id": names[0], "image": names[0]}]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stats = curate(str(manifest), ScriptedVLM(), ScriptedTextAnswerer(), tmp_path / "out", CurateConfig(batch_size=2), progress=False)
+    assert stats["images"] == len(names) + 1 and stats["images_quarantined"] == 1 and stats["images_pending"] == 0
+    assert list(stats["quarantine_reasons"]) == [f"duplicate id {names[0]!r} names a different image ({names[1]}); give it a unique id"]

@@ -112,13 +112,16 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
 
     (out / "records").mkdir(parents=True, exist_ok=True)
     source = load_any_dataset(images)
-    refs = source.image_refs()
+    refs, dups = split_duplicates(source.image_refs())
     by_id = {r.id: r for r in refs}
-    if len(by_id) != len(refs):
-        raise ValueError(f"{images}: image ids are not unique ({len(refs) - len(by_id)} duplicates)")
+    all_ids = [r.id for r in refs] + [key for key, _ in dups]
     tag = f"shard-{shard[0]}-of-{shard[1]}"
     store = JsonlStore(out / "records" / f"{tag}.jsonl")
     quarantine = Quarantine(out / "records" / f"quarantine-{tag}.jsonl")
+    for key, reason in dups:  # an id reused for another image: that row is quarantined, never silently dropped
+        if in_shard(key, shard) and key not in quarantine:
+            job.started()
+            quarantine.add(key, reason)
     done = {r["id"] for r in _read_done(out / "records", "*.jsonl")}
     mine = [r.id for r in refs if in_shard(r.id, shard)]
     todo_total = sum(1 for i in mine if i not in done)
@@ -126,7 +129,7 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
     if not todo_total:  # a finished shard is reported without loading a model
         store.close()
         quarantine.close()
-        return {**finalize(out, [r.id for r in refs], cfg, source_root=source.root, refs=by_id), "failed_this_run": 0}
+        return {**finalize(out, all_ids, cfg, source_root=source.root, refs=by_id), "failed_this_run": 0}
 
     preflight_all([vlm, answerer])
     cache = out / "cache"
@@ -170,7 +173,24 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
             b.close()
     if retry:
         logger.warning("%d image(s) hit a backend error and were not written; rerun the same command to retry them", retry)
-    return {**finalize(out, [r.id for r in refs], cfg, source_root=source.root, refs=by_id), "failed_this_run": retry}
+    return {**finalize(out, all_ids, cfg, source_root=source.root, refs=by_id), "failed_this_run": retry}
+
+
+def split_duplicates(refs: list[Any]) -> tuple[list[Any], list[tuple[str, str]]]:
+    """(first ref of each id, [(ID#dup-N, reason)] for later rows reusing an id for another image).
+
+    A row repeating the same id *and* image is the same record and is skipped."""
+    first: dict[str, Any] = {}
+    unique, dups = [], []
+    for r in refs:
+        seen = first.get(r.id)
+        if seen is None:
+            first[r.id] = r
+            unique.append(r)
+        elif (seen.path, seen.data) != (r.path, r.data):
+            n = sum(1 for k, _ in dups if k.startswith(f"{r.id}#dup-")) + 1
+            dups.append((f"{r.id}#dup-{n}", f"duplicate id {r.id!r} names a different image ({r.path or '<bytes>'}); give it a unique id"))
+    return unique, dups
 
 
 def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig) -> tuple[list[dict], list[str]]:
