@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.captioning.captioner import caption_images, load_one
-from vlrl.captioning.store import CaptionStore, part_prefix
+from vlrl.captioning.store import CaptionStore, part_prefix, write_dataset_card
 from vlrl.core.backends import Backend, SamplingParams, load_backend, parse_spec
 from vlrl.core.images import DEFAULT_MAX_PIXELS_LIMIT
 from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, preflight, resolve_source
@@ -391,36 +391,6 @@ class Sink:
             self.guard.__exit__(None, None, None)
 
 
-DATASET_CARD = """---
-configs:
-- config_name: default
-  data_files:
-  - split: train
-    path: "captions/*.{ext}"
----
-# Captions written by `vlrl caption`
-
-`manifest.json` records the job (source, model, prompt, sampling) and its counts; unreadable images
-are listed in `quarantine.jsonl`. Load with `datasets.load_dataset("<this folder>", split="train")`.
-"""
-
-
-def write_dataset_card(out: Path, output_format: str) -> None:
-    """A README.md whose YAML ``configs`` point ``datasets.load_dataset(OUT)`` at the caption parts only.
-
-    Without it the json builder also reads ``manifest.json`` and ``quarantine.jsonl`` and fails on the
-    mismatched schemas. Every shard of a job writes the same card, so concurrent writers agree.
-    """
-    ext = "jsonl" if output_format == "jsonl" else "parquet"
-    card = out / "README.md"
-    text = DATASET_CARD.format(ext=ext)
-    if card.is_file() and "written by `vlrl caption`" not in card.read_text(encoding="utf-8"):
-        logger.warning("%s is not vlrl's dataset card; left as is (load with data_files=captions/*.%s)", card, ext)
-        return
-    if not card.is_file() or card.read_text(encoding="utf-8") != text:
-        tmp = out / f".README.md.{os.getpid()}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, card)
 
 
 def count_in_shard(source: ImageSource, shard: tuple[int, int]) -> int | None:

@@ -183,3 +183,35 @@ def _parquet_ids(path: Path, column: str) -> list[str]:
     import pyarrow.parquet as pq
 
     return [str(x) for x in pq.read_table(path, columns=[column]).column(0).to_pylist()]
+
+
+DATASET_CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: "captions/*.{ext}"
+---
+# Captions written by `vlrl caption`
+
+`manifest.json` records the job (source, model, prompt, sampling) and its counts; unreadable images
+are listed in `quarantine.jsonl`. Load with `datasets.load_dataset("<this folder>", split="train")`.
+"""
+
+
+def write_dataset_card(out: Path, output_format: str) -> None:
+    """A README.md whose YAML ``configs`` point ``datasets.load_dataset(OUT)`` at the caption parts only.
+
+    Without it the json builder also reads ``manifest.json`` and ``quarantine.jsonl`` and fails on the
+    mismatched schemas. Every shard of a job writes the same card, so concurrent writers agree.
+    """
+    ext = "jsonl" if output_format == "jsonl" else "parquet"
+    card = out / "README.md"
+    text = DATASET_CARD.format(ext=ext)
+    if card.is_file() and "written by `vlrl caption`" not in card.read_text(encoding="utf-8"):
+        logger.warning("%s is not vlrl's dataset card; left as is (load with data_files=captions/*.%s)", card, ext)
+        return
+    if not card.is_file() or card.read_text(encoding="utf-8") != text:
+        tmp = out / f".README.md.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, card)
