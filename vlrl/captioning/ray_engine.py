@@ -41,6 +41,7 @@ from vlrl.captioning.job import (
     pending_items,
 )
 from vlrl.core.backends.base import BackendError
+from vlrl.core.jobs import preflight_all
 from vlrl.core.sources import ImageItem
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ def run_caption_ray(job: CaptionJob) -> dict[str, Any]:
         sink.start_progress(count_in_shard(source, job.shard_tuple))
         files = _write_pending(job, sink, render)
         if files:
+            preflight_all(job.models)  # every worker's server or folder, checked in seconds before Ray starts
             workers = job.num_workers or len(job.models)
             started = _init_ray(job, workers)
             ctx = ray.data.DataContext.get_current()
