@@ -110,3 +110,21 @@ def test_malformed_lines_are_bad_rows_not_a_crash(tmp_path):
     assert [r["id"] for r in report["results"]] == ["ok", "ok2"]
     assert {e["line"] for e in report["summary"]["errors"]} == {2, 3, 4, 5, 6}
     assert "must be a string" in next(e["error"] for e in report["summary"]["errors"] if e["line"] == 4)
+
+
+def test_notebook_fixture_holds_only_what_the_real_score_command_writes(tmp_path):
+    """The reward-diagnostics fixture must look like real `vlrl reward score` output: feed its own
+    input columns to the real command and compare the keys."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "notebooks" / "scored.jsonl"
+    rows = [json.loads(line) for line in fixture.read_text().splitlines() if line.strip()]
+    inputs = tmp_path / "rows.jsonl"
+    inputs.write_text("".join(json.dumps({k: r[k] for k in ("id", "image_id", "image", "completion") if k in r}) + "\n" for r in rows))
+    out = tmp_path / "scored.jsonl"
+    res = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(inputs), "--out", str(out)],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    real = [json.loads(line) for line in out.read_text().splitlines()]
+    for fx, got in zip(rows, real, strict=True):
+        assert set(fx) <= set(got), f"the fixture holds {sorted(set(fx) - set(got))}, which the command never writes"
+        carried = [k for k in ("id", "image_id", "image", "completion") if k in fx]
+        assert {k: fx[k] for k in carried} == {k: got[k] for k in carried}

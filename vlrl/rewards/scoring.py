@@ -110,7 +110,7 @@ def _jsonable(obj: Any) -> Any:
 
 ID_KEYS = ("id", "image_id")
 """Where a row's id is looked for: ``vlrl caption`` writes ``image_id``, most row files ``id``."""
-IMAGE_REF_KEYS = ("image", "image_path", "path", "images")
+IMAGE_REF_KEYS = ("image_id", "image", "image_path", "path", "images")
 """Image references carried from input rows to score and guard outputs (only when they are text)."""
 
 
