@@ -399,3 +399,15 @@ def test_prism_dead_answerer_fails_preflight(tmp_path):
                              capture_output=True, text=True, env=_env(), timeout=300)
         assert srv.chats == 0
     assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr.strip().splitlines()[-1]
+
+
+def test_reward_score_and_reasoning_eval_preflight_their_backends(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "completion": "A red bus.", "questions": []}) + "\n")
+    dead = f"openai:http://127.0.0.1:{free_port()}/v1@m"
+    res = subprocess.run([VLRL, "reward", "score", "--reward", "caprl_qa", "--input", str(rows), "--out", str(tmp_path / "s.jsonl"),
+                          "--answerer", dead], capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr and not (tmp_path / "s.jsonl").exists()
+    res = subprocess.run([VLRL, "eval", "reasoning", "--model", dead, "--bench", "builtin:tiny_math", "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr

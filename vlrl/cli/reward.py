@@ -36,9 +36,14 @@ def score_cmd(
         for key, value in (("answerer", answerer), ("judge", judge), ("cache", cache)):
             if value is not None:
                 conf[key] = value
+        from vlrl.core.jobs import preflight_all
+
+        preflight_all(conf.get(k) for k in ("answerer", "judge"))  # a dead server fails here, in seconds
         scorer = build_reward(reward, **conf)
     except (ValueError, TypeError, OSError) as e:
-        typer.echo(f"error: cannot build reward {reward!r}: {e}", err=True)
+        from vlrl.core.redact import redact
+
+        typer.echo(f"error: cannot build reward {reward!r}: {redact(e)}", err=True)
         raise typer.Exit(2) from None
     try:
         summary = score_rows_file(scorer, input, out, batch_size=batch_size, id_column=id_column, text_column=text_column)

@@ -77,6 +77,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         from vlrl.methods.vision_r1.evaluate import evaluate_reasoning
 
         try:
+            from vlrl.core.jobs import preflight
+
+            preflight(model)
             metrics = evaluate_reasoning(model, bench, out, max_tokens=max_tokens, temperature=temperature,
                                          batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt)
         except (OSError, ValueError) as e:
