@@ -74,6 +74,21 @@ def _adapted_columns(cols: set[str]) -> set[str]:
 # -- adapting to TRL ---------------------------------------------------------------------------------
 
 
+def load_processor(path: str, data=None):
+    """The policy's processor with the recipe's pixel budget (``data.min_pixels`` / ``data.max_pixels``).
+
+    Qwen-VL processors resize every image so its pixel count falls in [min_pixels, max_pixels];
+    Qwen2.5-VL's default upper bound is about 12.8 MP, i.e. up to 16K visual tokens for one large
+    image, which dominates memory in a real run. The budget travels with the recipe so generation and
+    the loss see the same number of image tokens.
+    """
+    from transformers import AutoProcessor
+
+    kwargs = {k: getattr(data, k) for k in ("min_pixels", "max_pixels") if getattr(data, k, None) is not None}
+    return AutoProcessor.from_pretrained(path, **kwargs)
+
+
+
 def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     """The user turn: the record's own prompt, else the recipe prompt rendered with the record's fields.
 
