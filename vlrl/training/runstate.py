@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,8 @@ def check_identity(recipe, out: Path, *, force: bool = False) -> None:
 
 def write_identity(recipe, out: Path) -> None:
     from vlrl.core.pipeline import atomic_write_json
-    from vlrl.training.grpo import is_main_process
 
-    if is_main_process():
+    if int(os.environ.get("RANK", "0") or 0) == 0:  # rank 0 writes run-level files
         Path(out).mkdir(parents=True, exist_ok=True)
         atomic_write_json(Path(out) / RESOLVED, json.loads(json.dumps(recipe.to_dict(), default=str)))
 
