@@ -435,6 +435,23 @@ def prepare(recipe: Recipe, *, probe: bool = True) -> Recipe:
     return resolve_tiny(recipe)
 
 
+def train_or_finish(trainer: Any, ckpt: str | None) -> None:
+    """``trainer.train(resume_from_checkpoint=ckpt)``, except when ``ckpt`` already holds the final
+    step: transformers' resume at ``global_step == max_steps`` trains one step more, so the state is
+    restored from the checkpoint instead (its weights are already loaded) and nothing is trained."""
+    from vlrl.training.runstate import checkpoint_step
+
+    step = checkpoint_step(Path(ckpt)) if ckpt else None
+    max_steps = trainer.args.max_steps
+    if step is not None and max_steps > 0 and step >= max_steps:
+        from transformers import TrainerState
+
+        trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+        logger.info("%s holds the final step (%d); finishing without training again", ckpt, step)
+        return
+    trainer.train(resume_from_checkpoint=ckpt)
+
+
 def close_rewards(trainer: Any) -> None:
     """Close rewards that hold backends (answerers, judges): frees them and logs their accounting."""
     for fn in getattr(trainer, "reward_funcs", []):
@@ -465,7 +482,7 @@ def run_grpo(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[s
     write_identity(recipe, out)
     trainer, ckpt_arg = build_trainer(recipe, resume=ckpt)
     try:
-        trainer.train(resume_from_checkpoint=ckpt_arg)
+        train_or_finish(trainer, ckpt_arg)
     finally:
         close_rewards(trainer)
     trainer.save_model(str(out))

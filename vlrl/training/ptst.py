@@ -146,7 +146,14 @@ def _stage_weights_ok(stage_dir: Path) -> bool:
 def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
     """Run (or resume) every PTST stage in order; returns the per-stage metrics."""
     from vlrl.training.data import to_trl_dataset
-    from vlrl.training.grpo import build_trainer, close_rewards, latest_checkpoint, prepare, summarize_history
+    from vlrl.training.grpo import (
+        build_trainer,
+        close_rewards,
+        latest_checkpoint,
+        prepare,
+        summarize_history,
+        train_or_finish,
+    )
     from vlrl.training.runstate import check_identity, checkpoint_step, write_identity
 
     recipe = prepare(recipe)
@@ -212,7 +219,7 @@ def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[s
             stage_overrides={**_overrides(sp), "shuffle_dataset": False},
         )
         try:
-            trainer.train(resume_from_checkpoint=ckpt_arg)
+            train_or_finish(trainer, ckpt_arg)
         finally:
             close_rewards(trainer)
         _save_stage_weights(trainer, stage_dir)
