@@ -301,8 +301,15 @@ def _pool():
         if _POOL is None:
             import multiprocessing as mp
 
-            _POOL = mp.get_context("spawn").Pool(processes=2)
+            pool = mp.get_context("spawn").Pool(processes=2)
+            # start-up (spawn + importing sympy) must not count against the first answer's timeout
+            pool.map(_warm, range(2))
+            _POOL = pool
         return _POOL
+
+
+def _warm(_: int) -> None:
+    import math_verify  # noqa: F401
 
 
 def _reset_pool() -> None:
