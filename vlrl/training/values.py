@@ -25,7 +25,7 @@ TRAINER_RULES: dict[str, tuple[str, float, bool]] = {
     "beta": ("float", 0.0, False),
     "epsilon": ("float", 0.0, True),
     "warmup_ratio": ("float", 0.0, False),
-    "warmup_steps": ("int", 0, False),
+    "warmup_steps": ("float", 0.0, False),  # an int, or a float in [0, 1): a ratio (transformers 5)
     "weight_decay": ("float", 0.0, False),
     "max_grad_norm": ("float", 0.0, False),
     "num_train_epochs": ("float", 0.0, True),
