@@ -72,12 +72,13 @@ def test_shipped_tiny_recipes_validate_without_loading_models(no_models):
         assert r.model.path.startswith("tiny:")  # nothing was built
 
 
-@pytest.mark.parametrize("name", ["caprl_3b", "rubicap_7b", "vision_r1_7b_ptst", "vision_r1_7b_sft"])
+@pytest.mark.parametrize("name", ["caprl_3b", "caprl_qwen3_vl_2b", "rubicap_7b", "vision_r1_7b_ptst", "vision_r1_7b_sft"])
 def test_real_recipes_are_consistent_except_for_their_data(no_models, name, tmp_path):
     # Point the recipe at a tiny dataset with the columns it needs; everything else is as shipped.
     r = load_recipe(RECIPES / f"{name}.yaml")
     world = 4 if name.startswith(("caprl", "rubicap")) else 8
-    need = {"caprl_3b": "builtin:tiny_captions:2", "rubicap_7b": "builtin:tiny_captions:2"}.get(name, "builtin:tiny_math:2")
+    need = {"caprl_3b": "builtin:tiny_captions:2", "caprl_qwen3_vl_2b": "builtin:tiny_captions:2",
+            "rubicap_7b": "builtin:tiny_captions:2"}.get(name, "builtin:tiny_math:2")
     r.data.source = need
     validate(r, world=world)
     if name == "rubicap_7b":

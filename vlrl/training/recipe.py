@@ -579,7 +579,7 @@ def plan_stages(recipe: Recipe, world: int | None = None) -> list[dict[str, Any]
 
 # -- tiny models on the fly ------------------------------------------------------------------------
 
-_TINY_RE = re.compile(r"(?<![\w/.-])tiny:(qwen2_5_vl|qwen2_vl|qwen2)(?::(\d+))?(?![\w])")
+_TINY_RE = re.compile(r"(?<![\w/.-])tiny:(qwen2_5_vl|qwen2_vl|qwen3_vl|qwen2)(?::(\d+))?(?![\w])")
 
 
 def build_tiny(arch: str, seed: int = 0) -> Path:
