@@ -125,3 +125,20 @@ def test_ptst_stages_see_new_prompts_and_a_torn_final_save_costs_no_step(helpers
 
     third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert third.returncode == 0 and "already finished all 2 stages" in third.stderr
+
+
+def test_grpo_step_with_two_images_per_prompt(tmp_path):
+    from tests.test_train_preflight import _two_image_source
+    from vlrl.training.grpo import run_grpo
+    from vlrl.training.recipe import load_recipe
+
+    src = _two_image_source(tmp_path)
+    out = tmp_path / "two"
+    m = run_grpo(load_recipe(TINY / "vision_r1_tiny_ptst.yaml", [
+        f"output_dir={out}", f"data.source={src}", "data.max_pixels=3136", "stages=null", "max_steps=1",
+        "num_generations=4", "max_completion_length=8", "rewards=[{name: hfrrf}, {name: guards, weight: 0.1}]"]))
+    assert m["global_step"] == 1
+    rows = [json.loads(x) for x in next((out / "completions").glob("step-*.jsonl")).read_text().splitlines()]
+    assert rows and all(len(r["images"]) == 2 for r in rows)  # both images reached generation
+    assert all("gold" in r and "prediction" in r for r in rows)  # hfrrf's gold and parsed prediction
+    assert 0.0 <= m["reward_time_share"] <= 1.0

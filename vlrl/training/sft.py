@@ -24,7 +24,7 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
     """prompt/completion/image rows; images open lazily through vlrl's loader."""
     import datasets
 
-    from vlrl.training.data import _materialize_image, _probe_image, iter_source, record_image, user_text
+    from vlrl.training.data import _resolve_images, image_columns, iter_source, record_images, user_text
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
     # relative image paths resolve as in GRPO's adapter: against data.image_root, else the data file's folder
@@ -36,15 +36,13 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
             break
         rid = str(rec.get("id", i))
         target = rec.get(data.response_column)
-        img = record_image(rec)
-        if not isinstance(target, str) or not target.strip() or img is None:
+        imgs = record_images(rec)
+        if not isinstance(target, str) or not target.strip() or not imgs:
             logger.warning("record %s: missing image or %r; skipped", rid, data.response_column)
             continue
         try:
-            img = _materialize_image(img, cache / "dataset_images", rid)
-            if root is not None and not Path(img).is_absolute():
-                img = str(root / img)
-            _probe_image(img)  # a missing or corrupt file is skipped now, not a crash mid-training
+            # a missing or corrupt file is skipped now, not a crash mid-training
+            img = _resolve_images(imgs, cache / "dataset_images", rid, root)
         except Exception as e:  # noqa: BLE001 - one bad record is skipped
             logger.warning("record %s: %s; skipped", rid, e)
             continue
@@ -57,7 +55,8 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
         raise ValueError(f"data.source {data.source!r}: no usable SFT records")
     from vlrl.training.data import _Decode
 
-    return datasets.Dataset.from_dict(rows).with_transform(_Decode([]))
+    table = {"prompt": rows["prompt"], "completion": rows["completion"], **image_columns(rows["image"])}
+    return datasets.Dataset.from_dict(table).with_transform(_Decode([]))
 
 
 def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
