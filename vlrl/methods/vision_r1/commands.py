@@ -26,6 +26,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         reasoner_max_tokens: int = typer.Option(8192, "--reasoner-max-tokens"),
         temperature: float = typer.Option(0.0, "--temperature"),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
+        consistency_judge: str | None = typer.Option(None, "--consistency-judge", help="Backend spec of an LLM judge that "
+                                                     "rejects logically inconsistent chains (optional)."),
     ) -> None:
         import json
 
@@ -34,7 +36,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         try:
             stats = cold_start(input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
                                vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
-                               temperature=temperature, shard=shard)
+                               temperature=temperature, shard=shard, consistency_judge=consistency_judge)
         except (OSError, ValueError) as e:
             typer.echo(f"vlrl data cold-start: {e}", err=True)
             raise typer.Exit(2) from None
