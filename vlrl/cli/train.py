@@ -9,9 +9,15 @@ app = typer.Typer(no_args_is_help=True)
 
 def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool, force: bool = False) -> None:
     import json
+    import warnings
 
     from vlrl.training.recipe import RecipeError, load_recipe
     from vlrl.training.runstate import RunFailed
+
+    # Deprecation notices from transformers/TRL repeat for every trainer (every PTST stage) and every
+    # step; one of each is enough to act on.
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("once", category=category)
 
     try:
         r = load_recipe(recipe, overrides or [])
