@@ -73,9 +73,10 @@ def test_cold_start_keeps_only_verified_well_formed_samples(tmp_path):
     vlm, rsn = Scripted("vlm", vlm_fn), Scripted("reasoner", reasoner_fn)
     out = tmp_path / "out"
     stats = cold_start(str(src), vlm, rsn, out, batch_size=4)
-    assert stats["kept"] == 3 and stats["quarantined"] == 2 and stats["total"] == 7
-    # a reasoner error is not a verdict: it is counted, never written, and retried by the next run
-    assert stats["reject_reasons"] == {"wrong_answer": 1, "bad_format": 1} and stats["failed_this_run"] == 1
+    assert stats["kept"] == 3 and stats["quarantined"] == 2 and stats["total"] == 8
+    # the reasoner error is transient: undecided, retried on the next run, never written as rejected
+    assert stats["reject_reasons"] == {"wrong_answer": 1, "bad_format": 1}
+    assert stats["retry"] == 1 and stats["retry_reasons"] == {"reasoner_error": 1} and stats["failed_this_run"] == 1
     kept = {r["id"]: r for r in map(json.loads, (out / "sft.jsonl").read_text().splitlines())}
     assert set(kept) == {"r0", "r1", "r5"}
     assert kept["r1"]["response"].startswith("<think>A square") and kept["r1"]["response"].endswith("<answer>4</answer>")
@@ -87,10 +88,13 @@ def test_cold_start_keeps_only_verified_well_formed_samples(tmp_path):
     q = [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
     assert {x["id"] for x in q} == {"bad-img", "no-answer"}
 
-    # rerun: only the failed record is asked again (its VLM answers come from the cache); nothing is written twice
+    # rerun: decided samples are not asked again and nothing is written twice; the transient error is retried
     vlm2, rsn2 = Scripted("vlm", vlm_fn), Scripted("reasoner", reasoner_fn)
     assert cold_start(str(src), vlm2, rsn2, out, batch_size=4) == stats
     assert vlm2.requests == [] and [r.id for r in rsn2.requests] == ["r4"]
+    fixed = Scripted("reasoner", lambda req: "<think>A square has 4 sides.</think><answer>4</answer>")
+    again = cold_start(str(src), Scripted("vlm", vlm_fn), fixed, out, batch_size=4)
+    assert again["kept"] == 4 and again["retry"] == 0 and [r.id for r in fixed.requests] == ["r4"]
 
 
 SCRIPT = r'''
@@ -177,3 +181,37 @@ def test_missing_input_fails_before_any_model_is_loaded(tmp_path):
     with pytest.raises(ValueError, match="--input .* does not exist"):
         # the specs point nowhere: reaching load_backend would raise a different error
         cold_start(str(tmp_path / "nope.jsonl"), f"hf:{tmp_path}/no-vlm", f"hf:{tmp_path}/no-lm", tmp_path / "out")
+
+
+def test_leaks_are_rejected_targets_grounded_and_the_judge_filters(tmp_path):
+    from vlrl.methods.vision_r1.cold_start import answer_leak, cold_start, ground_wording
+
+    assert answer_leak("A red square. The answer is 4.") and answer_leak("Option B is correct: it is a square.")
+    assert not answer_leak("A red square with four equal sides labelled 4 cm.")
+    assert ground_wording("According to the description, the square has 4 sides. The description says it is red.") == (
+        "In the image, the square has 4 sides. The image shows it is red.")
+
+    def vlm(req):
+        t = _text(req)
+        if "Correct answer:" in t:
+            return f"Reasoning for {req.id}: count the sides."
+        if req.id == "r0":
+            return f"DESCRIPTION-{req.id}: a red square. The answer is 4."  # leaks
+        return f"DESCRIPTION-{req.id}: a red square with four equal sides."
+
+    def rsn(req):
+        return "<think>According to the description, a square has 4 sides.</think><answer>4</answer>"
+
+    def judge(req):
+        return '{"consistent": false, "reason": "skips a step"}' if req.id == "r2" else (
+            None if req.id == "r3" else '{"consistent": true, "reason": "ok"}')
+
+    src = _write_input(tmp_path, n_extra_bad=False)
+    out = tmp_path / "o"
+    stats = cold_start(str(src), Scripted("vlm", vlm), Scripted("reasoner", rsn), out, batch_size=8,
+                       consistency_judge=Scripted("judge", judge))
+    assert stats["reject_reasons"] == {"answer_leak": 1, "inconsistent": 1, "wrong_answer": 1}  # r5 wants B
+    assert stats["retry_reasons"] == {"judge_error": 1}
+    kept = [json.loads(x) for x in (out / "sft.jsonl").read_text().splitlines()]
+    assert {k["id"] for k in kept} == {"r1", "r4"}
+    assert all(k["response"].startswith("<think>In the image, a square") for k in kept)

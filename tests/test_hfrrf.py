@@ -55,9 +55,11 @@ def test_hard_reward_table():
     scores = r.score(completions, answer=["42"] * len(completions))
     assert [s.value for s in scores] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [s.details["format_ok"] for s in scores] == [True, True, False, False, False, False]
-    assert [s.details["truncated"] for s in scores] == [False, False, True, True, True, False]
+    # a missing </answer> alone is a format failure, not truncation (no token counts were given)
+    assert [s.details["truncated"] for s in scores] == [False] * 6
     # answer_ok is diagnostic: the lenient extraction still finds the right answer
-    assert [s.details["answer_ok"] for s in scores] == [True, False, False, False, False, True]
+    # (an untruncated "The answer is 42" is read leniently; the reward still needs the format)
+    assert [s.details["answer_ok"] for s in scores] == [True, False, False, False, True, True]
 
 
 def test_soft_variant_gives_partial_format_credit():
@@ -190,3 +192,73 @@ def test_math_verify_off_the_main_thread():
     t.start()
     t.join()
     assert out == [(True, True)]
+
+
+def test_truncation_is_eos_aware():
+    r = HFRRFReward(max_completion_length=8, eos_token_ids=[2])
+    exact_with_eos, cut = [1] * 7 + [2], [1] * 8
+    assert r(completions=[GOOD, GOOD], answer=["42", "42"], completion_ids=[exact_with_eos, cut]) == [1.0, 0.0]
+    scores = r.score([GOOD, GOOD], answer=["42", "42"], completion_lengths=[8, 8], ended_with_eos=[True, False])
+    assert [s.details["truncated"] for s in scores] == [False, True]
+
+
+def test_missing_answer_close_is_a_format_failure_not_truncation():
+    r = HFRRFReward(max_completion_length=64)
+    s = r.score(["<think>6 times 7</think><answer>42"], answer=["42"], completion_lengths=[12])[0]
+    assert s.value == 0.0 and s.details["format_ok"] is False and s.details["truncated"] is False
+
+
+@pytest.mark.parametrize("pred, gold, ok", [
+    ("5 cm", "5 m", False),
+    ("5 m", "5 cm", False),
+    ("500 cm", "5 m", True),
+    ("5 km", "5000 m", True),
+    ("2 kg", "2000 g", True),
+    ("5 apples", "5 cm", False),
+    ("5", "5 m", True),  # a unit on one side only: the question fixed it
+    ("41 = 42", "42", False),  # an equation is graded as a whole
+    ("6 = 6", "6", False),
+    ("x = 42", "42", True),
+    ("y=\\frac12", "0.5", True),
+])
+def test_units_and_equations(pred, gold, ok):
+    assert check_answer(pred, gold) is ok
+
+
+def test_minimum_think_length_is_configurable():
+    empty = "<think></think><answer>42</answer>"
+    assert HFRRFReward()(completions=[empty], answer=["42"]) == [1.0]  # the paper's rule: two blocks in order
+    r = HFRRFReward(min_think_chars=10)
+    s = r.score([empty, GOOD], answer=["42", "42"])
+    assert [x.value for x in s] == [0.0, 1.0] and s[0].details["think_too_short"] is True
+    with pytest.raises(ValueError, match="min_think_chars"):
+        HFRRFReward(min_think_chars=-1)
+
+
+def test_math_verify_has_a_timeout_off_the_main_thread():
+    """A pathological tower (9^9^9^9) must not hang a reward worker thread."""
+    from vlrl.methods.vision_r1 import reward as rw
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(rw.math_equal("9^{9^{9^{9}}}", "3", timeout=3)),
+                         daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "math_equal hung off the main thread"
+    assert out == [False]
+
+
+def test_check_answer_in_a_thread_survives_a_pathological_tower():
+    """What verl does: check_answer from a worker thread; the pool is rebuilt after a timeout."""
+    from vlrl.methods.vision_r1 import reward as rw
+
+    out = []
+
+    def work():
+        out.append(rw.check_answer("9^{9^{9^{9}}}", "3"))
+        out.append(rw.check_answer("\\frac{1}{2}", "0.5"))  # a fresh pool answers the next call
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(180)
+    assert not t.is_alive() and out == [False, True]

@@ -72,12 +72,13 @@ def test_shipped_tiny_recipes_validate_without_loading_models(no_models):
         assert r.model.path.startswith("tiny:")  # nothing was built
 
 
-@pytest.mark.parametrize("name", ["caprl_3b", "rubicap_7b", "vision_r1_7b_ptst", "vision_r1_7b_sft"])
+@pytest.mark.parametrize("name", ["caprl_3b", "caprl_qwen3_vl_2b", "rubicap_7b", "vision_r1_7b_ptst", "vision_r1_7b_sft"])
 def test_real_recipes_are_consistent_except_for_their_data(no_models, name, tmp_path):
     # Point the recipe at a tiny dataset with the columns it needs; everything else is as shipped.
     r = load_recipe(RECIPES / f"{name}.yaml")
     world = 4 if name.startswith(("caprl", "rubicap")) else 8
-    need = {"caprl_3b": "builtin:tiny_captions:2", "rubicap_7b": "builtin:tiny_captions:2"}.get(name, "builtin:tiny_math:2")
+    need = {"caprl_3b": "builtin:tiny_captions:2", "caprl_qwen3_vl_2b": "builtin:tiny_captions:2",
+            "rubicap_7b": "builtin:tiny_captions:2"}.get(name, "builtin:tiny_math:2")
     r.data.source = need
     validate(r, world=world)
     if name == "rubicap_7b":
@@ -344,3 +345,24 @@ def test_prompt_names_a_template(no_models, tmp_path):
     assert user_text({"id": "x7"}, str(own)) == "Caption x7 in one line."
     with pytest.raises(RecipeError, match="data.prompt.*no_such_prompt.jinja"):
         validate(load_recipe(doc=_doc(data={"source": "builtin:tiny_math:4", "prompt": "no_such_prompt.jinja"})))
+
+
+def test_real_recipes_set_schedule_and_loss_explicitly():
+    """TRL's defaults (linear decay, loss_type dapo) silently decide otherwise; PTST stages would each
+    decay to 0. The Vision-R1 SFT recipe carries the public settings."""
+    import configparser
+
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg")
+    provided = set(extras["options.extras_require"])
+    for path in sorted(RECIPES.glob("*.yaml")):
+        r = load_recipe(path)
+        assert "lr_scheduler_type" in r.trainer, path.name
+        if r.method in ("grpo", "ptst"):
+            assert r.trainer.get("loss_type") == "grpo", path.name  # the papers train with GRPO
+        if r.method == "ptst":
+            assert r.trainer["lr_scheduler_type"].startswith("constant"), path.name
+        for name in (r.trainer.get("report_to") or []):
+            assert name in provided, f"{path.name}: report_to {name} has no extra in setup.cfg"
+    sft = load_recipe(RECIPES / "vision_r1_7b_sft.yaml").trainer
+    assert (sft["learning_rate"], sft["warmup_steps"], sft["max_length"]) == (5e-6, 0.05, 16384)

@@ -17,8 +17,7 @@ def test_signature_matches_verl_custom_reward_function():
         assert [p.name for p in params[:4]] == ["data_source", "solution_str", "ground_truth", "extra_info"]
         assert params[3].default is None and params[-1].kind is inspect.Parameter.VAR_KEYWORD
     assert inspect.iscoroutinefunction(va.compute_score_async)
-    batch = list(inspect.signature(va.compute_score_batch).parameters)
-    assert batch[:4] == ["data_sources", "solution_strs", "ground_truths", "extra_infos"]
+    assert not hasattr(va, "compute_score_batch")  # verl 0.9 has no list-calling reward manager
 
 
 def test_hfrrf_by_default_returns_score_and_details():
@@ -48,14 +47,23 @@ def test_reward_and_settings_from_reward_kwargs_extra_info_or_env(monkeypatch):
         va.compute_score("m", "x", "1", {"vlrl_reward": "nope"})
 
 
-def test_async_and_batch_forms_agree():
-    sols = ["<think>a</think><answer>4</answer>", "<think>a</think><answer>5</answer>", "4"]
-    one = [va.compute_score("d", s, "4", {}) for s in sols]
-    many = va.compute_score_batch(["d"] * 3, sols, ["4"] * 3, [{}] * 3)
-    assert [m["score"] for m in many] == [o["score"] for o in one] == [1.0, 0.0, 0.0]
-    assert len({frozenset(m) for m in many}) == 1  # one key set for the whole batch
+def test_async_form_agrees_and_keys_are_fixed_per_reward():
+    sols = ["<think>a</think><answer>4</answer>", "<think>a</think><answer>5</answer>", "4", "<think>a</think><answer>4"]
+    one = [va.compute_score("d", s, "4", {}) for s in sols] + [va.compute_score("d", sols[0], "", {})]
+    assert [m["score"] for m in one] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert {tuple(m) for m in one} == {va.detail_keys(va._reward("hfrrf", {}))}  # same keys, same order
     out = asyncio.run(va.compute_score_async("d", sols[0], "4", {}))
     assert out == one[0]
+
+
+def test_omegaconf_settings_take_effect():
+    omegaconf = pytest.importorskip("omegaconf")
+    text = "<think>x</think><answer>41</answer>"
+    soft = omegaconf.OmegaConf.create({"reward": "hfrrf", "settings": {"soft": True}})
+    assert va.compute_score("m", text, "42", None, **soft)["score"] == pytest.approx(0.2)  # soft took effect
+    veto = omegaconf.OmegaConf.create({"reward": "hfrrf", "settings": {"soft": True, "guards": {"policy": "veto"}}})
+    out = va.compute_score("m", text, "42", None, **veto)
+    assert out["guard/any"] == 1.0 and out["score"] == 0.0  # the nested guards block was applied: vetoed
 
 
 def test_caption_reward_reads_questions_from_extra_info():

@@ -11,7 +11,7 @@ app = typer.Typer(no_args_is_help=True)
 
 @app.command("make-tiny")
 def make_tiny_cmd(
-    arch: str = typer.Option(..., "--arch", help="qwen2_5_vl, qwen2_vl or qwen2"),
+    arch: str = typer.Option(..., "--arch", help="qwen2_5_vl, qwen2_vl, qwen3_vl or qwen2"),
     out: Path = typer.Option(..., "--out", help="Folder to write model, tokenizer and processor to."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initialisation."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Use this tokenizer folder (e.g. a real Qwen one) instead of training one."),

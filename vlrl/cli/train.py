@@ -7,10 +7,17 @@ import typer
 app = typer.Typer(no_args_is_help=True)
 
 
-def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool) -> None:
+def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool, force: bool = False) -> None:
     import json
+    import warnings
 
     from vlrl.training.recipe import RecipeError, load_recipe
+    from vlrl.training.runstate import RunFailed
+
+    # Deprecation notices from transformers/TRL repeat for every trainer (every PTST stage) and every
+    # step; one of each is enough to act on.
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("once", category=category)
 
     try:
         r = load_recipe(recipe, overrides or [])
@@ -22,49 +29,65 @@ def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: b
         if method == "grpo":
             from vlrl.training.grpo import run_grpo
 
-            metrics = run_grpo(r, resume=resume)
+            metrics = run_grpo(r, resume=resume, force=force)
         elif method == "ptst":
             from vlrl.training.ptst import run_ptst
 
-            metrics = run_ptst(r, resume=resume)
+            metrics = run_ptst(r, resume=resume, force=force)
         else:
             from vlrl.training.sft import run_sft
 
-            metrics = run_sft(r)
+            metrics = run_sft(r, force=force)
     except RecipeError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    except RunFailed as e:
+        typer.echo(f"error: training stopped: {e}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(json.dumps(metrics, indent=2, default=str))
 
 
 _RECIPE = typer.Option(..., "--recipe", "-r", help="YAML recipe (train/recipes/...).")
 _OVERRIDES = typer.Argument(None, help="key=value overrides, YAML-parsed: output_dir=DIR trainer.learning_rate=1e-5 model.lora=null")
 _RESUME = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in output_dir.")
+_FORCE = typer.Option(False, "--force", help="Continue in an output_dir whose recipe.resolved.json differs from this recipe.")
 
 
 @app.command("grpo", help="GRPO on a VLM from a recipe (also `accelerate launch train/grpo.py --recipe ...`).")
-def grpo_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME) -> None:
-    _run_recipe("grpo", recipe, overrides, resume)
+def grpo_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME,
+             force: bool = _FORCE) -> None:
+    _run_recipe("grpo", recipe, overrides, resume, force)
 
 
 @app.command("ptst", help="PTST: GRPO stages with growing length caps and shrinking groups (Vision-R1).")
-def ptst_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME) -> None:
-    _run_recipe("ptst", recipe, overrides, resume)
+def ptst_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME,
+             force: bool = _FORCE) -> None:
+    _run_recipe("ptst", recipe, overrides, resume, force)
 
 
 @app.command("sft", help="Supervised fine-tuning of a VLM (e.g. on `vlrl data cold-start` output).")
-def sft_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES) -> None:
-    _run_recipe("sft", recipe, overrides, True)
+def sft_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, force: bool = _FORCE) -> None:
+    _run_recipe("sft", recipe, overrides, True, force)
 
 
-@app.command("check", help="Validate a recipe (geometry, rewards, dataset columns, stages) without loading models.")
-def check_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES) -> None:
+@app.command("check", help="Validate a recipe (geometry, values, rewards, dataset columns, stages) and probe what it "
+                            "needs (reward backends answer, packages installed) without loading the policy.")
+def check_cmd(
+    recipe: str = _RECIPE,
+    overrides: list[str] | None = _OVERRIDES,
+    probe: bool = typer.Option(True, "--probe/--no-probe", help="Probe reward backends and required packages "
+                               "(--no-probe: only what the recipe says, e.g. on a machine without the servers)."),
+) -> None:
     from vlrl.training.recipe import RecipeError, load_recipe, validate
 
     try:
         r = load_recipe(recipe, overrides or [])
         validate(r)
+        if probe:
+            from vlrl.training.preflight import check
+
+            check(r)
     except RecipeError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"{recipe}: OK ({r.method}, {len(r.rewards)} reward(s))")
+    typer.echo(f"{recipe}: OK ({r.method}, {len(r.rewards)} reward(s){'' if probe else ', not probed'})")

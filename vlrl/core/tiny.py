@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
-Arch = Literal["qwen2_5_vl", "qwen2_vl", "qwen2"]
-ARCHS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen2")
+Arch = Literal["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2"]
+ARCHS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2")
 
 # Qwen2/2.5-VL special tokens, in the order Qwen assigns their ids.
 QWEN_SPECIAL_TOKENS = (
@@ -138,7 +138,7 @@ def tiny_config(arch: Arch, tok, **overrides: Any):
     ``num_attention_heads``, ``num_key_value_heads``, ``initializer_range``, ``vision_hidden_size``,
     ``vision_depth``, ``mrope_section``; anything else is set on the (text) config directly.
     """
-    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig, Qwen3VLConfig
 
     ids = _token_ids(tok)
     o = dict(overrides)
@@ -191,6 +191,26 @@ def tiny_config(arch: Arch, tok, **overrides: Any):
                 "initializer_range": text["initializer_range"],
             }
             cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **token_ids)
+        elif arch == "qwen3_vl":
+            # Qwen3-VL: 16-px patches merged 2×2 (32-px image factor), learned position embeddings
+            # interpolated per image, DeepStack features from some ViT blocks into the first LM layers,
+            # interleaved multimodal RoPE over an explicit head_dim.
+            text["head_dim"] = head_dim
+            text["rope_parameters"]["mrope_interleaved"] = True
+            vision = {
+                "depth": vision_depth,
+                "hidden_size": vision_hidden,
+                "intermediate_size": 2 * vision_hidden,
+                "num_heads": 4,
+                "out_hidden_size": hidden,
+                "patch_size": 16,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "num_position_embeddings": 256,
+                "deepstack_visual_indexes": [0],
+                "initializer_range": text["initializer_range"],
+            }
+            cfg = Qwen3VLConfig(text_config=text, vision_config=vision, **token_ids)
         elif arch == "qwen2_vl":
             vision = {
                 "depth": vision_depth,
@@ -210,9 +230,20 @@ def tiny_config(arch: Arch, tok, **overrides: Any):
     return cfg
 
 
-def build_processor(tok, min_pixels: int = TINY_MIN_PIXELS, max_pixels: int = TINY_MAX_PIXELS):
-    """The stock Qwen2.5-VL processor around ``tok`` (used for both VL architectures)."""
+def build_processor(tok, min_pixels: int = TINY_MIN_PIXELS, max_pixels: int = TINY_MAX_PIXELS, arch: str = "qwen2_5_vl"):
+    """The stock Qwen2.5-VL processor around ``tok`` (both Qwen2 VL architectures), or Qwen3-VL's
+    (16-px patches: the image processor's patch size must match the vision tower's)."""
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    if arch == "qwen3_vl":
+        from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+        image_processor = Qwen2VLImageProcessor(
+            patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+            size={"shortest_edge": min_pixels, "longest_edge": max_pixels},
+        )
+        return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tok, video_processor=Qwen3VLVideoProcessor(),
+                                chat_template=tok.chat_template)
 
     image_processor = Qwen2VLImageProcessor(
         min_pixels=min_pixels, max_pixels=max_pixels, size={"shortest_edge": min_pixels, "longest_edge": max_pixels}
@@ -271,7 +302,7 @@ def make_tiny(
     tok.padding_side = "left"
     tok.save_pretrained(str(out))
     if arch != "qwen2":
-        build_processor(tok, min_pixels=min_pixels, max_pixels=max_pixels).save_pretrained(str(out))
+        build_processor(tok, min_pixels=min_pixels, max_pixels=max_pixels, arch=arch).save_pretrained(str(out))
     n = sum(p.numel() for p in model.parameters())
     logger.info("built tiny %s (%.2fM params, vocab %d) at %s", arch, n / 1e6, len(tok), out)
     (out / "vlrl_tiny.json").write_text(json.dumps({"arch": arch, "seed": seed, "params": n, **{k: str(v) for k, v in overrides.items()}}, indent=2))

@@ -74,6 +74,21 @@ def _adapted_columns(cols: set[str]) -> set[str]:
 # -- adapting to TRL ---------------------------------------------------------------------------------
 
 
+def load_processor(path: str, data=None):
+    """The policy's processor with the recipe's pixel budget (``data.min_pixels`` / ``data.max_pixels``).
+
+    Qwen-VL processors resize every image so its pixel count falls in [min_pixels, max_pixels];
+    Qwen2.5-VL's default upper bound is about 12.8 MP, i.e. up to 16K visual tokens for one large
+    image, which dominates memory in a real run. The budget travels with the recipe so generation and
+    the loss see the same number of image tokens.
+    """
+    from transformers import AutoProcessor
+
+    kwargs = {k: getattr(data, k) for k in ("min_pixels", "max_pixels") if getattr(data, k, None) is not None}
+    return AutoProcessor.from_pretrained(path, **kwargs)
+
+
+
 def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     """The user turn: the record's own prompt, else the recipe prompt rendered with the record's fields.
 
@@ -116,6 +131,35 @@ def _materialize_image(img: Any, cache: Path, rid: str) -> str:
     return str(path)
 
 
+def record_images(rec: dict[str, Any]) -> list[Any]:
+    """Every image of a record: all of ``images`` (a list), else the one :func:`record_image` finds."""
+    many = rec.get("images")
+    if isinstance(many, (list, tuple)) and len(many) > 1:
+        return [x for x in many if x is not None]
+    one = record_image(rec)
+    return [] if one is None else [one]
+
+
+def _resolve_images(imgs: list[Any], cache: Path, rid: str, root: Path | None) -> list[str]:
+    """Materialize, anchor relative paths at ``root`` and probe every image of one record."""
+    out = []
+    for img in imgs:
+        p = _materialize_image(img, cache, rid)
+        if root is not None and not Path(p).is_absolute():
+            p = str(root / p)
+        _probe_image(p)
+        out.append(p)
+    return out
+
+
+def image_columns(paths: list[list[str]]) -> dict[str, list]:
+    """``image`` (one path per row) when every row has one image, else ``images`` (a list per row):
+    TRL's trainers read either, and insert one image placeholder per image into the user turn."""
+    if all(len(p) == 1 for p in paths):
+        return {"image": [p[0] for p in paths]}
+    return {"images": paths}
+
+
 def _probe_image(path: str) -> None:
     """Cheap check (file header only) that ``path`` is an image: a missing or non-image file would
     otherwise fail later, inside the trainer's data loader, after the models are loaded."""
@@ -151,21 +195,15 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
         if "rubrics" in rec and rec["rubrics"] in ([], "[]", (), None, ""):
             empty_rubrics += 1
             continue
-        img = record_image(rec)
-        if img is None:
+        imgs = record_images(rec)
+        if not imgs:
             logger.warning("record %s: no image (expected one of %s); skipped", rid, IMAGE_KEYS)
             continue
         try:
             text = user_text(rec, data.prompt)
-            img = _materialize_image(img, cache / "dataset_images", rid)
+            # found now, not as a crash in the trainer's data loader
+            img = _resolve_images(imgs, cache / "dataset_images", rid, root)
         except Exception as e:  # noqa: BLE001 - one bad record is skipped, never fatal
-            logger.warning("record %s: %s; skipped", rid, e)
-            continue
-        if root is not None and not Path(img).is_absolute():
-            img = str(root / img)
-        try:
-            _probe_image(img)
-        except Exception as e:  # noqa: BLE001 - found now, not as a crash in the trainer's data loader
             logger.warning("record %s: %s; skipped", rid, e)
             continue
         prompt = []
@@ -182,7 +220,7 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
     if not rows["prompt"]:
         raise ValueError(f"data.source {data.source!r}: no usable records")
     keys = sorted({k for e in rows["_extra"] for k in e})
-    table = {"prompt": rows["prompt"], "image": rows["image"]}
+    table = {"prompt": rows["prompt"], **image_columns(rows["image"])}
     for k in keys:
         table[k] = [json.dumps(e.get(k), ensure_ascii=False, default=str) for e in rows["_extra"]]
     ds = datasets.Dataset.from_dict(table)
@@ -205,4 +243,6 @@ class _Decode:
                 out[k] = [json.loads(v) if isinstance(v, str) else v for v in out[k]]
         if "image" in out:
             out["image"] = [load_image(p) if isinstance(p, str) else p for p in out["image"]]
+        if "images" in out:
+            out["images"] = [[load_image(p) if isinstance(p, str) else p for p in row] for row in out["images"]]
         return out

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,12 @@ def summarize_history(history: list[dict[str, Any]]) -> dict[str, Any]:
         if v := vals(key):
             out[key] = sum(v) / len(v)
     out["logged_steps"] = len(vals("reward"))
+    from vlrl.training.runstate import reward_share
+
+    share = reward_share(history)
+    if share is not None:
+        out["reward_time_share"] = share
+        out["reward_time_s"] = sum(vals("timing/reward_s"))
     return out
 
 
@@ -228,10 +235,30 @@ def _trainer_class():
         _vlrl_weights_from: str | None = None
         _vlrl_generations = 0
         _vlrl_written = 0
+        _vlrl_none_guard = None
+        _vlrl_reward_s = 0.0
+        _vlrl_t_log: float | None = None
 
         def _generate_and_score_completions(self, *args, **kwargs):
             self._vlrl_generations += 1
+            if self._vlrl_t_log is None:
+                self._vlrl_t_log = time.perf_counter()
             return super()._generate_and_score_completions(*args, **kwargs)
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            t0 = time.perf_counter()
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self._vlrl_reward_s += time.perf_counter() - t0
+            if self._vlrl_none_guard is not None:
+                self._vlrl_none_guard.observe(rewards)
+            return rewards
+
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            super()._load_optimizer_and_scheduler(checkpoint)
+            if checkpoint is not None:
+                from vlrl.training.runstate import replan_lr
+
+                replan_lr(self.lr_scheduler, self.optimizer)
 
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
             if self._vlrl_weights_from and Path(resume_from_checkpoint).resolve() == Path(self._vlrl_weights_from).resolve():
@@ -240,6 +267,13 @@ def _trainer_class():
             super()._load_from_checkpoint(resume_from_checkpoint, model)
 
         def log(self, logs, start_time=None):
+            if "loss" in logs and self._vlrl_t_log is not None:  # reward time as a share of step time
+                now = time.perf_counter()
+                step_s, self._vlrl_t_log = now - self._vlrl_t_log, now
+                logs["timing/step_s"] = step_s
+                logs["timing/reward_s"] = self._vlrl_reward_s
+                logs["timing/reward_share"] = self._vlrl_reward_s / step_s if step_s > 0 else 0.0
+                self._vlrl_reward_s = 0.0
             if self.accelerator.is_main_process and self._vlrl_generations > self._vlrl_written and "loss" in logs:
                 try:
                     write_completions(self._logs, Path(self.args.output_dir), self.state.global_step)
@@ -272,6 +306,7 @@ def write_completions(logs: dict[str, Any], output_dir: Path, step: int) -> Path
     images = list(logs.get("images") or [])
     rewards = {k: list(v) for k, v in logs["rewards"].items()}
     adv = list(logs["advantages"])
+    extra = {k: list(v) for k, v in (logs.get("extra") or {}).items()}
     path = out / f"step-{step:05d}.jsonl"
     with open(path, "w", encoding="utf-8") as fh:
         for i, (p, c) in enumerate(zip(prompts, completions, strict=False)):
@@ -290,6 +325,8 @@ def write_completions(logs: dict[str, Any], output_dir: Path, step: int) -> Path
                 "rewards": {k: (v[i] if i < len(v) else None) for k, v in rewards.items()},
                 "advantage": adv[i] if i < len(adv) else None,
             }
+            for k, v in extra.items():  # reward-logged columns, e.g. hfrrf's gold answer and parsed prediction
+                rec.setdefault(k, v[i] if i < len(v) else None)
             fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     return path
 
@@ -319,7 +356,7 @@ def build_trainer(
 
     Returns ``(trainer, resume_from_checkpoint)``; pass the second to ``trainer.train``.
     """
-    from transformers import AutoProcessor
+    from vlrl.training.runstate import NoneRewardGuard, SaveAtEnd
 
     start = model_path or recipe.model.path
     cfg = build_config(recipe, output_dir=output_dir, **(stage_overrides or {}))
@@ -329,9 +366,12 @@ def build_trainer(
         train_dataset = to_trl_dataset(recipe.data, cache_dir=Path(cfg.output_dir) / "_data")
     funcs, weights = build_rewards(recipe)
     cfg.reward_weights = weights
-    for f in funcs:  # hfrrf counts a completion that hits the cap as truncated
+    eos = _eos_ids(start)
+    for f in funcs:  # hfrrf: a completion that hits the cap without EOS is truncated
         if hasattr(f, "max_completion_length") and f.max_completion_length is None:
             f.max_completion_length = cfg.max_completion_length
+        if hasattr(f, "eos_token_ids") and not f.eos_token_ids:
+            f.eos_token_ids = eos
     lora = recipe.model.lora
     ckpt = str(resume) if resume else None
     if ckpt and lora:
@@ -346,7 +386,9 @@ def build_trainer(
     # The KL reference (beta > 0) is rebuilt by TRL from config._name_or_path: keep it the start model.
     base_cfg = policy.get_base_model().config if hasattr(policy, "get_base_model") else policy.config
     base_cfg._name_or_path = start
-    processor = AutoProcessor.from_pretrained(start)
+    from vlrl.training.data import load_processor
+
+    processor = load_processor(start, recipe.data)
     cls = _trainer_class()
     trainer = cls(
         model=policy,
@@ -355,16 +397,59 @@ def build_trainer(
         train_dataset=train_dataset,
         processing_class=processor,
         peft_config=peft_config,
-        callbacks=load_callbacks(recipe.callbacks) or None,
+        callbacks=[*load_callbacks(recipe.callbacks), SaveAtEnd()],
     )
     trainer._vlrl_weights_from = ckpt
+    trainer._vlrl_none_guard = NoneRewardGuard(recipe.run.max_none_reward_steps)
     return trainer, ckpt
 
 
-def prepare(recipe: Recipe) -> Recipe:
-    """Validate (before any model loads), then build any ``tiny:`` models the recipe names."""
+def _eos_ids(path: str) -> set[int]:
+    """Token ids that end a generation: the generation config's (often several for chat models) and
+    the tokenizer's."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    ids: set[int] = set()
+    try:
+        eos = GenerationConfig.from_pretrained(path).eos_token_id
+        ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    except (OSError, ValueError):
+        pass
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        if tok.eos_token_id is not None:
+            ids.add(tok.eos_token_id)
+    except (OSError, ValueError):
+        pass
+    return ids
+
+
+def prepare(recipe: Recipe, *, probe: bool = True) -> Recipe:
+    """Validate, probe what the run needs from outside (backends, packages; no policy loads yet),
+    then build any ``tiny:`` models the recipe names."""
     validate(recipe)
+    if probe:
+        from vlrl.training.preflight import check
+
+        check(recipe)
     return resolve_tiny(recipe)
+
+
+def train_or_finish(trainer: Any, ckpt: str | None) -> None:
+    """``trainer.train(resume_from_checkpoint=ckpt)``, except when ``ckpt`` already holds the final
+    step: transformers' resume at ``global_step == max_steps`` trains one step more, so the state is
+    restored from the checkpoint instead (its weights are already loaded) and nothing is trained."""
+    from vlrl.training.runstate import checkpoint_step
+
+    step = checkpoint_step(Path(ckpt)) if ckpt else None
+    max_steps = trainer.args.max_steps
+    if step is not None and max_steps > 0 and step >= max_steps:
+        from transformers import TrainerState
+
+        trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+        logger.info("%s holds the final step (%d); finishing without training again", ckpt, step)
+        return
+    trainer.train(resume_from_checkpoint=ckpt)
 
 
 def close_rewards(trainer: Any) -> None:
@@ -375,22 +460,34 @@ def close_rewards(trainer: Any) -> None:
             close()
 
 
-def run_grpo(recipe: Recipe, resume: bool = True) -> dict[str, Any]:
-    """Train with GRPO; with ``resume`` (default), continue from the newest checkpoint in output_dir."""
+def run_grpo(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
+    """Train with GRPO; with ``resume`` (default), continue from the newest checkpoint in output_dir.
+
+    A finished run is reported and not trained again; an ``output_dir`` holding another recipe's run
+    is refused unless ``force`` (see :mod:`vlrl.training.runstate`).
+    """
+    from vlrl.training.runstate import check_identity, finished_metrics, write_identity
+
     recipe = prepare(recipe)
     out = Path(recipe.output_dir)
+    check_identity(recipe, out, force=force)
     ckpt = latest_checkpoint(out) if resume else None
+    max_steps = recipe.trainer.get("max_steps")
+    if resume and (done := finished_metrics(out, max_steps, ckpt)) is not None:
+        logger.info("%s: this run already finished at step %s; nothing to train (raise max_steps to continue, or use "
+                    "a new output_dir)", out, done.get("global_step"))
+        return {**done, "status": "already finished"}
     if ckpt:
         logger.info("resuming from %s", ckpt)
+    write_identity(recipe, out)
     trainer, ckpt_arg = build_trainer(recipe, resume=ckpt)
     try:
-        trainer.train(resume_from_checkpoint=ckpt_arg)
+        train_or_finish(trainer, ckpt_arg)
     finally:
         close_rewards(trainer)
     trainer.save_model(str(out))
     metrics = summarize_history(trainer.state.log_history)
-    metrics["global_step"] = trainer.state.global_step
+    metrics.update(global_step=trainer.state.global_step, max_steps=trainer.state.max_steps, finished=True)
     if is_main_process():
         atomic_write_json(out / "metrics.json", metrics)
-        (out / "recipe.resolved.json").write_text(json.dumps(recipe.to_dict(), indent=2, default=str))
     return metrics

@@ -39,7 +39,7 @@ import yaml
 
 logger = logging.getLogger(__name__)
 
-SECTIONS = ("method", "model", "data", "rewards", "trainer", "stages", "ptst", "callbacks")
+SECTIONS = ("method", "model", "data", "rewards", "trainer", "stages", "ptst", "callbacks", "run")
 METHODS = ("grpo", "ptst", "sft")
 DEFAULT_STAGES = (
     {"max_completion_length": 4096, "num_generations": 16, "steps": 100},
@@ -93,6 +93,12 @@ class DataSpec:
     """Folder that relative image paths are resolved against (default: the dataset file's folder)."""
     response_column: str = "response"
     """SFT only: the column holding the target assistant turn (cold start writes ``response``)."""
+    min_pixels: int | None = None
+    """Lower pixel budget per image for the processor (Qwen-VL resizes each image into
+    [min_pixels, max_pixels]); ``None`` keeps the processor's default."""
+    max_pixels: int | None = None
+    """Upper pixel budget per image. Qwen2.5-VL's default is about 12.8 MP (16384 visual tokens), which
+    a real-scale run rarely wants; Vision-R1-style recipes set e.g. 1003520 (1280 tokens of 28×28)."""
 
 
 @dataclass
@@ -103,6 +109,14 @@ class RewardSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     guards: dict[str, Any] = field(default_factory=dict)
     """Anti-hacking guards wrapped around this reward (``vlrl.rewards.guards``)."""
+
+
+@dataclass
+class RunSpec:
+    max_none_reward_steps: int = 3
+    """Stop the run (non-zero exit) after this many consecutive steps in which every reward was
+    ``None``: a dead reward backend otherwise gives zero advantages and a run that "succeeds" having
+    learnt nothing. 0 turns the stop off."""
 
 
 @dataclass
@@ -125,6 +139,8 @@ class Recipe:
     """PTST options: ``prompts_per_step`` (default: derived from the trainer block and the first stage)."""
     callbacks: list[str] = field(default_factory=list)
     """Extra ``transformers.TrainerCallback`` classes as ``package.module:Class``."""
+    run: RunSpec = field(default_factory=RunSpec)
+    """Run-level safety settings (``max_none_reward_steps``)."""
     source: str | None = None
     """The YAML file this recipe came from (for messages)."""
 
@@ -139,6 +155,29 @@ class Recipe:
 
 
 # -- loading -------------------------------------------------------------------------------------
+
+MAX_YAML_ALIASES = 64
+MAX_RECIPE_BYTES = 1_000_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses documents with many aliases: PyYAML shares aliased nodes, but every
+    walk over the loaded object (overrides, ``_numbers``, deepcopy, ``to_dict``) expands them, so a
+    "billion laughs" recipe of a few hundred bytes would otherwise exhaust memory."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            self._vlrl_aliases = getattr(self, "_vlrl_aliases", 0) + 1
+            if self._vlrl_aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} YAML aliases (*name); write the values out")
+        return super().compose_node(parent, index)
+
+
+def safe_yaml(text: str):
+    """``yaml.safe_load`` with bounded aliases and size (recipes and override values)."""
+    if len(text) > MAX_RECIPE_BYTES:
+        raise yaml.YAMLError(f"document is {len(text)} bytes; recipes are limited to {MAX_RECIPE_BYTES}")
+    return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 _NUM_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)$")
@@ -163,7 +202,7 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[tuple[list[s
             raise RecipeError(f"override {item!r}: expected key=value (e.g. trainer.learning_rate=1e-5 or output_dir=DIR)")
         key, _, raw = item.partition("=")
         try:
-            value = _numbers(yaml.safe_load(raw)) if raw != "" else ""
+            value = _numbers(safe_yaml(raw)) if raw != "" else ""
         except yaml.YAMLError as e:
             raise RecipeError(f"override {item!r}: value is not valid YAML ({e})") from None
         parts = key.strip().split(".")
@@ -201,13 +240,13 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not p.is_file():
             raise RecipeError(f"recipe {str(p)!r} does not exist")
         try:
-            doc = yaml.safe_load(p.read_text()) or {}
+            doc = safe_yaml(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise RecipeError(f"recipe {p}: not valid YAML ({e})") from None
     doc = copy.deepcopy(doc)
     if not isinstance(doc, dict):
         raise RecipeError(f"recipe {path}: the top level must be a mapping of sections {SECTIONS}")
-    for key in ("trainer", "stages", "ptst"):
+    for key in ("trainer", "stages", "ptst", "run"):
         if key in doc:
             doc[key] = _numbers(doc[key])
     for parts, value in parse_overrides(list(overrides)):
@@ -276,6 +315,7 @@ def _build(doc: dict[str, Any], source: str | None) -> Recipe:
         stages=stages,
         ptst=dict(doc.get("ptst") or {}),
         callbacks=list(callbacks),
+        run=make(RunSpec, doc.get("run"), "run"),
         source=source,
     )
 
@@ -415,7 +455,11 @@ def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None 
         cfg = "SFTConfig" if recipe.method == "sft" else "GRPOConfig"
         errors.append(f"{where}: unknown trainer key(s) {', '.join(hints)}; trainer accepts {cfg} fields only")
 
-    if recipe.method in ("grpo", "ptst"):
+    from vlrl.training.values import value_problems
+
+    bad_values = value_problems(recipe)
+    errors += [f"{where}: {p}" for p in bad_values]
+    if recipe.method in ("grpo", "ptst") and not bad_values:
         if not recipe.rewards:
             errors.append(f"{where}: no rewards; add at least one under 'rewards:' (e.g. - name: hfrrf)")
         if recipe.method == "grpo":
@@ -433,6 +477,8 @@ def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None 
                 except RecipeError as e:
                     errors.append(str(e))
         steps = recipe.trainer.get("max_steps")
+        if isinstance(steps, float) and steps.is_integer():
+            steps = recipe.trainer["max_steps"] = int(steps)
         if steps is not None and (not isinstance(steps, int) or (steps <= 0 and steps != -1)):
             errors.append(f"{where}: trainer.max_steps is {steps!r}; use a positive integer (or -1 for epochs)")
 
@@ -546,7 +592,7 @@ def plan_stages(recipe: Recipe, world: int | None = None) -> list[dict[str, Any]
 
 # -- tiny models on the fly ------------------------------------------------------------------------
 
-_TINY_RE = re.compile(r"(?<![\w/.-])tiny:(qwen2_5_vl|qwen2_vl|qwen2)(?::(\d+))?(?![\w])")
+_TINY_RE = re.compile(r"(?<![\w/.-])tiny:(qwen2_5_vl|qwen2_vl|qwen3_vl|qwen2)(?::(\d+))?(?![\w])")
 
 
 def build_tiny(arch: str, seed: int = 0) -> Path:

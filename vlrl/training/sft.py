@@ -9,13 +9,13 @@ prompt is templated exactly as GRPO will template it later (TRL inserts the imag
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json
-from vlrl.training.recipe import Recipe, resolve_tiny, validate
+from vlrl.training.data import load_processor
+from vlrl.training.recipe import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
     """prompt/completion/image rows; images open lazily through vlrl's loader."""
     import datasets
 
-    from vlrl.training.data import _materialize_image, _probe_image, iter_source, record_image, user_text
+    from vlrl.training.data import _resolve_images, image_columns, iter_source, record_images, user_text
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
     # relative image paths resolve as in GRPO's adapter: against data.image_root, else the data file's folder
@@ -36,15 +36,13 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
             break
         rid = str(rec.get("id", i))
         target = rec.get(data.response_column)
-        img = record_image(rec)
-        if not isinstance(target, str) or not target.strip() or img is None:
+        imgs = record_images(rec)
+        if not isinstance(target, str) or not target.strip() or not imgs:
             logger.warning("record %s: missing image or %r; skipped", rid, data.response_column)
             continue
         try:
-            img = _materialize_image(img, cache / "dataset_images", rid)
-            if root is not None and not Path(img).is_absolute():
-                img = str(root / img)
-            _probe_image(img)  # a missing or corrupt file is skipped now, not a crash mid-training
+            # a missing or corrupt file is skipped now, not a crash mid-training
+            img = _resolve_images(imgs, cache / "dataset_images", rid, root)
         except Exception as e:  # noqa: BLE001 - one bad record is skipped
             logger.warning("record %s: %s; skipped", rid, e)
             continue
@@ -57,23 +55,26 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
         raise ValueError(f"data.source {data.source!r}: no usable SFT records")
     from vlrl.training.data import _Decode
 
-    return datasets.Dataset.from_dict(rows).with_transform(_Decode([]))
+    table = {"prompt": rows["prompt"], "completion": rows["completion"], **image_columns(rows["image"])}
+    return datasets.Dataset.from_dict(table).with_transform(_Decode([]))
 
 
-def run_sft(recipe: Recipe) -> dict[str, Any]:
-    from transformers import AutoProcessor
+def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
     from trl import SFTConfig, SFTTrainer
 
-    from vlrl.training.grpo import device_defaults, latest_checkpoint, load_callbacks, load_policy, lora_config
+    from vlrl.training.grpo import latest_checkpoint, load_callbacks, load_policy, lora_config, prepare
+    from vlrl.training.runstate import SaveAtEnd, check_identity, finished_metrics, replan_lr, write_identity
 
-    validate(recipe)
-    recipe = resolve_tiny(recipe)
+    recipe = prepare(recipe)
     out = Path(recipe.output_dir)
-    kwargs = device_defaults({"output_dir": str(out), **recipe.trainer})
-    kwargs.setdefault("max_length", None)  # truncating image tokens breaks VLM inputs
-    kwargs.setdefault("remove_unused_columns", False)
-    cfg = SFTConfig(**kwargs)
+    check_identity(recipe, out, force=force)
     ckpt = latest_checkpoint(out)
+    if (done := finished_metrics(out, recipe.trainer.get("max_steps"), ckpt)) is not None:
+        logger.info("%s: this run already finished at step %s; nothing to train (raise max_steps to continue, or use "
+                    "a new output_dir)", out, done.get("global_step"))
+        return {**done, "status": "already finished"}
+    write_identity(recipe, out)
+    cfg = SFTConfig(**sft_kwargs(recipe))
     lora = recipe.model.lora
     if ckpt and lora:
         policy, peft = load_policy(recipe.model.path, recipe.model, trainable_adapter_from=str(ckpt)), None
@@ -81,20 +82,34 @@ def run_sft(recipe: Recipe) -> dict[str, Any]:
         policy, peft = load_policy(str(ckpt), recipe.model), None
     else:
         policy, peft = load_policy(recipe.model.path, recipe.model), (lora_config(lora) if lora else None)
-    processor = AutoProcessor.from_pretrained(recipe.model.path)
+    processor = load_processor(recipe.model.path, recipe.data)
     ds = to_sft_dataset(recipe.data, cache_dir=out / "_data")
 
     class _Trainer(SFTTrainer):
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
             logger.info("weights already loaded from %s", resume_from_checkpoint)
 
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            super()._load_optimizer_and_scheduler(checkpoint)
+            if checkpoint is not None:
+                replan_lr(self.lr_scheduler, self.optimizer)
+
     trainer = _Trainer(model=policy, args=cfg, train_dataset=ds, processing_class=processor, peft_config=peft,
-                       callbacks=load_callbacks(recipe.callbacks) or None)
+                       callbacks=[*load_callbacks(recipe.callbacks), SaveAtEnd()])
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     trainer.save_model(str(out))
     losses = [h["loss"] for h in trainer.state.log_history if isinstance(h.get("loss"), (int, float))]
     metrics = {"global_step": trainer.state.global_step, "loss_first": losses[0] if losses else None,
-               "loss_last": losses[-1] if losses else None, "rows": len(ds)}
+               "loss_last": losses[-1] if losses else None, "rows": len(ds), "max_steps": trainer.state.max_steps,
+               "finished": True}
     atomic_write_json(out / "metrics.json", metrics)
-    (out / "recipe.resolved.json").write_text(json.dumps(recipe.to_dict(), indent=2, default=str))
     return metrics
+
+
+def sft_kwargs(recipe: Recipe) -> dict[str, Any]:
+    from vlrl.training.grpo import device_defaults
+
+    kwargs = device_defaults({"output_dir": recipe.output_dir, **recipe.trainer})
+    kwargs.setdefault("max_length", None)  # truncating image tokens breaks VLM inputs
+    kwargs.setdefault("remove_unused_columns", False)
+    return kwargs

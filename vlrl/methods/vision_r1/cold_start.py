@@ -11,11 +11,24 @@ images; VLMs see images but reason briefly. Vision-R1 bridges the two per (image
    <answer>…</answer>`` form.
 4. A sample is kept only if the format is valid and the final answer matches the ground truth, with
    the *same* checker HFRRF uses in training (:func:`vlrl.methods.vision_r1.reward.check_answer`), so
-   the SFT set never teaches an answer the RL reward would call wrong. (The paper additionally
-   filters logically inconsistent chains; that needs a judge and is left to a later filter.)
+   the SFT set never teaches an answer the RL reward would call wrong.
+5. A description that *states* the answer ("the answer is 4", "option B is correct") is rejected
+   (``answer_leak``): the reasoner would copy it instead of reasoning, and SFT would teach chains
+   that lean on a fact the image does not show.
+6. Optionally (``consistency_judge``) an LLM judge, through vlrl's structured-output seam
+   (:func:`vlrl.judge.chat_structured`, prompt ``cold_start_consistency.jinja``), checks that the
+   chain's steps support its final answer; inconsistent chains are rejected, as the paper filters
+   logically inconsistent samples.
 
 The SFT record holds the image, the question and the reasoner's chain as the target ``response``,
-ready for ``vlrl train sft`` (``data.response_column: response``).
+ready for ``vlrl train sft`` (``data.response_column: response``). SFT trains that chain against
+the *image*, so wording that refers to the text the reasoner read ("According to the
+description, …") is rewritten to image-grounded wording ("In the image, …") by :func:`ground_wording`.
+
+**Transient errors are retried on rerun.** A VLM, reasoner or judge call that failed (timeout, 5xx,
+empty choices) is not a verdict on the sample: it is counted (``retry``) and left undecided, so the
+next run asks again. Only decisions (wrong answer, bad format, leak, inconsistency) are written to
+``rejected.jsonl``.
 
 Resumable and exactly-once: kept and rejected samples go to ``sft.jsonl`` / ``rejected.jsonl``
 (:class:`~vlrl.core.pipeline.JsonlStore`, keyed by record id), unreadable records to
@@ -26,6 +39,7 @@ rerun after ``kill -9`` skips finished ids and replays in-flight calls for free.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -53,6 +67,44 @@ def normalize_reasoner_output(text: str) -> str:
     return t
 
 
+_LEAK = re.compile(
+    r"\b(?:the\s+)?(?:final\s+|correct\s+)?answer\s*(?:is|:|=|would be|should be)"
+    r"|\b(?:option|choice)\s*\(?[A-Z]\)?\s+is\s+(?:the\s+)?(?:correct|right|answer)"
+    r"|\bcorrect\s+(?:option|choice)\s*(?:is|:)",
+    re.IGNORECASE,
+)
+
+
+def answer_leak(description: str) -> bool:
+    """Whether a description states the answer outright (not merely the facts that lead to it)."""
+    return bool(_LEAK.search(description or ""))
+
+
+_GROUNDING = (
+    (re.compile(r"\b(?:according to|based on|from|as stated in|as given in|per) the (?:image )?description\b", re.I), "in the image"),
+    (re.compile(r"\bthe description (?:says|states|mentions|shows|indicates|notes|tells us)\b", re.I), "the image shows"),
+    (re.compile(r"\b(?:is|are|was|were) described as\b", re.I), "appears as"),
+    (re.compile(r"\bthe (?:image )?description\b", re.I), "the image"),
+    (re.compile(r"\bdescribed\b", re.I), "shown"),
+)
+
+
+def ground_wording(text: str) -> str:
+    """Rewrite references to the description into references to the image, keeping sentence case.
+
+    >>> ground_wording("According to the description, the square has 4 sides.")
+    'In the image, the square has 4 sides.'
+    """
+    def cased(repl: str):
+        def f(m: re.Match) -> str:
+            return repl[0].upper() + repl[1:] if m.group(0)[0].isupper() else repl
+        return f
+
+    for pattern, repl in _GROUNDING:
+        text = pattern.sub(cased(repl), text)
+    return text
+
+
 def judge_sample(response: str, gold: Any, choices: Any = None) -> tuple[bool, bool, str | None]:
     """(format_ok, answer_ok, predicted answer) with HFRRF's own parser and checker."""
     from vlrl.methods.vision_r1.reward import check_answer, extract_answer, split_think_answer
@@ -64,25 +116,26 @@ def judge_sample(response: str, gold: Any, choices: Any = None) -> tuple[bool, b
 
 
 def _vlm_step(backend: Any, sampling: SamplingParams, items: list[dict], key: str, rejected: JsonlStore,
-              texts: list[str]) -> tuple[list[dict], int]:
+              texts: list[str], retry: Counter, leak_check: bool = False) -> list[dict]:
     """One VLM stage over ``items`` (image + text each): the answer goes to ``it[key]``; the items
-    that got a non-empty answer go on, empty answers are rejected as ``empty_<key>``. Returns the
-    live items and how many failed in the backend: those are written nowhere, so the next run
-    retries them (a failure is never kept as a verdict)."""
+    that got a non-empty answer go on. A failed call is transient (counted in ``retry``, asked again
+    on the next run); an empty answer (``empty_<key>``) or, with ``leak_check``, one that states the
+    answer (``answer_leak``) is rejected."""
     outcomes = caption_images(backend, [it["img"] for it in items], texts, sampling, ids=[it["id"] for it in items],
                               min_words=None)
-    live, failed = [], 0
+    live = []
     for it, oc in zip(items, outcomes, strict=True):
         text = (oc.caption or "").strip()
         if oc.caption is None:
-            failed += 1
-            logger.warning("%s: the VLM failed (%s); retried by the next run", it["id"], oc.reason)
+            retry["vlm_error"] += 1
         elif not text:
             rejected.append({"id": it["id"], "reason": f"empty_{key}", "error": oc.reason})
+        elif leak_check and answer_leak(text):
+            rejected.append({"id": it["id"], "reason": "answer_leak", key: text})
         else:
             it[key] = text
             live.append(it)
-    return live, failed
+    return live
 
 
 def cold_start(
@@ -99,9 +152,11 @@ def cold_start(
     seed: int = 0,
     shard: str | None = None,
     image_root: str | None = None,
+    consistency_judge: Any = None,
 ) -> dict[str, Any]:
     """Build the cold-start SFT set from ``source`` records (``image``, ``question``, ``answer``,
-    optional ``choices``, ``id``). ``vlm``/``reasoner`` are backend specs or Backends."""
+    optional ``choices``, ``id``). ``vlm``/``reasoner`` (and the optional ``consistency_judge``) are
+    backend specs or Backends."""
     from tqdm import tqdm
 
     from vlrl.core.sources.rows import iter_source, open_record_image, record_image
@@ -115,7 +170,8 @@ def cold_start(
     rejected = JsonlStore(out / "rejected.jsonl")
     quarantine = Quarantine(out / "quarantine.jsonl")
     backends: list[Any] = []  # loaded with the first batch that needs them: a finished job loads no model
-    failed = 0  # backend errors: not written anywhere, so the next run retries them (a failure is never kept)
+    vlm_b = reasoner_b = judge_b = None
+    retry: Counter = Counter()
     vlm_sp = SamplingParams(max_tokens=vlm_max_tokens, temperature=temperature, seed=seed)
     rsn_sp = SamplingParams(max_tokens=reasoner_max_tokens, temperature=temperature, seed=seed)
     root = image_root or (None if source.startswith("builtin:") else str(Path(source).parent))
@@ -150,26 +206,28 @@ def cold_start(
             continue
         if not backends:
             backends[:] = [load_backend(vlm, cache=out / "cache"), load_backend(reasoner, cache=out / "cache")]
-        vlm_b, reasoner_b = backends
+            if consistency_judge is not None:
+                backends.append(load_backend(consistency_judge, cache=out / "cache"))
+            vlm_b, reasoner_b = backends[:2]
+            judge_b = backends[2] if consistency_judge is not None else None
 
-        live, n_failed = _vlm_step(vlm_b, vlm_sp, items, "pseudo_cot", rejected, [
+        live = _vlm_step(vlm_b, vlm_sp, items, "pseudo_cot", rejected, [
             render("cold_start_pseudo_cot", question=it["rec"]["question"], answer=str(it["rec"]["answer"]),
-                   choices=it["choices"]) for it in items])
-        failed += n_failed
-        live2, n_failed = _vlm_step(vlm_b, vlm_sp, live, "description", rejected, [
-            render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"]) for it in live])
-        failed += n_failed
+                   choices=it["choices"]) for it in items], retry)
+        live2 = _vlm_step(vlm_b, vlm_sp, live, "description", rejected, [
+            render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"]) for it in live],
+            retry, leak_check=True)
         answers = reasoner_b.chat([
             ChatRequest([{"role": "user", "content": render("cold_start_reason", description=it["description"],
                                                             question=it["rec"]["question"], choices=it["choices"])}],
                         rsn_sp, id=it["id"])
             for it in live2
         ])
+        verified = []
         for it, res in zip(live2, answers, strict=True):
             rec = it["rec"]
             if not res.ok:
-                failed += 1
-                logger.warning("%s: the reasoner failed (%s); retried by the next run", it["id"], res.error)
+                retry["reasoner_error"] += 1
                 continue
             response = normalize_reasoner_output(res.text)
             truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
@@ -180,27 +238,60 @@ def cold_start(
             elif not ok:
                 rejected.append({**base, "reason": "wrong_answer", "response": response})
             else:
-                img_ref = record_image(rec)
-                if isinstance(img_ref, str):  # absolute, so sft.jsonl works from wherever it is read
-                    img_ref = str((Path(root) / img_ref).resolve() if root and not Path(img_ref).is_absolute() else Path(img_ref))
-                else:
-                    img_ref = _save_image(it["img"], out / "images", it["id"])
-                kept.append({
-                    **base,
-                    "image": img_ref,
-                    **({"choices": rec["choices"]} if rec.get("choices") else {}),
-                    "response": response,
-                    "description": it["description"],
-                    "pseudo_cot": it["pseudo_cot"],
-                })
+                it["response"], it["base"] = response, base
+                verified.append(it)
+        if judge_b is not None and verified:
+            verified = _consistent(judge_b, verified, rejected, retry)
+        for it in verified:
+            rec, base, response = it["rec"], it["base"], it["response"]
+            img_ref = record_image(rec)
+            if isinstance(img_ref, str):  # absolute, so sft.jsonl works from wherever it is read
+                img_ref = str((Path(root) / img_ref).resolve() if root and not Path(img_ref).is_absolute() else Path(img_ref))
+            else:
+                img_ref = _save_image(it["img"], out / "images", it["id"])
+            kept.append({
+                **base,
+                "image": img_ref,
+                **({"choices": rec["choices"]} if rec.get("choices") else {}),
+                "response": ground_wording(response),
+                "description": it["description"],
+                "pseudo_cot": it["pseudo_cot"],
+            })
         bar.update(len(batch))
     bar.close()
-    stats = _stats(out, kept, rejected, quarantine, failed)
+    stats = _stats(out, kept, rejected, quarantine, retry)
     for s in (kept, rejected, quarantine):
         s.close()
     for b in backends:
         b.close()
+    if retry:
+        logger.warning("cold start: %d call(s) failed (%s); those samples are undecided — rerun the same command "
+                       "to retry them", sum(retry.values()), dict(retry))
     return stats
+
+
+def _consistent(judge, items: list[dict], rejected: JsonlStore, retry: Counter) -> list[dict]:
+    """Keep the items whose chain the judge finds logically consistent; judge failures are transient."""
+    from vlrl.judge import chat_structured
+
+    def parse(obj, i):
+        if not isinstance(obj, dict) or not isinstance(obj.get("consistent"), bool):
+            raise ValueError('answer with JSON {"consistent": true|false, "reason": "..."}')
+        return obj
+
+    reqs = [ChatRequest([{"role": "user", "content": render("cold_start_consistency", question=it["rec"]["question"],
+                                                            response=it["response"])}],
+                        SamplingParams(max_tokens=256, temperature=0.0), id=it["id"]) for it in items]
+    keep = []
+    for it, verdict in zip(items, chat_structured(judge, reqs, parse), strict=True):
+        if not verdict.ok:
+            retry["judge_error"] += 1
+        elif not verdict.value["consistent"]:
+            rejected.append({**it["base"], "reason": "inconsistent", "response": it["response"],
+                             "judge_reason": str(verdict.value.get("reason", ""))[:500]})
+        else:
+            keep.append(it)
+    return keep
 
 
 def _save_image(img, folder: Path, rid: str) -> str:
@@ -213,9 +304,9 @@ def _save_image(img, folder: Path, rid: str) -> str:
     return str(path.resolve())
 
 
-def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quarantine, failed: int = 0) -> dict[str, Any]:
+def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quarantine, retry: Counter) -> dict[str, Any]:
     reasons = Counter(r.get("reason", "?") for r in rejected)
-    total = len(kept) + len(rejected) + len(quarantine)
+    total = len(kept) + len(rejected) + len(quarantine) + sum(retry.values())
     stats = {
         "total": total,
         "kept": len(kept),
@@ -223,7 +314,9 @@ def _stats(out: Path, kept: JsonlStore, rejected: JsonlStore, quarantine: Quaran
         "quarantined": len(quarantine),
         "reject_reasons": dict(reasons),
         "keep_rate": len(kept) / total if total else 0.0,
-        "failed_this_run": failed,
+        "retry": sum(retry.values()),
+        "retry_reasons": dict(retry),
+        "failed_this_run": sum(retry.values()),
     }
     atomic_write_json(out / "stats.json", stats)
     return stats

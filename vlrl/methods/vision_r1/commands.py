@@ -26,6 +26,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         reasoner_max_tokens: int = typer.Option(8192, "--reasoner-max-tokens"),
         temperature: float = typer.Option(0.0, "--temperature"),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
+        consistency_judge: str | None = typer.Option(None, "--consistency-judge", help="Backend spec of an LLM judge that "
+                                                     "rejects logically inconsistent chains (optional)."),
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
@@ -42,9 +44,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
                 "data cold-start", out, params, lambda: cold_start(
                     input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
                     vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
-                    temperature=temperature, shard=shard,
-                ), specs=[vlm, reasoner], ignore=("shard",), quarantine=["quarantine.jsonl"],
-                outputs=["sft.jsonl", "rejected.jsonl", "quarantine.jsonl", "stats.json"],
+                    temperature=temperature, shard=shard, consistency_judge=consistency_judge,
+                ), specs=[vlm, reasoner, *([consistency_judge] if consistency_judge else [])], ignore=("shard",),
+                quarantine=["quarantine.jsonl"], outputs=["sft.jsonl", "rejected.jsonl", "quarantine.jsonl", "stats.json"],
             )
         except BackendDown as e:
             typer.echo(f"vlrl data cold-start: {e}", err=True)

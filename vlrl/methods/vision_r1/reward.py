@@ -12,7 +12,7 @@ Correctness is decided by :func:`check_answer`, in this order:
 1. **Multiple choice** when ``choices`` are given or the gold answer is one letter A-Z: the
    prediction may be ``B``, ``(B)``, ``B. text``, ``B) text``, ``Option B`` or the option's text.
 2. **Numbers** with a relative tolerance (1e-6 by default): ``1,000`` = ``1000``, ``50%`` = ``0.5``,
-   ``$12`` = ``12``, ``5 cm`` = ``5``.
+   ``$12`` = ``12``, ``5 cm`` = ``5`` (a unit on one side only), ``500 cm`` = ``5 m``, ``5 cm`` ≠ ``5 m``.
 3. **Mathematics** through ``math_verify`` (``\\frac12`` = ``0.5``, ``2\\sqrt2`` = ``\\sqrt8``,
    ``x=3`` = ``3``) when either side looks mathematical.
 4. Otherwise normalised text equality (case, surrounding punctuation, ``\\text{}``).
@@ -27,7 +27,12 @@ both blocks present in order but with extra text, repeated tags or a missing ``<
 
 Details per completion: ``format_ok``, ``answer_ok`` (correctness of the extracted answer, taken
 from the ``<answer>`` block, or leniently from ``\\boxed{}`` / "the answer is" when the format is
-broken — a diagnostic; the reward still needs both), ``truncated``, and ``pred``.
+broken — a diagnostic; the reward still needs both), ``truncated`` (the completion reached the
+token cap without ending in EOS; a missing ``</answer>`` alone is a format failure, not
+truncation), ``think_too_short`` and ``pred``.
+
+Numbers carry units (``5 m`` ≠ ``5 cm``, ``500 cm`` = ``5 m``; see ``units.py``), and an equation is
+graded as a whole: ``x = 3`` answers 3, ``41 = 42`` answers nothing.
 """
 
 from __future__ import annotations
@@ -187,39 +192,67 @@ def _as_letter(text: str, options: list[str], strict: bool) -> str | None:
 _NUM = re.compile(
     r"^([-+\u2212]?)\s*(?:[$\u20ac\u00a3\u00a5]\s*)?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE]([-+]?\d+))?"
     r"(?:\s*/\s*(\d+))?\s*(%|\\%|percent)?"
-    # up to two unit words ("cm", "apples", "°"); single letters and "pi" are algebra, not units
-    r"(?:\s*(?:\u00b0[A-Za-z]?|(?!pi\b)[A-Za-z]{2,}\.?)){0,2}$"
+    # a unit: "cm", "m", "kg", "cm^2", "°", "apples" (units.py compares them); not "pi" or a variable
+    r"\s*((?:\u00b0[A-Za-z]?|(?!pi\b)[A-Za-z]{2,}\.?|(?:mm|cm|km|m|g|kg|s|h|l)(?:\^?[23]|[\u00b2\u00b3])?)"
+    r"(?:\s+[A-Za-z]{2,}\.?)?)?$"
 )
+_VARIABLE = re.compile(r"^\s*(?:[A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+|\\text\{[^{}]*\})\s*$")
+
+
+def split_equation(s: str) -> str | None:
+    """The right-hand side of ``x = 3`` (a variable named on the left), else None.
+
+    ``41 = 42`` or ``2x = 6`` are graded as a whole, not on their right-hand side.
+    """
+    if s.count("=") != 1:
+        return None
+    lhs, rhs = s.split("=")
+    return rhs.strip() if _VARIABLE.match(lhs) else None
 
 
 def to_number(text: Any) -> tuple[float, bool] | None:
     """``(value, is_percent)`` for a plain number (commas, %, currency, trailing unit), else None.
 
-    >>> to_number("1,000"), to_number("50%"), to_number("x = -2.5 cm"), to_number("3/4")
-    ((1000.0, False), (50.0, True), (-2.5, False), (0.75, False))
+    >>> to_number("1,000"), to_number("50%"), to_number("x = -2.5 cm"), to_number("3/4"), to_number("41 = 42")
+    ((1000.0, False), (50.0, True), (-2.5, False), (0.75, False), None)
     """
+    parsed = number_with_unit(text)
+    return None if parsed is None else parsed[:2]
+
+
+def number_with_unit(text: Any) -> tuple[float, bool, str | None] | None:
+    """``(value, is_percent, unit)``; ``unit`` is the trailing unit word, if any (``"cm"``)."""
     if isinstance(text, bool):
         return None
     if isinstance(text, (int, float)):
-        return (float(text), False) if math.isfinite(text) else None
+        return (float(text), False, None) if math.isfinite(text) else None
     s = str(text).strip().strip("$").strip()
     s = s.replace("{,}", ",").replace("\\!", "").replace("\\,", "")
     if "=" in s:
-        s = s.rsplit("=", 1)[1].strip()
+        rhs = split_equation(s)
+        if rhs is None:
+            return None
+        s = rhs
     m = _NUM.match(s)
     if not m:
         return None
-    sign, digits, exp, denom, pct = m.groups()
+    sign, digits, exp, denom, pct, unit = m.groups()
     value = float(digits.replace(",", "")) * (10 ** int(exp) if exp else 1)
     if denom:
         if "." in digits or int(denom) == 0:
             return None
         value /= int(denom)
-    return (-value if sign in ("-", "\u2212") else value), bool(pct)
+    return (-value if sign in ("-", "\u2212") else value), bool(pct), unit
 
 
-def _numbers_match(p: tuple[float, bool], g: tuple[float, bool], rel_tol: float, abs_tol: float) -> bool:
-    (pv, pp), (gv, gp) = p, g
+def _numbers_match(p: tuple, g: tuple, rel_tol: float, abs_tol: float) -> bool:
+    from vlrl.methods.vision_r1.units import units_compatible
+
+    (pv, pp, pu), (gv, gp, gu) = (tuple(p) + (None,))[:3], (tuple(g) + (None,))[:3]
+    converted = units_compatible(pv, pu, gv, gu)
+    if converted is None:  # 5 cm vs 5 m: different units that do not convert
+        return False
+    pv, gv = converted
     candidates = [(pv, gv)]
     if pp != gp:  # "50%" vs "0.5": either reading may be meant
         candidates.append((pv / 100, gv) if pp else (pv, gv / 100))
@@ -246,21 +279,71 @@ def _mv_parse(s: str, timeout: int | None) -> list:
     return wrapped or parse(s, parsing_timeout=timeout)
 
 
-def math_equal(pred: str, gold: str) -> bool:
-    """``math_verify`` equivalence; False on any parser failure (never raises).
-
-    >>> math_equal("\\\\frac{1}{2}", "0.5"), math_equal("x^2+1", "1+x^2"), math_equal("3", "4")
-    (True, True, False)
-    """
+def _math_equal_here(pred: str, gold: str, timeout: int | None) -> bool:
     from math_verify import verify
 
-    # math_verify's timeouts use SIGALRM, which only works in the main thread.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
     try:
         g, p = _mv_parse(gold, timeout), _mv_parse(pred, timeout)
         return bool(g and p and verify(g, p, timeout_seconds=timeout))
     except Exception as e:  # noqa: BLE001 - a parser crash is a wrong answer, not a crashed step
         logger.debug("math_verify failed on %r vs %r: %s", pred, gold, e)
+        return False
+
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool():
+    """A small spawn-context process pool for math_verify calls made off the main thread."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            import multiprocessing as mp
+
+            pool = mp.get_context("spawn").Pool(processes=2)
+            # start-up (spawn + importing sympy) must not count against the first answer's timeout
+            pool.map(_warm, range(2))
+            _POOL = pool
+        return _POOL
+
+
+def _warm(_: int) -> None:
+    import math_verify  # noqa: F401
+
+
+def _reset_pool() -> None:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.terminate()  # a hung sympy evaluation cannot be cancelled, only killed
+            _POOL = None
+
+
+def math_equal(pred: str, gold: str, timeout: int = 5) -> bool:
+    """``math_verify`` equivalence within ``timeout`` seconds; False on failure or timeout (never raises).
+
+    On the main thread math_verify's own SIGALRM timeouts apply. Off it (verl calls ``compute_score``
+    from worker threads, TRL may run rewards in threads) signals cannot be used, and one pathological
+    answer (``9^{9^{9^{9}}}``) would hang the worker forever; there the check runs in a process pool
+    and a call that overruns is abandoned by terminating the pool (rebuilt on the next call).
+
+    >>> math_equal("\\\\frac{1}{2}", "0.5"), math_equal("x^2+1", "1+x^2"), math_equal("3", "4")
+    (True, True, False)
+    """
+    if threading.current_thread() is threading.main_thread():
+        return _math_equal_here(pred, gold, timeout)
+    try:
+        pool = _pool()
+    except (OSError, AssertionError, ValueError) as e:  # e.g. a daemonic process may not start children
+        logger.warning("math_verify runs without a timeout here (no process pool: %s)", e)
+        return _math_equal_here(pred, gold, None)
+    try:
+        return bool(pool.apply_async(_math_equal_here, (pred, gold, None)).get(timeout))
+    except Exception as e:  # noqa: BLE001 - timeout or a dead worker: a wrong answer, not a hung step
+        logger.warning("math_verify gave no verdict within %ss on %r vs %r (%s); graded wrong",
+                       timeout, str(pred)[:80], str(gold)[:80], e.__class__.__name__)
+        _reset_pool()
         return False
 
 
@@ -291,13 +374,16 @@ def check_answer(pred: Any, gold: Any, choices: Any = None, rel_tol: float = 1e-
         letter = _as_letter(pred_s, options, strict=False)
         if letter is not None and ord(letter) - ord("A") < len(options):
             pred_s = options[ord(letter) - ord("A")]
-    g_num = to_number(gold if isinstance(gold, (int, float)) else gold_s)
+    g_num = number_with_unit(gold if isinstance(gold, (int, float)) else gold_s)
     if g_num is not None:
-        p_num = to_number(pred_s)
+        p_num = number_with_unit(pred_s)
         if p_num is not None:
             return _numbers_match(p_num, g_num, rel_tol, abs_tol)
     if _norm_text(pred_s) == _norm_text(gold_s):
         return True
+    if "=" in pred_s and "=" not in gold_s:  # an equation is graded as a whole: "x = 3" → 3, "41 = 42" is wrong
+        rhs = split_equation(pred_s)
+        return rhs is not None and check_answer(rhs, gold, choices, rel_tol, abs_tol)
     if _MATHY.search(gold_s) or _MATHY.search(pred_s):
         return math_equal(pred_s, gold_s)
     return False
@@ -313,6 +399,10 @@ def _flag(column: Sequence[Any] | None, i: int) -> bool:
     return bool(column[i])
 
 
+def _jsonable(v: Any) -> Any:
+    return v if isinstance(v, (str, int, float, bool, type(None), list)) else str(v)
+
+
 def _row(column: Sequence[Any] | None, i: int) -> Any:
     if column is None or i >= len(column):
         return None
@@ -325,8 +415,11 @@ class HFRRFReward(Reward):
 
     Settings: ``soft`` (partial format credit, see the module docstring), ``format_credit``,
     ``partial_format_credit``, ``rel_tol`` (numeric tolerance), ``max_completion_length`` (a
-    completion whose token count reaches it is truncated), ``think_prefilled`` (the chat template
-    already opened ``<think>`` in the prompt), ``answer_column`` (default ``answer``).
+    completion whose token count reaches it without ending in one of ``eos_token_ids`` is
+    truncated; the trainer fills both in), ``think_prefilled`` (the chat template already opened
+    ``<think>`` in the prompt), ``answer_column`` (default ``answer``), ``min_think_chars``
+    (minimum non-blank characters inside ``<think>``; default 0, the paper's format rule, which
+    asks only for the two blocks in order — raise it to refuse an empty ``<think></think>``).
 
     Optional columns: ``choices``, ``truncated`` / ``is_truncated``, ``completion_lengths``.
 
@@ -351,6 +444,8 @@ class HFRRFReward(Reward):
         max_completion_length: int | None = None,
         think_prefilled: bool = False,
         answer_column: str = "answer",
+        min_think_chars: int = 0,
+        eos_token_ids: Sequence[int] | None = None,
     ) -> None:
         self.soft = soft
         self.format_credit = float(format_credit)
@@ -360,11 +455,24 @@ class HFRRFReward(Reward):
         self.think_prefilled = think_prefilled
         self.answer_column = answer_column
         self.required_columns = (answer_column,)
+        if not isinstance(min_think_chars, int) or min_think_chars < 0:
+            raise ValueError(f"min_think_chars must be a non-negative integer, got {min_think_chars!r}")
+        self.min_think_chars = min_think_chars
+        self.eos_token_ids = set(eos_token_ids) if eos_token_ids else None
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
         if completion_ids is not None and self.max_completion_length:
             kwargs.setdefault("completion_lengths", [len(ids) for ids in completion_ids])
-        return super().__call__(prompts, completions, completion_ids, **kwargs)
+            if self.eos_token_ids:  # a completion of exactly the cap that ended with EOS is complete
+                kwargs.setdefault("ended_with_eos", [bool(ids) and ids[-1] in self.eos_token_ids for ids in completion_ids])
+        values = super().__call__(prompts, completions, completion_ids, **kwargs)
+        log_extra = kwargs.get("log_extra")
+        scores = getattr(self, "_last_scores", None)
+        if log_extra is not None and scores is not None and len(scores) == len(values):
+            # the completions dump (TRL's table, vlrl's step-*.jsonl) shows what was graded against what
+            log_extra("gold", [_jsonable(_row(kwargs.get(self.answer_column), i)) for i in range(len(values))])
+            log_extra("prediction", [s.details.get("pred") for s in scores])
+        return values
 
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
         answers = columns.get(self.answer_column)
@@ -381,6 +489,7 @@ class HFRRFReward(Reward):
             except Exception as e:  # noqa: BLE001 - one bad sample never crashes a training step
                 logger.warning("hfrrf: completion %d could not be scored: %s", i, e)
                 out.append(Score(None, {"error": str(e)}))
+        self._last_scores = out
         return out
 
     def _score_one(self, text: Any, gold: Any, choices: Any, i: int, columns: dict, lengths: Any) -> Score:
@@ -388,15 +497,22 @@ class HFRRFReward(Reward):
         if self.think_prefilled and not text.lstrip().startswith("<think>"):
             text = "<think>" + text
         length = _row(lengths, i)
+        # Truncated means the generator stopped at the cap, not that </answer> is missing (a missing tag
+        # alone is a format failure); a completion of exactly the cap that ended with EOS is complete.
         truncated = (
-            "</answer>" not in text
-            or _flag(columns.get("truncated"), i)
+            _flag(columns.get("truncated"), i)
             or _flag(columns.get("is_truncated"), i)
-            or bool(self.max_completion_length and length is not None and length >= self.max_completion_length)
+            or bool(self.max_completion_length and length is not None and length >= self.max_completion_length
+                    and not _flag(columns.get("ended_with_eos"), i))
         )
         parts = None if truncated else split_think_answer(text)
+        think_short = parts is not None and len(parts[0].strip()) < self.min_think_chars
+        if think_short:
+            parts = None
         format_ok = parts is not None
         pred = _clean(parts[1]) if parts else (None if truncated else extract_answer(text))
+        if think_short:
+            pred = extract_answer(text)
         answer_ok = check_answer(pred, gold, choices, rel_tol=self.rel_tol)
         if format_ok and answer_ok:
             value = 1.0
@@ -406,7 +522,8 @@ class HFRRFReward(Reward):
             value = self.partial_format_credit
         else:
             value = 0.0
-        return Score(value, {"format_ok": format_ok, "answer_ok": answer_ok, "truncated": truncated, "pred": pred})
+        return Score(value, {"format_ok": format_ok, "answer_ok": answer_ok, "truncated": truncated,
+                             "think_too_short": think_short, "pred": pred})
 
 
 __all__ = [
