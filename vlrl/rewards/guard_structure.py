@@ -282,9 +282,9 @@ _SCORE = (
     r"(?:\b\d+(?:\.\d+)?\s*(?:/|out\s+of)\s*(?:10|ten|5|five|100)\b|\b(?:ten|five)\s+out\s+of\s+(?:ten|five)\b|"
     r"\bgrade\s*(?:of\s*|:\s*)?a\+|\b(?:perfect|full|top|maximum|max|highest)\s+(?:score|marks|credit|rating|reward)\b)"
 )
-# numeric scores and letter grades only; "full marks" in a scene ("smiles at the full marks") is content
+# numeric scores only; "full marks" or "a grade of A+" in a scene ("smiles at the full marks") is content
 _NUM_SCORE = re.compile(r"\b\d+(?:\.\d+)?\s*(?:/|out\s+of)\s*(?:10|ten|5|five|100)\b|\b(?:ten|five)\s+out\s+of\s+"
-                        r"(?:ten|five)\b|\bgrade\s*(?:of\s*|:\s*)?a\+")
+                        r"(?:ten|five)\b")
 _SCORE_ADDRESSED = re.compile(
     rf"{_SCORE}[^.;]{{0,120}}?\b(?:you|your|caption|description|this text|these words|the above|here|i|my|deserv\w*|earn\w*|"
     rf"merit\w*|warrant\w*|worth)\b|\b(?:you|your|caption|description|this text|these words|the above|i|my|"
