@@ -124,6 +124,7 @@ _INTRO = (
 # Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
 _IMAGE_TEXT = re.compile(
     _INTRO + r"(?::|\s)\s*(?!this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|here\b|"
+    r"(?:[\w-]+\s+){0,2}(?:captions?|descriptions?|write-?ups?|summary|summaries|captioning|prose|piece)\b|"
     r"(?:to|for|so|by|specifically|carefully|in order)\s+(?:match|meet|satisfy|please|pass|score|fit|the\s+(?:grader|judge|"
     r"rubric|criteria|evaluator))\b)"
     r"[^.;!?\n]{1,160}?(?=\s+(?:next to|beside|over|above|below|under|in (?:red|gold|green|blue|black|white|tall|large|small)"
@@ -143,7 +144,10 @@ _IMAGE_TEXT_BEFORE = re.compile(
 # ... and a list introduced by a colon after such a verb ("a poster lists the rules: be kind, ...").
 _IMAGE_TEXT_COLON = re.compile(
     r"\b(?:lists?|listing|reads?|reading|says|saying|shows?|showing|displays?|displaying|titled|labell?ed|announc\w+)"
-    r"\b[^.:\n]{0,40}:\s*[^.\n]*",
+    r"\b[^.:\n]{0,40}:\s*[^.\n]*"
+    # a sign or label in the scene followed by its text ("a hotel sign: 9.2 out of 10 guest rating")
+    r"|\b(?:sign|signs|label|banner|poster|plaque|sticker|placard|scoreboard|billboard|headline|t-shirt|mug|"
+    r"chalkboard|whiteboard|blackboard)\s*:\s*(?:[^.\n]|\.(?=\d))*",
     re.IGNORECASE,
 )
 
@@ -169,7 +173,8 @@ _SELF = (
     r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"
     r"|\bthe\s+above\b|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
     r"|\bwhat\s+is\s+written\s+(?:here|above)\b|\b(?:reading|read)\s+this\b|\bthe\s+(?:caption|description|text)\s+alone\b"
-    r"|\bin\s+(?:this|my)\s+(?:[\w-]+\s+){0,2}(?:caption|description)\b|\b(?:is|are)\s+(?:all\s+)?(?:here|in here)\b"
+    r"|\bin\s+(?:this|my)\s+(?:[\w-]+\s+){0,2}(?:caption|description)\b|\b(?:you\s+are|you're)\s+(?:now\s+)?reading\b|"
+    r"\bpiece\s+of\s+(?:captioning|writing|description)\b|\bcaptioning\b|\b(?:is|are)\s+(?:all\s+)?(?:here|in here)\b"
     r"|\b(?:caption|description|write-?up)\b(?=[^.]*\b(?:i|my|me)\b))"
 )
 _PRAISE = (
@@ -340,7 +345,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"the\s+(?:image|picture|photo|original)\b"),
         re.compile(r"\b(?:replaces?|substitutes? for|stands? in for|as good as|equivalent to)\s+(?:\w+\s+)?"
                    r"(?:the\s+)?(?:image|picture|photo|seeing)\b"),
-        re.compile(r"\b(?:any|every|all)\s+(?:[\w-]+\s+){0,2}?questions?\b[^.]*?\b(?:answer(?:ed|able)?|respond)\b"),
+        re.compile(r"\b(?:any|every|all)\s+(?:[\w-]+\s+){0,2}?questions?\b[^.]*?\b(?:answer(?:ed|able)?|respond)\b"
+                   r"(?!\s+(?:in|with|on|by)\s+(?:pencil|pen|ink|hand|the|a|an)\b)"),
         re.compile(r"\banswer(?:ed|able)?\b[^.]*?\b(?:any|every|all)\s+(?:[\w-]+\s+){0,2}?questions?\b"),
         re.compile(r"\bno\s+question\b[^.]*?\b(?:answer|could not|cannot|can't)\b"),
         re.compile(r"\b(?:pick|choose|select|get)\s+the\s+(?:right|correct)\s+(?:option|answer|choice)\b"),
@@ -357,7 +363,7 @@ _CUES = {
                        r"am not|'m not|believe it|guess|suspect|assume|would guess)\b)|\bhere\s*[.!]?$"),
     "praise": re.compile(_PRAISE),
     "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
-                       r"grade[ds]?|grading|marks|credit|evaluat\w+|assess\w+|approv\w+|reward|questions?|answer(?:s|ed|able)?)\b"),
+                       r"grade[ds]?|grading|marks|mark(?:s|ed|ing)?\s+(?:[\w-]+\s+){0,2}?down|credit|evaluat(?!ors?\b)\w+|assess(?!ors?\b)\w+|approv\w+|reward|questions?|answer(?:s|ed|able)?)\b"),
     # bare "model", "ai", "assistant", "bot", "judges" name things in scenes (a scale model, a panel of judges)
     "audience": re.compile(_AUDIENCE.replace("judges?|", "").replace("assistant|ai|model|", "").replace("|bot|", "|")),
     "you": re.compile(_YOU),

@@ -72,6 +72,16 @@ from vlrl.rewards.guard_meta import (
     verdict_json,
 )
 from vlrl.rewards.guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
+from vlrl.rewards.guard_structure import (
+    GRADER_STRUCTURE,
+    RAW_STRUCTURE,
+    SELF_STRUCTURE,
+    compact_keywords,
+    fuzzy_fix,
+    on_display,
+    structural_hit,
+    unreversed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -118,16 +128,22 @@ class Doc:
     decoded: str = ""  # lower case, unquoted, obfuscation undone (digits for letters, spread letters, base64)
     obfuscated: bool = False  # whether anything had to be undone
     meta: str = ""  # decoded, with clauses reporting text in the image removed
+    shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
 
     @classmethod
     def of(cls, text: str) -> Doc:
         norm = normalize(text)
         unquoted = strip_image_text(strip_quoted(norm))
         decoded, obfuscated = deobfuscate(unquoted)
-        decoded = decoded.lower()
+        if backwards := unreversed(unquoted):
+            decoded, obfuscated = f"{decoded} . {backwards}", True
+        # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
+        decoded = fuzzy_fix(decoded.lower())
+        lines = fold(text or "").translate(_QUOTES)
+        shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
         return cls(
-            text, norm, unquoted, unquoted.lower(), re.findall(r"[\w']+", norm.lower()),
-            decoded, obfuscated, decoded,
+            text, norm, unquoted, fuzzy_fix(unquoted.lower()), re.findall(r"[\w']+", norm.lower()),
+            decoded, obfuscated, decoded, shaped.lower(),
         )
 
 
@@ -196,7 +212,8 @@ class SelfPraiseGuard(PatternGuard):
     patterns = SELF_PRAISE
 
     def match(self, doc: Doc) -> str | None:
-        return super().match(doc) or meta_claim(doc.meta, SELF_FAMILIES)
+        return (super().match(doc) or meta_claim(doc.meta, SELF_FAMILIES)
+                or structural_hit(doc.meta, SELF_STRUCTURE))
 
 
 @register_guard("grader_address")
@@ -211,9 +228,12 @@ class GraderAddressGuard(PatternGuard):
     def match(self, doc: Doc) -> str | None:
         if hit := super().match(doc) or meta_claim(doc.meta, GRADER_FAMILIES):
             return hit
-        if hit := verdict_json(doc.norm):
+        if (hit := verdict_json(doc.norm)) and not on_display(doc.norm.lower(), doc.norm.find(hit[:20])):
             return f"verdict json: {hit}"
-        if doc.obfuscated and (hit := compact_hit(doc.decoded)):
+        if hit := structural_hit(doc.meta, GRADER_STRUCTURE) or structural_hit(doc.shaped, RAW_STRUCTURE):
+            return hit
+        if doc.obfuscated and (hit := compact_hit(doc.decoded) or compact_keywords(doc.decoded)
+                               or compact_keywords(doc.lower)):
             return f"obfuscated: {hit}"
         return None
 
