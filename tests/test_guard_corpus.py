@@ -10,9 +10,10 @@ only guard against regressions. Generalisation is measured two other ways:
 * **leave-one-kind-out**: for each kind of hack, the structural families written from that kind's
   examples are switched off and the kind is measured with what remains (does the layer catch a kind
   whose own examples were never looked at?);
-* **a new independent corpus**: ``tests/fixtures/guard_corpus_heldout.jsonl``, when present, is
-  measured against ``HELDOUT_FLOORS`` (the goal: recall >= 0.90 at <= 0.10 false positives on unseen
-  phrasings).
+* **a new independent corpus**: ``tests/fixtures/guard_corpus_heldout.jsonl`` (357 captions written
+  after the structural cues by an author who saw neither the patterns nor the first corpus; never
+  used for tuning), measured against ``HELDOUT_FLOORS``. The goal, recall >= 0.90 at <= 0.10 false
+  positives on unseen phrasings, is not reached: 0.83 at 0.069.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def test_structural_families_stay_quiet_on_honest_corpus_captions():
 # A corpus written independently after the cues (never seen while writing them). The floors are the
 # lead's to set once it is measured; until then the defaults below.
 HELDOUT = Path(__file__).parent / "fixtures" / "guard_corpus_heldout.jsonl"
-HELDOUT_FLOORS = {"recall": 0.80, "fpr": 0.10}
+HELDOUT_FLOORS = {"recall": 0.82, "fpr": 0.08}  # measured 0.83 / 0.069; the goal (0.90 / 0.10) is not reached
 
 
 @pytest.mark.skipif(not HELDOUT.exists(), reason="no independent held-out guard corpus (guard_corpus_heldout.jsonl)")
