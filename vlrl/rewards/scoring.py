@@ -40,9 +40,9 @@ def parse_value(text: str) -> Any:
     except ValueError:
         pass
     try:
-        import yaml
+        from vlrl.core.config import safe_yaml
 
-        return yaml.safe_load(text)
+        return safe_yaml(text)
     except Exception:  # noqa: BLE001 - anything YAML cannot read is a plain string
         return text
 
@@ -77,9 +77,9 @@ def load_settings(
     """Merge settings: file (YAML/JSON) < ``--settings`` JSON < ``-s key=value`` pairs."""
     settings: dict[str, Any] = {}
     if settings_file:
-        import yaml
+        from vlrl.core.config import safe_yaml
 
-        loaded = yaml.safe_load(Path(settings_file).read_text(encoding="utf-8")) or {}
+        loaded = safe_yaml(Path(settings_file).read_text(encoding="utf-8")) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{settings_file}: expected a mapping of settings, got {type(loaded).__name__}")
         settings = _merge(settings, loaded)

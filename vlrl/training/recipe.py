@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from vlrl.core.config import safe_yaml, set_dotted, yaml_numbers
+
 logger = logging.getLogger(__name__)
 
 SECTIONS = ("method", "model", "data", "rewards", "trainer", "stages", "ptst", "callbacks", "run")
@@ -156,44 +158,6 @@ class Recipe:
 
 # -- loading -------------------------------------------------------------------------------------
 
-MAX_YAML_ALIASES = 64
-MAX_RECIPE_BYTES = 1_000_000
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses documents with many aliases: PyYAML shares aliased nodes, but every
-    walk over the loaded object (overrides, ``_numbers``, deepcopy, ``to_dict``) expands them, so a
-    "billion laughs" recipe of a few hundred bytes would otherwise exhaust memory."""
-
-    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
-        if self.check_event(yaml.AliasEvent):
-            self._vlrl_aliases = getattr(self, "_vlrl_aliases", 0) + 1
-            if self._vlrl_aliases > MAX_YAML_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} YAML aliases (*name); write the values out")
-        return super().compose_node(parent, index)
-
-
-def safe_yaml(text: str):
-    """``yaml.safe_load`` with bounded aliases and size (recipes and override values)."""
-    if len(text) > MAX_RECIPE_BYTES:
-        raise yaml.YAMLError(f"document is {len(text)} bytes; recipes are limited to {MAX_RECIPE_BYTES}")
-    return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-_NUM_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)$")
-
-
-def _numbers(obj: Any) -> Any:
-    """PyYAML reads ``1e-6`` (no dot) as a string; recipes and overrides mean a float."""
-    if isinstance(obj, str) and _NUM_RE.match(obj.strip()):
-        return float(obj)
-    if isinstance(obj, list):
-        return [_numbers(x) for x in obj]
-    if isinstance(obj, dict):
-        return {k: _numbers(v) for k, v in obj.items()}
-    return obj
-
-
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[tuple[list[str], Any]]:
     """``a.b=value`` → ([a, b], yaml(value)). A bare key outside SECTIONS is a trainer field."""
     out = []
@@ -202,7 +166,7 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[tuple[list[s
             raise RecipeError(f"override {item!r}: expected key=value (e.g. trainer.learning_rate=1e-5 or output_dir=DIR)")
         key, _, raw = item.partition("=")
         try:
-            value = _numbers(safe_yaml(raw)) if raw != "" else ""
+            value = yaml_numbers(safe_yaml(raw)) if raw != "" else ""
         except yaml.YAMLError as e:
             raise RecipeError(f"override {item!r}: value is not valid YAML ({e})") from None
         parts = key.strip().split(".")
@@ -210,21 +174,6 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[tuple[list[s
             parts = ["trainer", *parts]
         out.append((parts, value))
     return out
-
-
-def _set_dotted(doc: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = doc
-    for p in parts[:-1]:
-        if isinstance(node, list):
-            node = node[int(p)]
-            continue
-        if not isinstance(node.get(p), (dict, list)):
-            node[p] = {}
-        node = node[p]
-    if isinstance(node, list):
-        node[int(parts[-1])] = value
-    else:
-        node[parts[-1]] = value
 
 
 def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *, doc: dict | None = None) -> Recipe:
@@ -248,9 +197,9 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple[str
         raise RecipeError(f"recipe {path}: the top level must be a mapping of sections {SECTIONS}")
     for key in ("trainer", "stages", "ptst", "run"):
         if key in doc:
-            doc[key] = _numbers(doc[key])
+            doc[key] = yaml_numbers(doc[key])
     for parts, value in parse_overrides(list(overrides)):
-        _set_dotted(doc, parts, value)
+        set_dotted(doc, parts, value)
     return _build(doc, source=str(path) if path else None)
 
 
