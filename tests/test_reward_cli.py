@@ -66,7 +66,7 @@ def test_score_hfrrf_rows_with_bad_rows(tmp_path):
     recs = read_jsonl(out)
     assert [r["id"] for r in recs] == ["ok", "mc", None, None, "nocomp", "noans", "wrong", "trunc", 7]
     assert [r["reward"] for r in recs] == [1.0, 1.0, None, None, None, None, 0.0, 0.0, 1.0]
-    assert recs[0]["details"] == {"format_ok": True, "answer_ok": True, "truncated": False, "pred": "42"}
+    assert recs[0]["details"] == {"format_ok": True, "answer_ok": True, "truncated": False, "pred": "42", "think_too_short": False}
     assert recs[7]["details"]["truncated"] is True
     errors = {r["line"]: r["details"]["error"] for r in recs if r["reward"] is None}
     assert "not valid JSON" in errors[3] and "missing 'id'" in errors[4]
