@@ -67,7 +67,8 @@ def test_score_hfrrf_rows_with_bad_rows(tmp_path):
     assert [r["id"] for r in recs] == ["ok", "mc", None, None, "nocomp", "noans", "wrong", "trunc", 7]
     assert [r["reward"] for r in recs] == [1.0, 1.0, None, None, None, None, 0.0, 0.0, 1.0]
     assert recs[0]["details"] == {"format_ok": True, "answer_ok": True, "truncated": False, "pred": "42", "think_too_short": False}
-    assert recs[7]["details"]["truncated"] is True
+    # no closing tag and no length information: a format failure, not a truncation (EOS-aware flag)
+    assert recs[7]["details"]["truncated"] is False and recs[7]["details"]["format_ok"] is False
     errors = {r["line"]: r["details"]["error"] for r in recs if r["reward"] is None}
     assert "not valid JSON" in errors[3] and "missing 'id'" in errors[4]
     assert "missing 'completion'" in errors[6] and "'answer'" in errors[7]
