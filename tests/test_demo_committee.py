@@ -65,10 +65,7 @@ def test_writer_keeps_only_consensus_and_grades_the_student():
     assert write_rubrics(teachers, W.caption(sc))["rubrics"] == []  # a perfect student needs no rubric
 
 
-def test_committee_and_writer_through_the_real_rubicap_pipeline(tmp_path):
-    from vlrl.methods.rubicap.synthesis import build_rubrics
-    from vlrl.methods.rubicap.teachers import run_teacher_committee
-
+def test_committee_and_writer_through_the_real_rubicap_commands(tmp_path):
     cfg = W.WorldConfig()
     scenes = W.make_scenes(40, 3, cfg, prefix="c")
     (tmp_path / "images").mkdir()
@@ -79,12 +76,22 @@ def test_committee_and_writer_through_the_real_rubicap_pipeline(tmp_path):
             fh.write(json.dumps({"image_id": f"{sc.id}.png", "caption": W.caption(sc, rng, 0.6)}) + "\n")
     teachers = [f"terse={M}:teacher?profile=omit&rate=0.3", f"careless={M}:teacher?profile=wrong&rate=0.15",
                 f"dreamer={M}:teacher?profile=invent&rate=0.3"]
-    stats = run_teacher_committee(str(tmp_path / "images"), teachers, tmp_path / "teachers", min_words=1)
-    assert stats and (tmp_path / "teachers" / "teacher_captions.jsonl").exists()
+    from typer.testing import CliRunner
+
+    from vlrl.cli import app
+
+    args = ["data", "teacher-captions", "--images", str(tmp_path / "images"), "--out", str(tmp_path / "teachers")]
+    for t in teachers:
+        args += ["--teacher", t]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
     rows = list(read_jsonl(tmp_path / "teachers" / "teacher_captions.jsonl"))
     assert len(rows) == 40 and all(len(r["teacher_captions"]) == 3 for r in rows)
 
-    build_rubrics(tmp_path / "teachers", str(tmp_path / "student.jsonl"), f"{M}:writer", tmp_path / "rubrics")
+    res = CliRunner().invoke(app, ["data", "rubrics", "--teachers", str(tmp_path / "teachers"), "--student",
+                                   str(tmp_path / "student.jsonl"), "--writer", f"{M}:writer", "--out",
+                                   str(tmp_path / "rubrics")])
+    assert res.exit_code == 0, res.output
     out = {r["image_id"]: r for r in read_jsonl(tmp_path / "rubrics" / "rubrics.jsonl")}
     assert len(out) == 40, list(read_jsonl(tmp_path / "rubrics" / "rejected.jsonl"))
     by_id = {f"{sc.id}.png": sc for sc in scenes}
