@@ -171,6 +171,9 @@ def test_captioner_curriculum_is_sft_data_in_two_phases(tmp_path):
     share = stated / facts
     assert abs(share - (1 - cfg.drop_p)) < 3 * (cfg.drop_p * (1 - cfg.drop_p) / facts) ** 0.5, share
     assert len({r["caption"] for r in dropped}) > len({r["image"] for r in dropped}) // 2  # fresh draws
+    short = captioner_curriculum(WarmStartConfig(sft_images=5, sft_steps=3, full_caption_steps=400, sft_batch=2),
+                                 0, tmp_path / "short")
+    assert [f.stem for f in short] == ["full"] and len(short[0].read_text().splitlines()) == 3 * 2
 
 
 def test_captioner_sft_recipes_pass_the_trainers_checks(tmp_path, tiny_vlm):

@@ -239,7 +239,8 @@ def captioner_curriculum(cfg: WarmStartConfig, seed: int, data_dir: Path) -> lis
     for sc in scenes:
         W.render(sc, cfg.world).save(data_dir / "images" / f"{sc.id}.png")
     rng = random.Random(f"sft/{seed}")
-    phases = [("full", cfg.full_caption_steps, 0.0), ("dropped", cfg.sft_steps - cfg.full_caption_steps, cfg.drop_p)]
+    full = min(cfg.full_caption_steps, cfg.sft_steps)
+    phases = [("full", full, 0.0), ("dropped", cfg.sft_steps - full, cfg.drop_p)]
     files = []
     for name, steps, drop in phases:
         if steps <= 0:
@@ -309,7 +310,8 @@ def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -
     model, metrics = init, []
     for i, data in enumerate(files):
         phase = 1 if data.stem == "full" else 2
-        steps = cfg.full_caption_steps if phase == 1 else cfg.sft_steps - cfg.full_caption_steps
+        full = min(cfg.full_caption_steps, cfg.sft_steps)
+        steps = full if phase == 1 else cfg.sft_steps - full
         phase_out = work / f"phase{phase}"
         recipe = captioner_sft_recipe(cfg, seed, model, data, phase_out, steps, phase, last=i == len(files) - 1)
         path = work / f"phase{phase}.yaml"
