@@ -145,54 +145,6 @@ def test_output_folder_is_reused_refused_or_resumed(tmp_path):
     assert prepare_out(out, cfg, force=True) is None and not (out / "metrics.json").exists()
 
 
-def test_captioner_curriculum_is_sft_data_in_two_phases(tmp_path):
-    """The curriculum as data: full captions first, then attributes dropped at drop_p, fresh per row."""
-    from vlrl.demos.shapes.warmstart import WarmStartConfig, captioner_curriculum
-
-    cfg = WarmStartConfig(sft_images=50, sft_steps=30, full_caption_steps=10, sft_batch=8, drop_p=0.65)
-    files = captioner_curriculum(cfg, 0, tmp_path)
-    assert [f.stem for f in files] == ["full", "dropped"]
-    full = [json.loads(x) for x in files[0].read_text().splitlines()]
-    dropped = [json.loads(x) for x in files[1].read_text().splitlines()]
-    assert len(full) == 10 * 8 and len(dropped) == 20 * 8
-    facts = stated = 0
-    for phase, rows in (("full", full), ("dropped", dropped)):
-        for r in rows:
-            assert (tmp_path / r["image"]).is_file()
-            items = W.parse_caption(r["caption"])
-            assert items is not None, r
-            n = sum(3 for it in items if not it.is_word)
-            k = sum(v is not None for it in items if not it.is_word for v in (it.shape, it.colour, it.size))
-            if phase == "full":
-                assert k == n
-            else:
-                facts, stated = facts + n, stated + k
-    # about (1 - drop_p) of the attributes survive (binomial: 3 sigma over ~600 attributes)
-    share = stated / facts
-    assert abs(share - (1 - cfg.drop_p)) < 3 * (cfg.drop_p * (1 - cfg.drop_p) / facts) ** 0.5, share
-    assert len({r["caption"] for r in dropped}) > len({r["image"] for r in dropped}) // 2  # fresh draws
-    short = captioner_curriculum(WarmStartConfig(sft_images=5, sft_steps=3, full_caption_steps=400, sft_batch=2),
-                                 0, tmp_path / "short")
-    assert [f.stem for f in short] == ["full"] and len(short[0].read_text().splitlines()) == 3 * 2
-
-
-def test_captioner_sft_recipes_pass_the_trainers_checks(tmp_path, tiny_vlm):
-    """Each phase is a recipe `vlrl train sft` accepts: columns, trainer keys, geometry."""
-    import yaml
-
-    from vlrl.demos.shapes.warmstart import WarmStartConfig, captioner_curriculum, captioner_sft_recipe
-    from vlrl.training.recipe import load_recipe, validate
-
-    cfg = WarmStartConfig(sft_images=10, sft_steps=6, full_caption_steps=2, sft_batch=4)
-    files = captioner_curriculum(cfg, 0, tmp_path / "data")
-    for i, data in enumerate(files):
-        doc = captioner_sft_recipe(cfg, 0, Path(tiny_vlm), data, tmp_path / f"p{i}", 2, i + 1, last=i == 1)
-        path = tmp_path / f"p{i}.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        validate(load_recipe(path))
-        assert doc["trainer"]["lr_scheduler_type"] == ("cosine" if i == 1 else "constant_with_warmup")
-
-
 # -- slow: the real thing ----------------------------------------------------------------------
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
