@@ -62,7 +62,11 @@ def test_writer_keeps_only_consensus_and_grades_the_student():
         "The caption states triangle for the shape of the shape on the right; it is square.": "critical",
     }
     assert len(out["rubrics"]) == 3 and {r["deficiency"] for r in out["rubrics"]} == {"d1", "d2", "d3"}
-    assert write_rubrics(teachers, W.caption(sc))["rubrics"] == []  # a perfect student needs no rubric
+    assert out["student_meets_all"] is False
+    assert [d["student_span"] for d in out["deficiencies"]] == [None, None, "triangle"]
+    solved = write_rubrics(teachers, W.caption(sc))  # a perfect student needs no rubric
+    assert solved["rubrics"] == [] and solved["student_meets_all"] is True
+    assert len(solved["student_correct"]) == len(solved["consensus_facts"])
 
 
 def test_committee_and_writer_through_the_real_rubicap_commands(tmp_path):
@@ -93,14 +97,17 @@ def test_committee_and_writer_through_the_real_rubicap_commands(tmp_path):
                                    str(tmp_path / "rubrics")])
     assert res.exit_code == 0, res.output
     out = {r["image_id"]: r for r in read_jsonl(tmp_path / "rubrics" / "rubrics.jsonl")}
-    assert len(out) == 40, list(read_jsonl(tmp_path / "rubrics" / "rejected.jsonl"))
+    solved = list(read_jsonl(tmp_path / "rubrics" / "solved.jsonl"))
+    assert not list(read_jsonl(tmp_path / "rubrics" / "rejected.jsonl"))
+    assert len(out) + len(solved) == 40 and len(out) > 30
     by_id = {f"{sc.id}.png": sc for sc in scenes}
     true_facts = n_facts = n_rubrics = 0
     for iid, r in out.items():
         truth = {W.caption(W.Scene("x", [it]))[:-1] for it in by_id[iid].items}
-        n_rubrics += len(r["rubrics"])
+        n_rubrics += sum(rub["kind"] == "criterion" for rub in r["rubrics"])
         for rub in r["rubrics"]:
-            assert rub["weight"] == {"critical": 3.0, "important": 2.0, "minor": 1.0}[rub["severity"]]
+            w = {"critical": 3.0, "important": 2.0, "minor": 1.0}[rub["severity"]]
+            assert rub["weight"] == (w if rub["kind"] == "criterion" else -1.0), rub
         for f in r["consensus_facts"]:
             n_facts += 1
             assert len(f["teachers"]) >= 2

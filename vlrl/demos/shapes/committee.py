@@ -194,8 +194,10 @@ def _fact(key: tuple[str, str], value: str) -> str:
 
 
 def write_rubrics(teachers: dict[str, str], student: str) -> dict[str, Any]:
-    """The writer's answer for one image: consensus facts, deficiencies, rubrics (schema of
-    :func:`vlrl.methods.rubicap.schema.validate_writer_output`)."""
+    """The writer's answer for one image in the schema of
+    :func:`vlrl.methods.rubicap.schema.validate_writer_output`: consensus facts with ids, the facts
+    the student states correctly, deficiencies citing the fact they rest on (and the student's
+    wrong word as ``student_span``), one rubric each, and ``student_meets_all``."""
     stated = {label: facts_of(W.parse_caption(cap)) for label, cap in teachers.items()}
     support: dict[tuple[str, str], Counter] = {}
     for facts in stated.values():
@@ -211,12 +213,16 @@ def write_rubrics(teachers: dict[str, str], student: str) -> dict[str, Any]:
     layout = W.POSITIONS[W.NUMBERS.index(count) + 1] if count else ()
     consensus = [c for c in consensus if c[0][0] == "scene" or c[0][0] in layout]
     consensus.sort(key=lambda c: (c[0][0] != "scene", c[0]))
+    fid = {k: f"f{n}" for n, (k, _, _) in enumerate(consensus, 1)}
     mine = facts_of(W.parse_caption(student))
-    deficiencies, rubrics = [], []
+    deficiencies, rubrics, correct = [], [], []
     for k, value, _ in consensus:
         got = mine.get(k)
-        if got == value or (got is None and k[1] != "count" and mine.get(("scene", "count")) not in (None, count)):
-            continue  # right; or the student's layout differs and the count rubric already says so
+        if got == value:
+            correct.append(fid[k])
+            continue
+        if got is None and k[1] != "count" and mine.get(("scene", "count")) not in (None, count):
+            continue  # the student's layout differs: the count rubric already says so
         if k[1] == "count" or (k[1] == "shape" and got is not None):
             severity = "critical"
         elif got is not None or k[1] in ("colour", "shape"):
@@ -226,11 +232,15 @@ def write_rubrics(teachers: dict[str, str], student: str) -> dict[str, Any]:
         did = f"d{len(deficiencies) + 1}"
         where = "the scene" if k[0] == "scene" else f"the shape {W._WHERE[k[0]]}"
         what = f"states {got} for the {k[1]} of {where}" if got else f"does not give the {k[1]} of {where}"
-        deficiencies.append({"id": did, "severity": severity, "description": f"The caption {what}; it is {value}."})
+        span = got if got and re.search(rf"\b{re.escape(got)}\b", student) else None
+        deficiencies.append({"id": did, "severity": severity, "description": f"The caption {what}; it is {value}.",
+                             "facts": [fid[k]], "student_span": span})
         criterion, rule = _rubric(k, value)
-        rubrics.append({"id": f"r{len(rubrics) + 1}", "deficiency": did, "criterion": criterion, "pass_rule": rule})
-    facts = [{"fact": _fact(k, v), "sources": labels} for k, v, labels in consensus]
-    return {"consensus_facts": facts, "deficiencies": deficiencies, "rubrics": rubrics}
+        rubrics.append({"id": f"r{len(rubrics) + 1}", "deficiency": did, "criterion": criterion, "pass_rule": rule,
+                        "pitfall": False})
+    facts = [{"id": fid[k], "fact": _fact(k, v), "sources": labels} for k, v, labels in consensus]
+    return {"consensus_facts": facts, "student_correct": correct, "deficiencies": deficiencies, "rubrics": rubrics,
+            "student_meets_all": not deficiencies}
 
 
 def writer():
