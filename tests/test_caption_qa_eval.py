@@ -85,7 +85,7 @@ def test_rotations_keep_the_answer():
     rots = rotations(mcq)
     assert [r.options[0] for r in rots] == ["a", "b", "c"]
     assert all(r.answer_text == "c" for r in rots)
-    assert sorted(r.answer for r in rots) == [0, 1, 2]
+    assert sorted(r.answer_index for r in rots) == [0, 1, 2]
 
 
 def test_failed_and_unusable_questions_are_counted_not_crashing():

@@ -24,8 +24,9 @@ from typing import Any
 
 from vlrl.core.backends import Backend, load_backend
 from vlrl.core.prompts import render
+from vlrl.core.records import MCQ
 from vlrl.methods.caprl.ask import Ask, ask
-from vlrl.methods.caprl.mcq import CANNOT_ANSWER, MCQ, MCQError, coerce_questions, normalize_mcq, present
+from vlrl.methods.caprl.mcq import CANNOT_ANSWER, MCQError, coerce_questions, make_mcq, normalize_mcq, present
 
 
 @dataclass
@@ -48,8 +49,8 @@ class CaptionQAResult:
 
 def rotations(mcq: MCQ) -> list[MCQ]:
     """The question with its options rotated so that each option sits in each position once."""
-    n = len(mcq.options)
-    return [MCQ(mcq.question, mcq.options[k:] + mcq.options[:k], (mcq.answer - k) % n) for k in range(n)]
+    n, opts = len(mcq.options), list(mcq.options)
+    return [make_mcq(mcq.question, opts[k:] + opts[:k], (mcq.answer_index - k) % n) for k in range(n)]
 
 
 def caption_qa_eval(
