@@ -10,6 +10,11 @@ Spec grammar (options after ``?`` are ``key=value`` pairs joined by ``&``):
   is read from the environment variable named by ``api_key_env`` (default ``OPENAI_API_KEY``), never
   from the spec, so it never lands in logs, caches or shell history.
 
+* ``py:package.module:factory[?key=value&...]`` — Python code as a model (a rule-based teacher, a
+  scripted writer, a test double): the factory gets the options as keyword arguments and returns a
+  :class:`Backend` or a reply function ``(messages, sampling) -> str | list[str]``
+  (:mod:`vlrl.core.backends.python`).
+
 ``load_backend(spec, cache=DIR_OR_FILE)`` wraps the backend in the persistent response cache.
 """
 
@@ -60,8 +65,8 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     kind, rest = spec.split(":", 1)
     target, _, query = rest.partition("?")
     opts = dict(parse_qsl(query, keep_blank_values=True))
-    if kind not in ("hf", "openai"):
-        raise ValueError(f"backend spec {redact(spec)!r}: unknown kind {kind!r} (expected 'hf' or 'openai')")
+    if kind not in ("hf", "openai", "py"):
+        raise ValueError(f"backend spec {redact(spec)!r}: unknown kind {kind!r} (expected 'hf', 'openai' or 'py')")
     if "api_key" in opts or find_credential(spec):
         raise ValueError(
             f"backend spec {redact(spec)!r} holds credentials; never put an API key in a backend spec, "
@@ -80,6 +85,10 @@ def load_backend(spec: str | Backend, cache: str | Path | ResponseCache | None =
             from vlrl.core.backends.hf import HFBackend
 
             backend = HFBackend.from_spec(target, **opts)
+        elif kind == "py":
+            from vlrl.core.backends.python import load_python_backend
+
+            backend = load_python_backend(target, opts)
         else:
             from vlrl.core.backends.openai_http import OpenAIBackend
 

@@ -160,7 +160,32 @@ class HFBackend(Backend):
         return {"kind": self.kind, "model": self.model, "weights": self._weights_tag, "dtype": str(self._dtype)}
 
     # -- prompt building ---------------------------------------------------------------------------
-    def _render(self, messages: list[dict[str, Any]], record: str | None) -> tuple[str, list[Any]]:
+    def render_prompt(self, messages: list[dict[str, Any]]) -> str:
+        """The exact text this backend feeds the model for ``messages`` (chat template applied).
+
+        A conversation ending in an assistant turn is continued (the pre-fill of exact choice
+        scoring); otherwise the template's generation prompt is added. Image parts become the
+        processor's image placeholders; the images themselves are not loaded.
+
+        Public so that code training a model to be *used through this backend* (a judge, a
+        reward answerer) can build its training text from the very prompts the backend will
+        send, instead of re-implementing the template: training and use then cannot disagree.
+        """
+        norm = [{**m, "content": [p if p.get("type") != "image" else {"type": "image"} for p in m["content"]]}
+                if isinstance(m.get("content"), list) else m for m in messages]
+        return self._render(norm, None, load_images=False)[0]
+
+    def choice_token(self, prompt: str, choice: str) -> int:
+        """Token id whose probability :meth:`score_choices` reads for ``choice`` after ``prompt``.
+
+        ``prompt`` is rendered text (:meth:`render_prompt` plus any pre-fill); ``choice`` is the
+        text the model would write next (``" A"``). Only the first token is scored, so a model
+        trained to answer through this backend should put its label on exactly this token.
+        """
+        return self._choice_token(prompt, choice)
+
+    def _render(self, messages: list[dict[str, Any]], record: str | None,
+                load_images: bool = True) -> tuple[str, list[Any]]:
         """Chat-template text and loaded images of one conversation."""
         images = []
         norm = []
@@ -172,7 +197,8 @@ class HFBackend(Backend):
                     if p.get("type") == "image":
                         if not self.is_vlm:
                             raise ValueError("this model is text-only but the request contains an image")
-                        images.append(_load_image(p["image"], record))
+                        if load_images:
+                            images.append(_load_image(p["image"], record))
                         parts.append({"type": "image"})
                     else:
                         parts.append({"type": "text", "text": p.get("text", "")})

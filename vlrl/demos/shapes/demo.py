@@ -3,15 +3,16 @@
 Stages (each leaves a marker under ``DIR/state`` so an interrupted demo resumes where it stopped):
 
 1. **warm start** — tokenizer, SFT captioner, reward answerer, judge answerer (cached across runs,
-   :mod:`vlrl.demos.shapes.warmstart`);
+   :mod:`vlrl.demos.shapes.warmstart`, which says why its training loops are its own);
 2. **data** — shapes-world scenes for GRPO and held-out evaluation, rendered to PNG, with their
    MCQs (:mod:`vlrl.demos.shapes.world`);
 3. **curation** — the text-only half of CapRL's QA filter (:func:`vlrl.methods.caprl.filtering.text_only_filter`)
    asks the tiny answerer every question with *no caption*; what it gets right needs no image and
    is dropped (in a world without printed words, "is there any writing?" is such a question);
-4. **evaluation before RL** — greedy and sampled captions of held-out scenes, every curated
-   question asked in both option orders, answered by a *judge* answerer trained with another seed
-   and never used as reward (the reward answerer's own score is reported beside it);
+4. **evaluation before RL** — greedy and sampled captions of held-out scenes, scored by the
+   project's caption-QA evaluation (:func:`vlrl.methods.caprl.evaluate.caption_qa_eval`: every
+   curated question in both option orders) with a *judge* answerer trained with another seed and
+   never used as reward (the reward answerer's own score is reported beside it);
 5. **GRPO** — a recipe written to ``DIR/recipe.yaml`` and run by the project's trainer
    (:func:`vlrl.training.grpo.run_grpo`, the code behind ``vlrl train grpo``) with the ``caprl_qa``
    reward in exact mode behind the anti-hacking guards; TRL checkpoints make it resumable;
@@ -212,38 +213,17 @@ def caption_scenes(model_dir: str | Path, out: Path, rows: list[dict[str, Any]],
 
 
 def judge(backend, captions: list[str], rows: list[dict[str, Any]], prompt: str) -> dict[str, Any]:
-    """Every curated question of each scene, both option orders, argmax letter of ``backend``."""
-    from vlrl.core.prompts import render
-    from vlrl.methods.caprl.ask import Ask, ask
-    from vlrl.methods.caprl.mcq import CANNOT_ANSWER, normalize_mcq, present
+    """Every curated question of each scene in both option orders, argmax letter of ``backend``.
 
-    asks, owner = [], []
-    for i, (cap, r) in enumerate(zip(captions, rows, strict=True)):
-        for q in r["questions"]:
-            for order in (1, -1):
-                mcq = normalize_mcq({**_mcq(q), "options": q["options"][::order]})
-                pres = present(mcq, None, CANNOT_ANSWER)
-                text = render(prompt, caption=cap, question=mcq.question, options=pres.lines())
-                asks.append(Ask([{"role": "user", "content": text}], pres, id=f"{q['id']}/{order}"))
-                owner.append(i)
-    answers = ask(backend, asks, mode="exact")
-    n = len(rows)
-    right, wrong, abstain, count = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
-    for a, ak, i in zip(answers, asks, owner, strict=True):
-        count[i] += 1
-        if a.error:
-            continue
-        right[i] += a.letter == ak.presentation.gold
-        abstain[i] += a.letter == ak.presentation.abstain
-        wrong[i] += a.letter not in (ak.presentation.gold, ak.presentation.abstain)
-    tot = max(1, sum(count))
-    return {
-        "acc": sum(right) / tot,
-        "hallucination_rate": sum(wrong) / tot,
-        "cannot_answer_rate": sum(abstain) / tot,
-        "asks": tot,
-        "per_scene": [right[i] / count[i] if count[i] else None for i in range(n)],
-    }
+    This is the project's caption-QA evaluation (:func:`vlrl.methods.caprl.evaluate.caption_qa_eval`);
+    the demo only names its answer prompt and keeps its report's key for per-scene accuracy.
+    """
+    from vlrl.methods.caprl.evaluate import caption_qa_eval
+
+    res = caption_qa_eval(backend, captions, [[_mcq(q) for q in r["questions"]] for r in rows], prompt=prompt)
+    out = res.to_dict()
+    out["per_scene"] = out.pop("per_caption")
+    return out
 
 
 def caption_stats(captions: list[str], rows: list[dict[str, Any]]) -> dict[str, float]:
