@@ -171,9 +171,19 @@ def _short(v: Any, width: int = 70) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key: old → new`` for every setting present in both that differs."""
-    return [f"{k}: {_short(old[k])} → {_short(new[k])}" for k in new if k in old and old[k] != new[k]]
+_UNSET = "<unset>"
+
+
+def identity_changes(old: dict[str, Any], new: dict[str, Any], *, shared_only: bool = True) -> list[str]:
+    """``key: old → new`` for every setting that differs: among the keys present in both (a job's
+    settings gain keys across versions), or across all keys with ``shared_only=False`` (a training
+    run's resolved recipe, where a key set on one side only is a real difference)."""
+    keys = [k for k in new if k in old] if shared_only else sorted(set(old) | set(new))
+    return [
+        f"{k}: {_short(old.get(k, _UNSET))} → {_short(new.get(k, _UNSET))}"
+        for k in keys
+        if old.get(k, _UNSET) != new.get(k, _UNSET)
+    ]
 
 
 def check_identity(stored: dict[str, Any] | None, settings: dict[str, Any], *, where: str, what: str = "vlrl") -> None:

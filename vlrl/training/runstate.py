@@ -58,17 +58,17 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key: old → new`` for every identity-relevant difference between two resolved recipes."""
-    a, b = _flatten(old), _flatten(new)
-    out = []
-    for key in sorted(set(a) | set(b)):
-        if any(key == ig or (ig.endswith(".") and key.startswith(ig)) for ig in IDENTITY_IGNORED):
-            continue
-        if key.startswith("stages") or key.startswith("run"):
-            continue
-        va, vb = a.get(key, "<unset>"), b.get(key, "<unset>")
-        if json.dumps(va, sort_keys=True, default=str) != json.dumps(vb, sort_keys=True, default=str):
-            out.append(f"{key}: {va!r} → {vb!r}")
-    return out
+    from vlrl.core.jobs import identity_changes
+
+    def relevant(flat: dict[str, Any]) -> dict[str, Any]:
+        return {  # both sides are JSON round trips of a recipe, so values compare as plain JSON
+            k: v
+            for k, v in flat.items()
+            if not any(k == ig or (ig.endswith(".") and k.startswith(ig)) for ig in IDENTITY_IGNORED)
+            and not k.startswith(("stages", "run"))
+        }
+
+    return identity_changes(relevant(_flatten(old)), relevant(_flatten(new)), shared_only=False)
 
 
 def check_identity(recipe, out: Path, *, force: bool = False) -> None:
