@@ -296,3 +296,50 @@ def test_sample_mode_reward_is_independent_of_batch_mates(tiny_lm):
     mates = r._plan("Something unrelated entirely.", [QUESTION], 0)[0]
     out_mixed = ask(r.backend, mates + alone, mode="sample", temperature=0.6)[len(mates):]
     assert [a.text for a in out_alone] == [a.text for a in out_mixed]
+
+
+# -- 2b. exact mode is the expectation of sampling at that temperature (statistical) ---------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.6, 1.0])
+def test_exact_matches_monte_carlo_sampling(tiny_lm, temperature):
+    """Exact letter probabilities vs the first sampled token's frequency, within sampling error.
+
+    The tiny random model's head is sharpened (weights x25) so a few tokens carry real mass; the
+    "letters" are its most likely distinct tokens. Each exact probability must sit within 4 binomial
+    standard errors of the Monte-Carlo frequency from K samples at the same temperature.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vlrl.core.backends.hf import HFBackend
+
+    tok = AutoTokenizer.from_pretrained(tiny_lm)
+    net = AutoModelForCausalLM.from_pretrained(tiny_lm, dtype=torch.float32)
+    with torch.no_grad():
+        net.lm_head.weight.mul_(25.0)
+    b = HFBackend(model=net, processor=tok, device="cpu", name="sharpened")
+    msgs = [{"role": "user", "content": "Pick one option."}]
+    text = tok.apply_chat_template([*msgs, {"role": "assistant", "content": "The answer is"}], tokenize=False,
+                                   continue_final_message=True)
+    with torch.no_grad():
+        logits = net(**tok(text, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
+    choices: list[str] = []
+    for i in torch.argsort(logits, descending=True).tolist():
+        core = tok.decode([i]).strip()
+        if core and core not in choices and i not in tok.all_special_ids:
+            choices.append(core)
+        if len(choices) == 4:
+            break
+    exact = b.score_choices([ChoiceRequest(msgs, choices, prefix="The answer is", temperature=temperature)])[0]
+    k = 600
+    sampled = b.chat([ChatRequest([*msgs, {"role": "assistant", "content": "The answer is"}],
+                                  SamplingParams(max_tokens=1, temperature=temperature, n=k, seed=5))])[0]
+    assert sampled.ok and len(sampled.texts) == k
+    for c in choices:
+        p_exact = exact.probs[c] * exact.mass  # unnormalised: the chance the first token reads as c
+        freq = sum(t.strip() == c for t in sampled.texts) / k
+        se = math.sqrt(max(p_exact * (1 - p_exact), 1e-4) / k)
+        assert abs(freq - p_exact) <= 4 * se, (c, freq, p_exact, se)
+    assert exact.mass > 0.3  # the comparison had real mass to check
