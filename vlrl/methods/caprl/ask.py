@@ -79,6 +79,7 @@ def ask(
     max_tokens: int = 10,
     prefill: str | None = PREFILL,
     min_letter_mass: float = 0.0,
+    parse_rule: str = "vlrl",
 ) -> list[Answer]:
     """Pose every ask in one backend call (duplicates collapsed). Never raises.
 
@@ -117,7 +118,7 @@ def ask(
     out = []
     for a, key in zip(asks, keys, strict=False):
         res = by_key[key]
-        ans = (_sample_answer(res, a.presentation) if mode == "sample"
+        ans = (_sample_answer(res, a.presentation, parse_rule) if mode == "sample"
                else _exact_answer(res, a.presentation, min_letter_mass))
         ans.first = key not in seen
         seen.add(key)
@@ -125,10 +126,10 @@ def ask(
     return out
 
 
-def _sample_answer(res: Any, pres: Presentation) -> Answer:
+def _sample_answer(res: Any, pres: Presentation, parse_rule: str = "vlrl") -> Answer:
     if not res.ok:
         return Answer(error=res.error)
-    letter = parse_letter(res.text, pres.letters)
+    letter = parse_letter(res.text, pres.letters, abstain=pres.abstain, rule=parse_rule)
     return Answer(
         correct=float(letter == pres.gold),
         abstain=float(letter is not None and letter == pres.abstain),
