@@ -70,6 +70,27 @@ def register(groups: dict[str, typer.Typer]) -> None:
             raise typer.Exit(code)
 
 
+    @data.command("export", help="Write a vlrl QA dataset in a published layout (--format caprl: CapRL's public QA rows).")
+    def export_cmd(
+        input: str = typer.Option(..., "--input", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
+        out: str = typer.Option(..., "--out", help="Output file: .parquet (image bytes inline) or .jsonl (image paths)."),
+        fmt: str = typer.Option("caprl", "--format", help="Output layout; 'caprl' (prompt, image, data_source, reward_model)."),
+        prompt: str = typer.Option("<image> Please describe this image in detail.", "--prompt", help="The rows' user prompt."),
+    ) -> None:
+        import json
+
+        from vlrl.methods.caprl.export import export_caprl
+
+        if fmt != "caprl":
+            typer.echo(f"vlrl data export: --format {fmt!r} is not known; use caprl", err=True)
+            raise typer.Exit(2)
+        try:
+            res = export_caprl(input, out, prompt=prompt)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data export: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(res, indent=2))
+
     @reward.command("smoke", help="Reward sanity check before training. caprl_qa (default): real captions must out-score "
                     "generic, empty and shuffled ones. rubicap_rubric: rubrics must fail the student caption and pass the teachers'.")
     def smoke_cmd(

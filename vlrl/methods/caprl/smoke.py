@@ -43,16 +43,20 @@ def smoke_check(
 ) -> dict[str, Any]:
     """Score real / generic / empty / shuffled captions on the QA dataset ``qa``; return a summary."""
     from vlrl.core.sources import load_any_dataset
+    from vlrl.core.sources.rows import adapt_row
 
     source = load_any_dataset(qa)
-    if "questions" not in source.dataset.column_names:
-        raise ValueError(f"{qa}: no 'questions' column (expected the output of `vlrl data qa-curate`)")
+    cols = source.dataset.column_names
+    if "questions" not in cols and "reward_model" not in cols:
+        raise ValueError(f"{qa}: no 'questions' column (expected the output of `vlrl data qa-curate`) and no "
+                         "'reward_model' column (the public CapRL QA layout)")
+    column = "questions" if "questions" in cols else "reward_model"
     n = len(source) if limit is None else min(limit, len(source))
     images, questions, skipped = [], [], 0
     for i in range(n):
         try:
             images.append(source.load_image(i))
-            questions.append(source.dataset[i]["questions"])
+            questions.append(adapt_row({column: source.dataset[i][column]}).get("questions"))
         except Exception as e:  # noqa: BLE001 - a bad image is skipped, not fatal
             logger.warning("smoke: skipping row %d: %s", i, e)
             skipped += 1
