@@ -30,6 +30,13 @@ numbers: the group advantage reflects the captions, not the luck of the draw), e
 fresh draws so every curated question gets asked over a run, and reruns reproduce. ``draws: fixed``
 (or the older ``redraw: false``) freezes the draws across steps.
 
+Presets: ``preset: caprl_public`` reproduces the public CapRL reward code's prompt shape for people
+reproducing the paper's numbers: its answerer prompt layout (worked examples, ``A) text`` option
+lines, the abstain option "Cannot answer based on the caption" as its own last letter, no system
+message), sampling at 0.6 with 10 new tokens, 8 draws with replacement asked once each, and its
+parse rule (the first capital A-I anywhere in the reply). A setting given explicitly with a value
+other than its default wins over the preset. vlrl's defaults differ on purpose (docs/caprl.md).
+
 All asks of a batch go to the answerer in one call and identical ones are sent once. A caption
 with no usable question, or whose asks all failed, scores ``None`` (not applicable) and the reason
 is in its details: the reward never raises inside a training step.
@@ -50,6 +57,23 @@ from vlrl.rewards.base import Reward, Score
 logger = logging.getLogger(__name__)
 
 
+DEFAULTS: dict[str, Any] = {
+    "mode": "sample", "questions_per_caption": 8, "rounds": 4, "temperature": 0.6, "max_tokens": 10,
+    "prompt": "caprl_answer", "parse": "vlrl",
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "caprl_public": {
+        "prompt": "caprl_public_answer",
+        "mode": "sample",
+        "questions_per_caption": 8,
+        "rounds": 1,
+        "temperature": 0.6,
+        "max_tokens": 10,
+        "parse": "first_capital",
+    },
+}
+
+
 @register_reward("caprl_qa")
 class CapRLQAReward(Reward):
     """QA-utility caption reward. Settings are keyword arguments (a recipe's reward block)."""
@@ -60,14 +84,14 @@ class CapRLQAReward(Reward):
     def __init__(
         self,
         answerer: str | Backend,
-        mode: str = "sample",
-        questions_per_caption: int = 8,
-        rounds: int = 4,
-        temperature: float = 0.6,
-        max_tokens: int = 10,
+        mode: str | None = None,
+        questions_per_caption: int | None = None,
+        rounds: int | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
         seed: int = 0,
         cache: str | None = None,
-        prompt: str = "caprl_answer",
+        prompt: str | None = None,
         shuffle: bool = True,
         redraw: bool | None = None,
         cannot_answer: str = CANNOT_ANSWER,
@@ -75,7 +99,20 @@ class CapRLQAReward(Reward):
         min_letter_mass: float = 0.1,
         draws: str | None = None,
         questions: str = "sample",
+        parse: str | None = None,
+        preset: str | None = None,
     ) -> None:
+        # Settings left unset (None) come from the preset, else from DEFAULTS; explicit ones win.
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"caprl_qa: unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        given = {"mode": mode, "questions_per_caption": questions_per_caption, "rounds": rounds,
+                 "temperature": temperature, "max_tokens": max_tokens, "prompt": prompt, "parse": parse}
+        base = {**DEFAULTS, **(PRESETS[preset] if preset else {})}
+        merged = {k: (v if v is not None else base[k]) for k, v in given.items()}
+        mode, questions_per_caption, rounds = merged["mode"], merged["questions_per_caption"], merged["rounds"]
+        temperature, max_tokens, prompt, parse = merged["temperature"], merged["max_tokens"], merged["prompt"], merged["parse"]
+        if parse not in ("vlrl", "first_capital"):
+            raise ValueError(f"caprl_qa: parse must be 'vlrl' or 'first_capital', not {parse!r}")
         if mode not in ("sample", "exact"):
             raise ValueError(f"caprl_qa: mode must be 'sample' or 'exact', not {mode!r}")
         if draws is None:
@@ -111,10 +148,12 @@ class CapRLQAReward(Reward):
         older spelling of ``questions: all``."""
         if self.every_question:
             self.questions = "all"
+        self.parse = parse
+        self.preset = preset
         self._backend: Backend | None = None
         self._calls = 0
         self._step: int | None = None
-        render(prompt, caption="", question="", options=[])  # fail fast on a bad template name
+        render(prompt, caption="", question="", options=[], choices=[])  # fail fast on a bad template name
 
     @property
     def backend(self) -> Backend:
@@ -168,7 +207,8 @@ class CapRLQAReward(Reward):
                     orders[qi, r] = present(mcq, order_rng, self.cannot_answer)
                 pres = orders[qi, r]
                 sample_seed = rng.getrandbits(31)  # each sample-mode ask is an independent draw
-                text = render(self.prompt, caption=caption, question=mcq.question, options=pres.lines())
+                text = render(self.prompt, caption=caption, question=mcq.question, options=pres.lines(),
+                              choices=list(zip(pres.letters, pres.options, strict=True)))
                 asks.append(Ask([{"role": "user", "content": text}], pres, seed=sample_seed, id=f"q{qi}/draw{j}/round{r}"))
         return asks, details
 
@@ -189,7 +229,7 @@ class CapRLQAReward(Reward):
         if flat:
             try:
                 answers = ask(self.backend, flat, mode=self.mode, temperature=self.temperature, max_tokens=self.max_tokens,
-                              min_letter_mass=self.min_letter_mass)
+                              min_letter_mass=self.min_letter_mass, parse_rule=self.parse)
             except Exception as e:  # noqa: BLE001 - e.g. the answerer cannot even be built
                 logger.error("caprl_qa: answerer unavailable: %s", e)
                 answers = [None] * len(flat)
