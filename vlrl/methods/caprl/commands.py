@@ -19,7 +19,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
     @data.command("qa-curate", help="CapRL QA curation: VLM writes MCQs per image, keep those that need the image (resumable).")
     def qa_curate_cmd(
         images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
-        vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes and (with the image) answers questions."),
+        vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes the questions (and answers them with the image unless --filter-vlm)."),
+        filter_vlm: str | None = typer.Option(None, "--filter-vlm", help="Backend spec of the (small) VLM that answers with the image in the filter; default: --vlm."),
         answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer (no image)."),
         out: str = typer.Option(..., "--out", help="Output folder (dataset/, stats.json, records/, cache/)."),
         per_image: int = typer.Option(5, "--per-image", help="Questions to generate per image."),
@@ -31,6 +32,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         max_tokens: int = typer.Option(1024, "--max-tokens", help="Token limit of the question-writing answer."),
         seed: int = typer.Option(0, "--seed", help="Seed of generation sampling and option shuffles."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+        max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Runs an image may fail (or yield no question) before it is written as it stands."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget applied while loading images."),
         max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit (default 89478485; 0: no limit)."),
@@ -47,10 +49,12 @@ def register(groups: dict[str, typer.Typer]) -> None:
 
         cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max,
                            batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
+                           max_attempts=max_attempts,
                            **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))
         try:
             stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=force,
-                           retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures)
+                           retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures,
+                           filter_vlm=filter_vlm)
         except BackendDown as e:
             typer.echo(f"vlrl data qa-curate: {e}", err=True)
             raise typer.Exit(EXIT_FAILED) from None

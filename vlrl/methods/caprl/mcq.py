@@ -183,11 +183,15 @@ def seeded_rng(*parts: Any) -> random.Random:
     return random.Random(int(hashlib.sha256(blob.encode()).hexdigest()[:16], 16))
 
 
-def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_ANSWER) -> Presentation:
-    """Shuffle the options with ``rng`` (``None``: keep order) and append ``abstain`` last."""
+def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_ANSWER, rotate: int = 0) -> Presentation:
+    """Shuffle the options with ``rng`` (``None``: keep order), rotate them left by ``rotate``
+    positions, and append ``abstain`` last."""
     order = list(range(len(mcq.options)))
     if rng is not None:
         rng.shuffle(order)
+    if rotate:
+        k = rotate % len(order)
+        order = order[k:] + order[:k]
     options = [mcq.options[i] for i in order]
     gold = LETTERS[order.index(mcq.answer_index)]
     abstain_letter = None
