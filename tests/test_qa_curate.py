@@ -460,3 +460,23 @@ def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):
     assert seen["limit"] == 256  # a smoke check on a 75k-image corpus would hold every image in memory
     assert CliRunner().invoke(app, [*base, "--limit", "0"]).exit_code == 0
     assert seen["limit"] is None
+
+
+def test_streamed_dataset_write_is_a_loadable_save_to_disk_folder(tmp_path):
+    """Several shards (rolled by size) and the empty case both load with load_from_disk, in order."""
+    import datasets
+
+    from vlrl.methods.caprl import curate as curate_mod
+
+    features = datasets.Features({"id": datasets.Value("string"), "image": datasets.Image()})
+    imgs = make_images(tmp_path / "imgs")
+    rows = [{"id": n, "image": {"bytes": (imgs / f"{n}.png").read_bytes(), "path": f"{n}.png"}} for n in ("red", "green", "blue")]
+    (tmp_path / "multi").mkdir()
+    assert curate_mod._write_arrow_shards(tmp_path / "multi", iter(rows), features, shard_bytes=1) == 3
+    assert len(list((tmp_path / "multi").glob("data-*-of-00003.arrow"))) == 3
+    ds = datasets.load_from_disk(str(tmp_path / "multi"))
+    assert ds["id"] == ["red", "green", "blue"] and colour_of(ds[2]["image"]) == "blue"
+    (tmp_path / "empty").mkdir()
+    assert curate_mod._write_arrow_shards(tmp_path / "empty", iter([]), features) == 0
+    empty = datasets.load_from_disk(str(tmp_path / "empty"))
+    assert len(empty) == 0 and set(empty.features) == {"id", "image"}

@@ -391,21 +391,64 @@ def _write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, An
             data = ref.data if ref.data else resolve_under_root(ref.path, root, ref.id).read_bytes()
             yield {"id": r["id"], "image": {"bytes": data, "path": ref.path or r["id"]}, "questions": kept}
 
-    # Streamed: rows go to an Arrow file a few at a time (writer_batch_size), so peak memory does not
-    # grow with the corpus (the paper keeps 75K images; a list of every image's bytes did).
+    # Streamed: rows go to Arrow shards a few at a time (WRITER_BATCH_ROWS), and nothing is read
+    # back, so peak memory does not grow with the corpus (the paper keeps 75K images; a list of
+    # every image's bytes did, and ``save_to_disk`` re-reads the data in ~100 MB batches).
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".dataset-"))
     try:
-        if any(x["kept"] for r in records for x in r["questions"]):
-            ds = datasets.Dataset.from_generator(rows, features=features, cache_dir=str(tmp / "gen"),
-                                                 writer_batch_size=WRITER_BATCH_ROWS)
-        else:  # a generator with no rows loses the schema
-            ds = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
-        n = len(ds)
-        ds.save_to_disk(str(tmp / "ds"), **({"num_shards": 1} if n == 0 else {"max_shard_size": "256MB"}))
-        del ds
+        (tmp / "ds").mkdir()
+        n = _write_arrow_shards(tmp / "ds", rows(), features)
         if dest.exists():
             shutil.rmtree(dest)
         (tmp / "ds").rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("wrote %d images with questions to %s", n, dest)
+
+
+def _write_arrow_shards(folder: Path, rows: Any, features: Any, shard_bytes: int = 512 * 2**20) -> int:
+    """Write ``rows`` as a ``save_to_disk`` folder (``data-i-of-n.arrow`` + ``state.json`` +
+    ``dataset_info.json``, loadable by ``datasets.load_from_disk``) without holding them all.
+
+    Returns the number of rows. A new shard starts once a shard holds ``shard_bytes`` of images.
+    """
+    import datasets
+    from datasets.arrow_writer import ArrowWriter
+
+    paths: list[Path] = []
+    writer = None
+    size = n = 0
+    try:
+        for row in rows:
+            if writer is None or size >= shard_bytes:
+                if writer is not None:
+                    writer.finalize()
+                    writer.close()
+                paths.append(folder / f".shard-{len(paths):05d}.arrow")
+                writer = ArrowWriter(features=features, path=str(paths[-1]), writer_batch_size=WRITER_BATCH_ROWS)
+                size = 0
+            writer.write(features.encode_example(row))
+            size += len(row["image"]["bytes"] or b"")
+            n += 1
+        if writer is None:  # no rows: one empty shard keeps the schema
+            paths.append(folder / ".shard-00000.arrow")
+            writer = ArrowWriter(features=features, path=str(paths[-1]))
+        writer.finalize()
+    finally:
+        if writer is not None:
+            writer.close()
+    final = [folder / f"data-{i:05d}-of-{len(paths):05d}.arrow" for i in range(len(paths))]
+    for src, dst in zip(paths, final, strict=True):
+        src.rename(dst)
+    # The two JSON files ``save_to_disk`` writes, from a dataset opened over the shards (memory-mapped:
+    # only their metadata is read).
+    parts = [datasets.Dataset.from_file(str(f)) for f in final]
+    ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    state = {"_data_files": [{"filename": f.name} for f in final], "_fingerprint": ds._fingerprint,
+             "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+             "_split": None}
+    (folder / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+    info = asdict(ds.info)
+    (folder / "dataset_info.json").write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2), encoding="utf-8")
+    del ds, parts
+    return n
