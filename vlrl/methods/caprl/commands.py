@@ -115,6 +115,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         judge: str | None = typer.Option(None, "--judge", help="rubicap_rubric: backend spec of the rubric judge."),
         setting: list[str] = typer.Option([], "--set", help="rubicap_rubric: judge setting KEY=VALUE (e.g. votes=3); repeatable."),
         drop: bool = typer.Option(False, "--drop", help="rubicap_rubric: also write rubrics.discriminating.jsonl without the rubrics that do not discriminate."),
+        margin: float = typer.Option(0.05, "--margin", help="caprl_qa: real captions must beat each baseline by more than this (paired mean)."),
+        chance_margin: float = typer.Option(0.05, "--chance-margin", help="caprl_qa: real accuracy must exceed chance, 1/(options+1), by this."),
+        seed: int = typer.Option(0, "--seed", help="caprl_qa: seed of the reward's draws and of the bootstrap."),
     ) -> None:
         from rich.console import Console
         from rich.panel import Panel
@@ -134,21 +137,25 @@ def register(groups: dict[str, typer.Typer]) -> None:
 
         try:
             summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
-                                  rounds=rounds, cache=cache)
+                                  rounds=rounds, cache=cache, margin=margin, chance_margin=chance_margin, seed=seed)
         except (OSError, ValueError) as e:
             typer.echo(f"vlrl reward smoke: {e}", err=True)
             raise typer.Exit(2) from None
         atomic_write_json(out, summary)
         console = Console()
         table = Table(title=f"caprl_qa ({mode}) on {summary['images']} images")
-        for col in ("captions", "mean reward", "cannot answer", "None"):
+        for col in ("captions", "mean reward", "cannot answer", "None", "real − this [95% CI]"):
             table.add_column(col)
         def fmt(x: float | None) -> str:
             return "n/a" if x is None else f"{x:.3f}"
 
         for name, v in summary["variants"].items():
-            table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]))
+            c = summary.get("comparisons", {}).get(name)
+            ci = "" if not c or c["diff"] is None else f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+            table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]), ci)
         console.print(table)
+        console.print(f"chance {fmt(summary.get('chance'))}, letter mass {fmt(summary.get('letter_mass'))}, "
+                      f"parse failures {fmt(summary.get('parse_failure_rate'))}")
         if summary["passed"]:
             console.print(f"[green]smoke check passed[/green]: real captions beat generic, empty and shuffled -> {out}")
         else:
