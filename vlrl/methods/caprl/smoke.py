@@ -49,9 +49,9 @@ def smoke_check(
     PASS needs, per baseline, a paired mean difference above ``margin`` whose bootstrap CI excludes
     0, and real accuracy above chance by ``chance_margin`` (:mod:`vlrl.methods.caprl.smoke_stats`).
     """
-    from vlrl.methods.caprl.smoke_stats import chance_level, verdict
     from vlrl.core.sources import load_any_dataset
     from vlrl.core.sources.rows import adapt_row
+    from vlrl.methods.caprl.smoke_stats import chance_level, verdict
 
     source = load_any_dataset(qa)
     cols = source.dataset.column_names
