@@ -33,6 +33,7 @@ both accuracies) and ``DIR/stats.json`` (counts of every stage and every drop re
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
