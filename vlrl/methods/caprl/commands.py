@@ -195,7 +195,11 @@ def register(groups: dict[str, typer.Typer]) -> None:
         bench: str = typer.Option(..., "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
         out: str = typer.Option(..., "--out", help="Output folder (results.json, predictions.jsonl, captions.jsonl, cache/)."),
         limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N questions."),
-        caption_max_tokens: int = typer.Option(512, "--caption-max-tokens", help="Caption length limit in tokens."),
+        caption_max_tokens: int = typer.Option(2048, "--caption-max-tokens", help="Caption length limit in tokens (captions that hit it are marked truncated)."),
+        captions_per_image: int = typer.Option(1, "--captions-per-image", min=1, help="Sampled captions per image (1: one greedy caption); mean and best-of-N are reported."),
+        caption_temperature: float = typer.Option(0.7, "--caption-temperature", help="Sampling temperature when --captions-per-image > 1."),
+        answer_mode: str = typer.Option("direct", "--answer-mode", help="direct (short answer) or reason (think, then \\boxed{} answer checked with math-verify)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of caption sampling."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the response cache in OUT/cache."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
@@ -214,7 +218,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
             res = run_command_job(
                 "eval prism", out, params, lambda: evaluate_prism(
                     captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
-                    cache=not no_cache, progress=not quiet,
+                    cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
+                    caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
                 ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl"],
             )
         except BackendDown as e:
@@ -224,12 +229,13 @@ def register(groups: dict[str, typer.Typer]) -> None:
             typer.echo(f"vlrl eval prism: {redact(e)}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         table = Table(title=f"Prism-style accuracy ({res['n']} questions, {res['images']} images)")
-        for col in ("benchmark", "n", "accuracy", "by type", "errors"):
+        for col in ("benchmark", "n", "accuracy", "best-of-N", "by type", "errors"):
             table.add_column(col)
         for name, b in res["benchmarks"].items():
             by_type = ", ".join(f"{t} {v:.3f}" for t, v in b["by_type"].items())
-            table.add_row(name, str(b["n"]), f"{b['accuracy']:.3f}", by_type, str(b["errors"]))
+            table.add_row(name, str(b["n"]), f"{b['accuracy']:.3f}", f"{b['best_of_n']:.3f}", by_type, str(b["errors"]))
         table.add_row("overall", str(res["n"]), f"{res['overall']:.3f}" if res["overall"] is not None else "n/a",
+                      f"{res['best_of_n']:.3f}" if res["best_of_n"] is not None else "n/a",
                       f"macro {res['macro']:.3f}" if res["macro"] is not None else "", str(res["errors"]))
         Console().print(table)
         typer.echo(f"results -> {out}/results.json")
