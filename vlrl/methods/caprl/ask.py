@@ -75,7 +75,7 @@ def ask(
     asks: list[Ask],
     *,
     mode: Mode = "sample",
-    temperature: float = 0.0,
+    temperature: float | None = None,
     max_tokens: int = 10,
     prefill: str | None = PREFILL,
     min_letter_mass: float = 0.0,
@@ -83,9 +83,12 @@ def ask(
 ) -> list[Answer]:
     """Pose every ask in one backend call (duplicates collapsed). Never raises.
 
-    ``temperature`` is the sampling temperature in sample mode and the temperature whose
-    expectation exact mode computes; ``min_letter_mass`` is the exact-mode floor (see module doc).
+    ``temperature`` is the sampling temperature in sample mode (default 0: greedy) and the
+    temperature whose expectation exact mode computes (default 1: the model's own distribution);
+    ``min_letter_mass`` is the exact-mode floor (see module doc).
     """
+    if temperature is None:
+        temperature = 0.0 if mode == "sample" else 1.0
     if mode not in ("sample", "exact"):
         raise ValueError(f"mode must be 'sample' or 'exact', not {mode!r}")
     keys, unique = [], {}
