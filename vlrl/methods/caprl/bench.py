@@ -155,7 +155,7 @@ def grpo_reward_share(steps: int = 3) -> dict[str, Any]:
     for mode in ("exact", "sample"):
         with tempfile.TemporaryDirectory(prefix="vlrl-bench-grpo-") as d:
             recipe = prepare(load_recipe(recipe_path, [f"output_dir={d}", f"max_steps={steps}", "save_steps=1000",
-                                                      "log_completions=false"]))
+                                                      "log_completions=false", "logging_steps=1000"]))
             recipe.rewards[0].settings["mode"] = mode
             trainer, _ = build_trainer(recipe)
             spent = [0.0]
