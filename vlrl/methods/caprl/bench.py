@@ -139,42 +139,58 @@ def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list
     return out
 
 
-def grpo_reward_share(steps: int = 3) -> dict[str, Any]:
-    """Seconds in the ``caprl_qa`` reward vs the whole step, over ``steps`` steps of the tiny CapRL
-    recipe (``train/recipes/tiny/caprl_tiny.yaml`` settings: tiny VLM policy, tiny text answerer),
-    once per mode. Model loading is outside the timing."""
-    from pathlib import Path
+_GRPO_CHILD = r"""
+import json, sys, tempfile, time
+args = json.loads(sys.argv[1])
+from vlrl.training.grpo import build_trainer, close_rewards, prepare
+from vlrl.training.recipe import load_recipe
+with tempfile.TemporaryDirectory(prefix="vlrl-bench-grpo-") as d:
+    recipe = prepare(load_recipe(args["recipe"], [f"output_dir={d}", f"max_steps={args['steps']}", "save_steps=1000",
+                                                  "log_completions=false", "logging_steps=1000"]))
+    recipe.rewards[0].settings["mode"] = args["mode"]
+    trainer, _ = build_trainer(recipe)
+    spent = [0.0]
+    for f in trainer.reward_funcs:
+        if hasattr(f, "score"):
+            inner = f.score
+            def timed(*a, _inner=inner, **k):
+                t = time.perf_counter()
+                try:
+                    return _inner(*a, **k)
+                finally:
+                    spent[0] += time.perf_counter() - t
+            f.score = timed
+    t0 = time.perf_counter()
+    trainer.train()
+    total = time.perf_counter() - t0
+    close_rewards(trainer)
+print(json.dumps({"reward_seconds": round(spent[0], 3), "train_seconds": round(total, 3),
+                  "reward_share": spent[0] / total if total > 0 else None}))
+"""
 
-    from vlrl.training.grpo import build_trainer, close_rewards, prepare
-    from vlrl.training.recipe import load_recipe
+
+def grpo_reward_share(steps: int = 3) -> dict[str, Any]:
+    """Seconds in the ``caprl_qa`` reward vs the whole ``trainer.train()``, over ``steps`` steps of
+    the tiny CapRL recipe (``train/recipes/tiny/caprl_tiny.yaml``: tiny VLM policy, tiny text
+    answerer), once per mode; model loading is outside the timing.
+
+    Each run is a child Python process driving the training layer (this method's code sits below
+    training in the import order, so it runs a trainer the way a user does: as a separate program).
+    """
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
 
     recipe_path = Path(__file__).resolve().parents[3] / "train" / "recipes" / "tiny" / "caprl_tiny.yaml"
     if not recipe_path.is_file():
         raise ValueError(f"tiny CapRL recipe not found at {recipe_path}")
     out: dict[str, Any] = {"steps": steps}
     for mode in ("exact", "sample"):
-        with tempfile.TemporaryDirectory(prefix="vlrl-bench-grpo-") as d:
-            recipe = prepare(load_recipe(recipe_path, [f"output_dir={d}", f"max_steps={steps}", "save_steps=1000",
-                                                      "log_completions=false", "logging_steps=1000"]))
-            recipe.rewards[0].settings["mode"] = mode
-            trainer, _ = build_trainer(recipe)
-            spent = [0.0]
-            for f in trainer.reward_funcs:
-                if hasattr(f, "score"):
-                    inner = f.score
-
-                    def timed(*a: Any, _inner: Any = inner, _spent: list[float] = spent, **k: Any) -> Any:
-                        t = time.perf_counter()
-                        try:
-                            return _inner(*a, **k)
-                        finally:
-                            _spent[0] += time.perf_counter() - t
-
-                    f.score = timed
-            t0 = time.perf_counter()
-            trainer.train()
-            total = time.perf_counter() - t0
-            close_rewards(trainer)
-            out[mode] = {"reward_seconds": round(spent[0], 3), "train_seconds": round(total, 3),
-                         "reward_share": spent[0] / total if total > 0 else None}
+        arg = json.dumps({"recipe": str(recipe_path), "steps": steps, "mode": mode})
+        proc = subprocess.run([sys.executable, "-c", _GRPO_CHILD, arg], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"tiny GRPO run ({mode}) failed: {tail}")
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out

@@ -283,7 +283,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         try:
             res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
                                rounds=rounds, grpo_steps=grpo_steps)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RuntimeError) as e:
             typer.echo(f"vlrl bench reward: {e}", err=True)
             raise typer.Exit(2) from None
         _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
