@@ -79,7 +79,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         input: str = typer.Option(..., "--input", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
         out: str = typer.Option(..., "--out", help="Output file: .parquet (image bytes inline) or .jsonl (image paths)."),
         fmt: str = typer.Option("caprl", "--format", help="Output layout; 'caprl' (prompt, image, data_source, reward_model)."),
-        prompt: str = typer.Option("<image> Please describe this image in detail.", "--prompt", help="The rows' user prompt."),
+        prompt: str | None = typer.Option(None, "--prompt", help="The rows' user prompt (default: '<image> ' + CapRL's captioning prompt)."),
     ) -> None:
         import json
 

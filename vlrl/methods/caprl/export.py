@@ -3,7 +3,7 @@
 The public rows (verl's RL layout) are one image each::
 
     {"id": ..., "image": {"bytes": b"...", "path": None},
-     "prompt": [{"role": "user", "content": "<image> Please describe this image in detail."}],
+     "prompt": [{"role": "user", "content": "<image> " + the captioning prompt}],
      "data_source": "image_caption_rl",
      "reward_model": {"ground_truth": [{"question": ..., "choices": ["A) ...", ...], "answer": "C"}]}}
 
@@ -25,7 +25,6 @@ from vlrl.methods.caprl.mcq import LETTERS, MCQError, coerce_questions, normaliz
 
 logger = logging.getLogger(__name__)
 
-PUBLIC_PROMPT = "<image> Please describe this image in detail."
 PUBLIC_DATA_SOURCE = "image_caption_rl"
 
 
@@ -48,13 +47,22 @@ def public_ground_truth(questions: Any) -> tuple[list[dict[str, Any]], list[str]
     return out, reasons
 
 
-def export_caprl(src: str, out: str | Path, *, prompt: str = PUBLIC_PROMPT, data_source: str = PUBLIC_DATA_SOURCE,
+def public_prompt() -> str:
+    """The public rows' user turn: ``<image>`` and CapRL's captioning prompt (the one template)."""
+    from vlrl.core.prompts import render
+
+    return f"<image> {render('caption_default')}"
+
+
+def export_caprl(src: str, out: str | Path, *, prompt: str | None = None, data_source: str = PUBLIC_DATA_SOURCE,
                  batch_rows: int = 256) -> dict[str, Any]:
     """Write ``src`` (a QA dataset with ``questions`` and an image column) to ``out`` (``.parquet`` with
-    image bytes, or ``.jsonl`` with image paths). Returns counts."""
+    image bytes, or ``.jsonl`` with image paths). Returns counts. ``prompt`` defaults to
+    :func:`public_prompt`."""
     from vlrl.core.images import load_image
     from vlrl.core.sources import load_any_dataset
 
+    prompt = prompt or public_prompt()
     source = load_any_dataset(src)
     cols = source.dataset.column_names
     if "questions" not in cols:
