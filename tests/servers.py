@@ -275,3 +275,113 @@ def inject_logprobs(top: dict[str, float]) -> Callable[[dict], dict]:
         return resp
 
     return rewrite
+
+
+# -- a vLLM-like stub that renders the real chat template -------------------------------------------
+
+
+class TemplateServer:
+    """A loopback ``/v1/chat/completions`` endpoint that renders every request with a real tokenizer's
+    chat template, the way vLLM does, and records the prompt text the model would see.
+
+    It honours ``continue_final_message`` / ``add_generation_prompt`` (vLLM's extra-body fields),
+    answers ``reply`` (``n`` choices), and adds vLLM-shaped first-token logprobs from ``top``
+    (token → logprob) when asked. ``script(*faults)`` queues response-level faults for the next
+    requests: ``"empty_choices"``, ``"null_content"``, ``"html"``, ``"bad_json"``, ``"no_logprobs"``,
+    ``"500"`` or ``("429", retry_after_seconds)``.
+    """
+
+    def __init__(self, tokenizer: Any, reply: str = " B", top: dict[str, float] | None = None,
+                 honour_continue: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.reply = reply
+        self.top = top or {" B": -0.2, " A": -2.0, "A": -3.0, "\nC": -3.5, " D": -4.0}
+        self.honour_continue = honour_continue
+        self.prompts: list[str] = []
+        self.bodies: list[dict] = []
+        self._faults: list[Any] = []
+        self._lock = threading.Lock()
+        self._server: Any = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/v1"
+
+    def script(self, *faults: Any) -> None:
+        with self._lock:
+            self._faults.extend(faults)
+
+    def __enter__(self) -> TemplateServer:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                status, headers, payload = outer._answer(body)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _render(self, body: dict) -> str:
+        msgs = []
+        for m in body.get("messages", []):
+            c = m.get("content")
+            if isinstance(c, list):
+                c = "".join(p.get("text", "") for p in c if p.get("type") == "text")
+            msgs.append({"role": m["role"], "content": c})
+        cont = bool(body.get("continue_final_message")) and self.honour_continue
+        return self.tokenizer.apply_chat_template(
+            msgs, tokenize=False, continue_final_message=cont,
+            add_generation_prompt=body.get("add_generation_prompt", True) and not cont,
+        )
+
+    def _answer(self, body: dict) -> tuple[int, dict[str, str], bytes]:
+        js = {"content-type": "application/json"}
+        with self._lock:
+            fault = self._faults.pop(0) if self._faults else None
+            self.bodies.append(body)
+        if isinstance(fault, tuple) and fault[0] == "429":
+            err = {"error": {"message": "slow down", "type": "rate_limit", "code": 429}}
+            return 429, {**js, "retry-after": str(fault[1])}, json.dumps(err).encode()
+        if fault == "500":
+            return 500, js, b'{"error": {"message": "injected", "code": 500}}'
+        if fault == "html":
+            return 200, {"content-type": "text/html"}, b"<html><body>502 Bad Gateway</body></html>"
+        if fault == "bad_json":
+            return 200, js, b'{"choices": [{"message": '
+        prompt = self._render(body)
+        with self._lock:
+            self.prompts.append(prompt)
+        n = int(body.get("n") or 1)
+        top = dict(sorted(self.top.items(), key=lambda kv: -kv[1])[: int(body.get("top_logprobs") or 0)])
+        choices = []
+        for i in range(n):
+            content = None if fault == "null_content" else (max(self.top, key=self.top.get) if body.get("logprobs") else self.reply)
+            c: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            if body.get("logprobs") and fault != "no_logprobs":
+                best = max(self.top, key=self.top.get)
+                c["logprobs"] = {"content": [{"token": best, "logprob": self.top[best], "bytes": list(best.encode()),
+                                              "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())}
+                                                               for t, lp in top.items()]}]}
+            choices.append(c)
+        if fault == "empty_choices":
+            choices = []
+        resp = {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
+                "choices": choices, "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+        return 200, js, json.dumps(resp).encode()

@@ -79,23 +79,32 @@ def test_score_choices_exact_and_normalised(tiny_lm, tiny_vlm):
 
 
 def test_score_choices_matches_generation_argmax(tiny_lm):
-    """The exact distribution's argmax is the token greedy decoding would emit first."""
+    """The exact distribution is the softmax of logits/T over the full vocabulary, every token that
+    reads as a letter ("A", " A", "\nA") counted for it; at T=0 it is the greedy token."""
+    import torch
     from transformers import AutoTokenizer
 
     b = load_backend(f"hf:{tiny_lm}")
     tok = AutoTokenizer.from_pretrained(tiny_lm)
     vocab_letters = [c for c in "ABCDEFGH"]
     msgs = [{"role": "user", "content": "pick a letter"}]
-    r = b.score_choices([ChoiceRequest(msgs, vocab_letters)])[0]
-    # direct forward pass over the same prompt
-    import torch
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     ids = tok(text, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
-        logits = b.net(**ids).logits[0, -1]
-    letter_ids = [tok(c, add_special_tokens=False)["input_ids"][0] for c in vocab_letters]
-    want = vocab_letters[int(torch.argmax(logits[letter_ids]))]
-    assert r.argmax() == want
+        logits = b.net(**ids).logits[0, -1].float()
+    variants = {c: [i for i in range(len(tok)) if tok.decode([i]).strip() == c and i not in tok.all_special_ids]
+                for c in vocab_letters}
+    assert any(len(v) > 1 for v in variants.values())  # the byte-level vocab has " A" beside "A"
+    for temp in (1.0, 0.6):
+        r = b.score_choices([ChoiceRequest(msgs, vocab_letters, temperature=temp)])[0]
+        p = torch.softmax(logits / temp, dim=-1)
+        want = {c: float(p[v].sum()) for c, v in variants.items()}
+        assert math.isclose(r.mass, sum(want.values()), rel_tol=1e-4)
+        for c in vocab_letters:
+            assert math.isclose(r.probs[c], want[c] / sum(want.values()), rel_tol=1e-4, abs_tol=1e-7)
+    greedy = b.score_choices([ChoiceRequest(msgs, vocab_letters, temperature=0.0)])[0]
+    top = int(torch.argmax(logits))
+    assert greedy.mass == (1.0 if tok.decode([top]).strip() in vocab_letters else 0.0)
 
 
 def test_response_cache_replays_without_calling_model(tiny_lm, tmp_path):

@@ -132,3 +132,40 @@ def test_present_and_parse_letter():
     assert parse_letter("I think D", "ABCD") == "D"
     assert parse_letter("Blue", "ABCD") == "B"  # first valid capital, as the public code
     assert parse_letter("no idea", "ABCD") is None
+
+
+# -- adversarial corpus of layouts (tests/fixtures/mcq_layouts.json) ---------------------------------
+
+
+def _layouts():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "fixtures" / "mcq_layouts.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", _layouts(), ids=lambda c: c["name"])
+def test_layout_corpus(case):
+    r = parse_mcqs(case["text"])
+    assert [{"question": q.question, "options": list(q.options), "answer": q.answer_letter} for q in r.questions] == case["questions"]
+    assert [d["reason"] for d in r.dropped] == case["dropped"]
+
+
+def test_abstain_text_is_never_read_as_a_letter():
+    letters = "ABCDE"
+    for text in (" Cannot answer based on the caption", "cannot be determined", "None of the above.",
+                 "Not mentioned in the description", "Can't tell"):
+        assert parse_letter(text, letters) is None
+        assert parse_letter(text, letters, abstain="E") == "E"
+    assert parse_letter(" C) Cannot answer", letters, abstain="E") == "C"  # a named letter still wins
+    # the public code's rule, for reproducing its numbers: the first capital A-I anywhere
+    assert parse_letter("Answer: C", letters, rule="first_capital") == "A"
+    assert parse_letter("Answer: C", letters) == "C"
+
+
+def test_no_second_abstain_option_and_abstain_gold_rejected():
+    mcq = normalize_mcq({"question": "Brand?", "options": ["Nike", "Adidas", "Cannot be determined"], "answer": "A"})
+    pres = present(mcq, seeded_rng(1))
+    assert len(pres.options) == 3 and pres.options[ord(pres.abstain) - 65] == "Cannot be determined"
+    with pytest.raises(MCQError, match="abstain"):
+        normalize_mcq({"question": "Price?", "options": ["$1", "$2", "None of the above"], "answer": "C"})

@@ -160,3 +160,97 @@ def test_every_failed_record_is_one_log_line_naming_it(tmp_path, caplog):
     assert sum(m.startswith("img/bad.png: image:") for m in msgs) == 1
     for qid in ("q1", "q2", "q3", "q4", "q5", "q6"):
         assert sum(m.startswith(f"question {qid}: answerer failed") and "connection refused" in m for m in msgs) == 1
+
+
+# -- the scoring rules the benchmarks use; N captions; reasoning answers ---------------------------
+
+
+def test_percent_scaling_exact_years_and_anls_benchmarks():
+    from vlrl.methods.caprl.prism import exact_match, score_short
+
+    assert relaxed_accuracy("0.45", "45%") == 1.0 and relaxed_accuracy("45%", "0.45") == 1.0
+    assert relaxed_accuracy("0.45", "45") == 0.0  # no % anywhere: no rescaling
+    assert question_type({"answer": "2019"}) == "exact" and question_type({"answer": "2019", "type": "numeric"}) == "numeric"
+    assert score_short("2020", ["2019"], "exact") == 0.0 and relaxed_accuracy("2020", "2019") == 1.0  # why years are exact
+    assert exact_match("2019.0", "2019") == 1.0
+    assert question_type({"answer": "12", "benchmark": "InfoVQA"}) == "text"  # InfoVQA scores numbers with ANLS
+    assert question_type({"answer": "12", "benchmark": "chartqa"}) == "numeric"
+
+
+def test_boxed_answers_are_checked_with_math_verify():
+    from vlrl.methods.caprl.prism import boxed_answer, verified
+
+    assert boxed_answer(r"first \boxed{1} then \boxed{\frac{3}{4}}") == r"\frac{3}{4}"
+    assert boxed_answer("no box") is None
+    assert verified(r"\frac{3}{4}", ["0.75"]) and not verified("0.7", ["0.75"])
+
+
+class SampledCaptioner(Backend):
+    """n captions per image: the first names the colour, the others do not; all stop at the limit."""
+
+    kind = "scripted-sampler"
+
+    def __init__(self):
+        super().__init__("sampler")
+
+    def _chat(self, requests):
+        out = []
+        for r in requests:
+            img = next(p["image"] for p in r.messages[0]["content"] if p.get("type") == "image")
+            colour = "red" if img.getpixel((3, 3))[0] > img.getpixel((3, 3))[2] else "blue"
+            texts = [f"A {colour} square with a sign." if k == 0 else "A square with a sign." for k in range(r.sampling.n)]
+            out.append(ChatResult(texts=texts, finish_reasons=["length"] * r.sampling.n))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+class Reasoner(Backend):
+    kind = "scripted-reasoner"
+
+    def __init__(self):
+        super().__init__("reasoner")
+        self.max_tokens = []
+
+    def _chat(self, requests):
+        out = []
+        for r in requests:
+            self.max_tokens.append(r.sampling.max_tokens)
+            text = _text(r.messages)
+            caption = text.split("<description>")[1].split("</description>")[0]
+            opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
+            if opts:
+                pick = next((L for L, o in opts if o in caption), "A")
+                out.append(ChatResult(texts=[f"The caption mentions it. So \\boxed{{{pick}}}"]))
+            else:
+                out.append(ChatResult(texts=["Twelve dots, so about \\boxed{\\frac{25}{2}}."]))
+        return out
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def test_several_captions_per_image_mean_and_best_of_n_with_truncation(tmp_path):
+    bench = make_bench(tmp_path)
+    res = evaluate_prism(SampledCaptioner(), Reader(), bench, tmp_path / "out", progress=False, captions_per_image=3)
+    assert res["captions_per_image"] == 3
+    colors = res["benchmarks"]["colors"]
+    # q1: only the first of 3 captions names the colour; q2's gold is the reader's fallback "A" (right
+    # with every caption); q3 is never answerable
+    assert colors["accuracy"] == pytest.approx((1 / 3 + 1 + 0) / 3) and colors["best_of_n"] == pytest.approx(2 / 3)
+    caps = [json.loads(x) for x in (tmp_path / "out" / "captions.jsonl").read_text().splitlines()]
+    ok = [c for c in caps if c["error"] is None]
+    assert all(len(c["captions"]) == 3 and c["truncations"] == [True] * 3 and c["truncated"] for c in ok)
+    assert res["truncated_rate"] == 1.0
+
+
+def test_reasoning_answerer_boxes_its_answer(tmp_path):
+    bench = make_bench(tmp_path)
+    reasoner = Reasoner()
+    res = evaluate_prism(Captioner(), reasoner, bench, tmp_path / "out", progress=False, answer_mode="reason")
+    preds = {p["id"]: p for p in map(json.loads, (tmp_path / "out" / "predictions.jsonl").read_text().splitlines())}
+    assert preds["q1"]["prediction"] == "B" and preds["q1"]["score"] == 1.0
+    assert preds["q4"]["prediction"] == r"\frac{25}{2}" and preds["q4"]["score"] == 1.0  # 12.5 vs 12.4: within 5%
+    assert preds["q5"]["score"] == 0.0
+    assert res["answer_mode"] == "reason" and min(reasoner.max_tokens) == 1024

@@ -164,7 +164,7 @@ def test_text_only_filter_on_its_own():
 def _cli(images, out, vlm, lm):
     return [str(Path(sys.executable).parent / "vlrl"), "data", "qa-curate", "--images", str(images), "--vlm", f"hf:{vlm}?device=cpu",
             "--answerer", f"hf:{lm}?device=cpu", "--out", str(out), "--per-image", "2", "--rounds", "2",
-            "--batch-size", "2", "--max-tokens", "48", "--quiet"]
+            "--batch-size", "2", "--max-tokens", "48", "--max-attempts", "1", "--quiet"]
 
 
 def _finish(cmd, env):
@@ -331,6 +331,7 @@ class JunkVLM(Backend):
         super().__init__("junk")
 
     def _chat(self, requests):
+        self.__dict__.setdefault("requests", []).extend(requests)
         return [ChatResult(texts=["thinkthinkthink \" \" qu qu"]) for _ in requests]
 
     def _score_choices(self, requests):
@@ -338,13 +339,106 @@ class JunkVLM(Backend):
 
 
 def test_images_whose_answer_holds_no_question_are_counted_and_logged(tmp_path, caplog):
+    """Such an image is retried by the next run (with a new generation seed), and written as
+    'no question found' once it has had max_attempts tries."""
     images = make_images(tmp_path / "imgs")
+    cfg = CurateConfig(per_image=5, rounds=2, batch_size=2, max_attempts=2)
+    junk = JunkVLM()
     with caplog.at_level("WARNING", logger="vlrl.methods.caprl.curate"):
-        stats = curate(images, JunkVLM(), ScriptedTextAnswerer(), tmp_path / "out",
-                       CurateConfig(per_image=5, rounds=2, batch_size=2), progress=False)
-    assert stats["generated"] == 0 and stats["images_done"] == 3 and stats["images_no_question_found"] == 3
+        first = curate(images, junk, ScriptedTextAnswerer(), tmp_path / "out", cfg, progress=False)
+    assert first["images_pending"] == 3 and first["images_done"] == 0
     lines = [r.getMessage() for r in caplog.records if "holds no multiple-choice question" in r.getMessage()]
     assert sorted(m.split(":")[0] for m in lines) == ["blue.png", "green.png", "red.png"]
+    assert all("will retry on the next run" in m for m in lines)
+    stats = curate(images, junk, ScriptedTextAnswerer(), tmp_path / "out", cfg, progress=False)
+    assert stats["generated"] == 0 and stats["images_done"] == 3 and stats["images_no_question_found"] == 3
+    seeds = [r.sampling.seed for r in junk.requests]
+    assert len(set(seeds)) == 6  # the retry asked for a new draw, not the cached reply
+
+
+class OnceJunkVLM(ScriptedVLM):
+    """The same model (same identity) whose first question-writing replies hold no question."""
+
+    junk = True
+
+    def _chat(self, requests):
+        if self.junk and any("Write" in _text(r.messages) for r in requests):
+            return [ChatResult(texts=["thinkthinkthink"]) for _ in requests]
+        return super()._chat(requests)
+
+
+def test_no_question_image_recovers_on_rerun(tmp_path):
+    images = make_images(tmp_path / "imgs")
+    cfg = CurateConfig(per_image=5, rounds=4, batch_size=2)
+    vlm = OnceJunkVLM()
+    assert curate(images, vlm, ScriptedTextAnswerer(), tmp_path / "out", cfg, progress=False)["images_pending"] == 3
+    vlm.junk = False  # a new draw (the retry's new seed) now holds questions
+    stats = curate(images, vlm, ScriptedTextAnswerer(), tmp_path / "out", cfg, progress=False)
+    assert stats["images_pending"] == 0 and stats["kept"] == 3 and stats["images_no_question_found"] == 0
+
+
+class FlakyTextAnswerer(ScriptedTextAnswerer):
+    """Fails every ask about the sky question; answers the rest like the scripted answerer."""
+
+    def _chat(self, requests):
+        good = super()._chat(requests)
+        return [ChatResult(error="HTTP 500: boom") if "sky" in _text(r.messages) else g for r, g in zip(requests, good, strict=True)]
+
+
+def test_a_question_failing_k_times_is_dropped_with_its_reason(tmp_path):
+    images = make_images(tmp_path / "imgs")
+    cfg = CurateConfig(per_image=5, rounds=4, batch_size=2, max_attempts=2)
+    first = curate(images, ScriptedVLM(), FlakyTextAnswerer(), tmp_path / "out", cfg, progress=False)
+    assert first["images_pending"] == 3 and not (tmp_path / "out" / "dataset").exists()
+    stats = curate(images, ScriptedVLM(), FlakyTextAnswerer(), tmp_path / "out", cfg, progress=False)
+    assert stats["images_pending"] == 0 and stats["kept"] == 3 and stats["drop_reasons"]["answer_failed"] == 3
+    rec = json.loads((tmp_path / "out" / "records" / "shard-0-of-1.jsonl").read_text().splitlines()[0])
+    sky = next(q for q in rec["questions"] if "sky" in q["question"])
+    assert sky["reason"].startswith("answer_failed: ") and "boom" in sky["reason"] and not sky["kept"]
+    assert (tmp_path / "out" / "dataset").exists()
+
+
+class SmallVLM(ScriptedVLM):
+    """Only answers (never writes questions): the filter VLM."""
+
+    def _chat(self, requests):
+        assert all("Write" not in _text(r.messages) for r in requests)
+        self.calls += 1
+        return super()._chat(requests)
+
+
+def test_filter_vlm_answers_with_the_image_and_settings_are_recorded(tmp_path):
+    images = make_images(tmp_path / "imgs")
+    big, small = ScriptedVLM(), SmallVLM()
+    stats = curate(images, big, ScriptedTextAnswerer(), tmp_path / "out", CurateConfig(per_image=5, rounds=4, batch_size=2),
+                   progress=False, filter_vlm=small)
+    assert stats["kept"] == 3 and small.calls > 0
+    s = stats["settings"]
+    assert s["vlm"] == "scripted-vlm:vlm" and s["filter_vlm"] == "scripted-vlm:vlm" and s["answerer"] == "scripted-text:text"
+    assert {"rounds", "visual_min", "text_max", "max_attempts", "per_image", "temperature", "seed"} <= set(s)
+
+
+class AlwaysA(Backend):
+    kind = "always-a"
+
+    def __init__(self):
+        super().__init__("always-a")
+
+    def _chat(self, requests):
+        return [ChatResult(texts=[" A"]) for _ in requests]
+
+    def _score_choices(self, requests):
+        raise NotImplementedError
+
+
+def test_balanced_rotations_stop_an_always_a_answerer():
+    """Each option visits each position across the rounds, so answering "A" every time scores
+    exactly 1/k and never passes the text-only half (it passed ~32% with independent shuffles)."""
+    qs = [{"question": f"Question {i}?", "options": ["w", "x", "y", "z"], "answer": "ABCD"[i % 4]} for i in range(40)]
+    v = text_only_filter(qs, AlwaysA(), rounds=4, text_max=0.25)
+    assert all(x.accuracy == 0.25 for x in v) and not any(x.keep for x in v)
+    v8 = text_only_filter(qs, AlwaysA(), rounds=8, text_max=0.25)
+    assert sum(x.keep for x in v8) == 0
 
 
 def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):
@@ -366,3 +460,23 @@ def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):
     assert seen["limit"] == 256  # a smoke check on a 75k-image corpus would hold every image in memory
     assert CliRunner().invoke(app, [*base, "--limit", "0"]).exit_code == 0
     assert seen["limit"] is None
+
+
+def test_streamed_dataset_write_is_a_loadable_save_to_disk_folder(tmp_path):
+    """Several shards (rolled by size) and the empty case both load with load_from_disk, in order."""
+    import datasets
+
+    from vlrl.methods.caprl import curate as curate_mod
+
+    features = datasets.Features({"id": datasets.Value("string"), "image": datasets.Image()})
+    imgs = make_images(tmp_path / "imgs")
+    rows = [{"id": n, "image": {"bytes": (imgs / f"{n}.png").read_bytes(), "path": f"{n}.png"}} for n in ("red", "green", "blue")]
+    (tmp_path / "multi").mkdir()
+    assert curate_mod._write_arrow_shards(tmp_path / "multi", iter(rows), features, shard_bytes=1) == 3
+    assert len(list((tmp_path / "multi").glob("data-*-of-00003.arrow"))) == 3
+    ds = datasets.load_from_disk(str(tmp_path / "multi"))
+    assert ds["id"] == ["red", "green", "blue"] and colour_of(ds[2]["image"]) == "blue"
+    (tmp_path / "empty").mkdir()
+    assert curate_mod._write_arrow_shards(tmp_path / "empty", iter([]), features) == 0
+    empty = datasets.load_from_disk(str(tmp_path / "empty"))
+    assert len(empty) == 0 and set(empty.features) == {"id", "image"}

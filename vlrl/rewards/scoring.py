@@ -122,7 +122,8 @@ def iter_rows(
     id_column: str | None = None,
     text_column: str | None = None,
 ) -> Iterator[tuple[int, dict | None, str | None]]:
-    """``(line number, row, error)`` for every non-blank line; ``error`` names what is wrong.
+    """``(line number, row, error)`` for every non-blank line (row number for parquet); ``error``
+    names what is wrong. Rows in the public RL layout (``reward_model.ground_truth``) are adapted.
 
     The row's id is read from ``id_column`` (default: ``id``, else ``image_id``) and stored as
     ``row["id"]``; its text from ``text_column`` (default: ``text_key``, else ``fallback_keys``)
@@ -132,10 +133,13 @@ def iter_rows(
     """
     id_keys = (id_column,) if id_column else ID_KEYS
     text_keys = (text_column,) if text_column else (text_key, *fallback_keys)
-    for lineno, row, bad in iter_jsonl(path):
+    from vlrl.core.sources.rows import adapt_row
+
+    for lineno, row, bad in _raw_rows(path):
         if row is None:
             yield lineno, None, bad
             continue
+        row = adapt_row(row)
         id_key = next((k for k in id_keys if row.get(k) is not None), None)
         if id_key is None:
             yield lineno, row, f"missing {' or '.join(map(repr, id_keys))}"
@@ -160,7 +164,25 @@ def carried(row: dict | None) -> dict[str, Any]:
     return out
 
 
+def _raw_rows(path: str | Path) -> Iterator[tuple[int, Any, str | None]]:
+    """Rows of a parquet file (numbered from 1), else of a JSONL file through the one JSONL reader."""
+    if Path(path).suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        lineno = 0
+        for batch in pq.ParquetFile(str(path)).iter_batches(batch_size=256):
+            for row in batch.to_pylist():
+                lineno += 1
+                yield lineno, row, None
+        return
+    yield from iter_jsonl(path)
+
+
 def _count_lines(path: str | Path) -> int:
+    if Path(path).suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(str(path)).metadata.num_rows
     with open(path, "rb") as fh:
         return sum(1 for line in fh if line.strip())
 

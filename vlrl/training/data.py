@@ -98,6 +98,12 @@ def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     own = rec.get("prompt")
     if isinstance(own, str) and own.strip():
         return own
+    if isinstance(own, list):  # chat messages (the public RL layout: "<image> Please describe ...")
+        from vlrl.core.sources.rows import prompt_text
+
+        text = prompt_text(own)
+        if text:
+            return text
     if default_prompt.endswith(".jinja"):  # a template by name (bundled) or path
         from vlrl.core.prompts import render
 

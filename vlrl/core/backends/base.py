@@ -114,6 +114,14 @@ class ChoiceRequest:
     samples: int = 16
     """How many samples estimate the distribution when the backend cannot read logprobs."""
     seed: int | None = None
+    temperature: float = 1.0
+    """The sampling temperature whose first-token distribution is wanted: probabilities are the
+    softmax of ``logits / temperature`` over the full vocabulary (0: greedy, all mass on the argmax
+    token). Exact scoring is only the expectation of sampled answers at the temperature they use."""
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"choice request: temperature must be >= 0 (got {self.temperature})")
 
 
 Method = Literal["logits", "logprobs", "sampled"]
@@ -126,7 +134,9 @@ class ChoiceResult:
     method: Method | None = None
     """``logits``/``logprobs``: exact; ``sampled``: a Monte-Carlo estimate from ``samples`` draws."""
     mass: float = 0.0
-    """Unnormalised probability mass the model put on the choices (low mass = off-format answer)."""
+    """Unnormalised probability mass the model put on the choices at the request's temperature,
+    summed over every token that reads as a choice (``"A"``, ``" A"``, ``"\nA"``): the *letter
+    mass*. Low mass means an off-format answer; callers treat it as a failure, not as chance."""
     error: str | None = None
     cached: bool = False
 
@@ -244,6 +254,14 @@ class Backend(abc.ABC):
         """What makes two backends give the same answers (the cache key's backend part)."""
         return {"kind": self.kind, "model": self.model}
 
+    def choice_method(self) -> str:
+        """How ``score_choices`` will compute probabilities now (``logits``, ``logprobs``, ``sampled``).
+
+        Part of the choice cache key: a sampled estimate stored while a server looked unable to
+        return logprobs must never be replayed as an exact answer by a later, healthy run.
+        """
+        return "logits"
+
     def close(self) -> None:
         """Release resources (HTTP sessions, GPU memory) and log the accounting.
 
@@ -316,6 +334,23 @@ def choices_from_samples(texts: Sequence[str], choices: Sequence[str]) -> tuple[
     if hit == 0:
         return {c: 1.0 / len(choices) for c in choices}, 0.0
     return {c: counts[c] / hit for c in choices}, hit / max(len(texts), 1)
+
+
+def choice_of_token(token: str, choices: Sequence[str]) -> str | None:
+    """The choice a single generated token reads as, or None.
+
+    Every backend counts the same token variants for a choice: the token's text with surrounding
+    whitespace removed must equal the choice's (``"A"``, ``" A"``, ``"\nA"`` and ``"\tA"`` all read
+    as ``A``; ``"A."`` or ``"Apple"`` do not). Keeping this rule in one place is what makes exact
+    scores agree across the in-process and HTTP backends.
+    """
+    core = token.strip()
+    if not core:
+        return None
+    for c in choices:
+        if c.strip() == core:
+            return c
+    return None
 
 
 def first_choice(text: str, choices: Sequence[str]) -> str | None:

@@ -6,7 +6,10 @@ backend identity (kind + model + anything that changes answers), the full reques
 images hashed by pixels, sampling parameters, seed). API keys are never part of a backend identity,
 so they never reach the file.
 
-Only successful results are stored: a failure (timeout, 500) is retried on the next run.
+Only successful, non-empty results are stored: a failure (timeout, 500, a malformed reply) or an
+empty answer is asked again on the next run, never replayed. Choice scores are keyed by the method
+that produced them (``logits``/``logprobs`` exact, ``sampled`` estimate): a sampled estimate made
+while a server looked unable to return logprobs is never replayed as an exact score.
 Greedy requests and seeded sampling are deterministic and cache safely. Unseeded sampling is cached
 too: a resumed pipeline must replay exactly what it already saw (that is the point), and callers who
 want fresh samples pass a new seed.
@@ -112,34 +115,43 @@ class CachedBackend(Backend):
                 if k:
                     keys[i] = f"{keys[i]}#{k}"
         return self._through(
-            requests, keys, self.inner.chat, lambda d: ChatResult(**d), lambda r: r.ok and len(r.texts) > 0
+            requests, keys, self.inner.chat, lambda d: ChatResult(**d),
+            lambda r: r.ok and any(r.texts),  # an empty reply is asked again, never replayed
         )
 
     def score_choices(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult]:
-        keys = [
-            request_key(
-                self.identity(),
-                {
-                    "op": "choices",
-                    "messages": r.messages,
-                    "choices": r.choices,
-                    "prefix": r.prefix,
-                    "samples": r.samples,
-                    "seed": r.seed,
-                },
-            )
-            for r in requests
-        ]
-        return self._through(requests, keys, self.inner.score_choices, lambda d: ChoiceResult(**d), lambda r: r.ok)
+        def key(r: ChoiceRequest, method: str | None) -> str:
+            payload = {
+                "op": "choices",
+                "messages": r.messages,
+                "choices": r.choices,
+                "prefix": r.prefix,
+                "samples": r.samples,
+                "seed": r.seed,
+                "method": method,
+            }
+            if r.temperature != 1.0:  # keys made before temperatures existed stay valid at T=1
+                payload["temperature"] = r.temperature
+            return request_key(self.identity(), payload)
 
-    def _through(self, requests, keys, call, build, storable):
+        expected = self.inner.choice_method()
+        keys = [key(r, expected) for r in requests]
+        by_key = dict(zip(keys, requests, strict=True))
+        return self._through(
+            requests, keys, self.inner.score_choices, lambda d: ChoiceResult(**d),
+            lambda r: r.ok and bool(r.probs), store_key=lambda k, res: key(by_key[k], res.method),
+        )
+
+    def _through(self, requests, keys, call, build, storable, store_key=None):
         hits = self.cache.get_many(sorted(set(keys)))
         todo: dict[str, object] = {}
         for k, r in zip(keys, requests, strict=True):
             if k not in hits and k not in todo:
                 todo[k] = r
         fresh = dict(zip(todo, call(list(todo.values())), strict=True)) if todo else {}
-        self.cache.put_many({k: _to_dict(v) for k, v in fresh.items() if storable(v)})
+        self.cache.put_many(
+            {(store_key(k, v) if store_key else k): _to_dict(v) for k, v in fresh.items() if storable(v)}
+        )
         self.stats.add(cache_hits=sum(k in hits for k in keys))
         out = []
         for k in keys:

@@ -9,8 +9,16 @@ by prompt length so a batch pads little, and cut into ``batch_size`` chunks. A r
 fails to load gets its own error; a batch that fails as a whole (e.g. out of memory) is retried one
 request at a time so a single bad request cannot take its neighbours down.
 
-Seeding: a request's ``seed`` seeds the batch it lands in, so results are reproducible for the same
-batch composition (the same rerun), not independent of it.
+Seeding: sampling never touches torch's global RNG (a policy sharing the process must not see its
+random stream reset on every reward call). Each sampled sequence draws its tokens from its own
+``torch.Generator`` seeded from the request's ``seed`` and the sample's index, through a logits
+processor that picks the token and hands ``generate`` a one-hot row, so a request's samples are the
+same whichever other requests share its batch, and a rerun reproduces them. Unseeded requests get a
+fresh random seed each.
+
+Exact choice scoring reads the next-token distribution at the request's temperature over the full
+vocabulary and adds up every token that reads as a choice (:func:`choice_of_token`: ``"A"``,
+``" A"``, ``"\nA"``), the same rule the HTTP backend applies to ``top_logprobs``.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -30,6 +39,7 @@ from vlrl.core.backends.base import (
     ChoiceRequest,
     ChoiceResult,
     SamplingParams,
+    choice_of_token,
 )
 
 logger = logging.getLogger(__name__)
@@ -238,9 +248,7 @@ class HFBackend(Backend):
             for start in range(0, len(items), self.batch_size):
                 chunk = items[start : start + self.batch_size]
                 try:
-                    seeds = [c[3] for c in chunk if c[3] is not None]
-                    batch_sampling = dataclasses.replace(sampling, seed=seeds[0]) if seeds else sampling
-                    outs = self._generate([c[1] for c in chunk], [c[2] for c in chunk], batch_sampling)
+                    outs = self._generate([c[1] for c in chunk], [c[2] for c in chunk], sampling, [c[3] for c in chunk])
                 except Exception as e:  # noqa: BLE001
                     if len(chunk) == 1:
                         outs = [ChatResult(error=f"{requests[chunk[0][0]].id or 'request'}: generation failed: {e}")]
@@ -249,30 +257,37 @@ class HFBackend(Backend):
                         outs = []
                         for c in chunk:
                             try:
-                                outs.extend(self._generate([c[1]], [c[2]], dataclasses.replace(sampling, seed=c[3])))
+                                outs.extend(self._generate([c[1]], [c[2]], sampling, [c[3]]))
                             except Exception as e1:  # noqa: BLE001
                                 outs.append(ChatResult(error=f"{requests[c[0]].id or 'request'}: generation failed: {e1}"))
                 for (i, *_), res in zip(chunk, outs, strict=False):
                     results[i] = res
         return [r if r is not None else ChatResult(error="not processed") for r in results]
 
-    def _generate(self, texts: list[str], images: list[list[Any]], sp: SamplingParams) -> list[ChatResult]:
+    def _generate(
+        self, texts: list[str], images: list[list[Any]], sp: SamplingParams, seeds: list[int | None] | None = None
+    ) -> list[ChatResult]:
         import torch
 
-        enc = self._encode(texts, images)
-        if sp.seed is not None:
-            torch.manual_seed(sp.seed)
-        do_sample = sp.temperature > 0
+        # n samples per request: the prompt is repeated n times (row b*n+k is sample k of request b),
+        # since greedy ``generate`` refuses num_return_sequences > 1.
+        enc = self._encode([t for t in texts for _ in range(sp.n)], [im for im in images for _ in range(sp.n)])
+        # Sampling is done by a per-row sampler (own generators) on top of greedy decoding: the
+        # global RNG is never read or reseeded (see the module doc).
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": sp.max_tokens,
-            "do_sample": do_sample,
-            "num_return_sequences": sp.n,
+            "do_sample": False,
             "pad_token_id": self.tokenizer.pad_token_id,
+            "temperature": None,
+            "top_p": None,
+            "top_k": None,
         }
-        if do_sample:
-            gen_kwargs.update(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k or None)
-        else:
-            gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+        if sp.temperature > 0:
+            from transformers import LogitsProcessorList
+
+            seeds = seeds if seeds is not None else [sp.seed] * len(texts)
+            gens = [_row_generator(seeds[b], k, self.device) for b in range(len(texts)) for k in range(sp.n)]
+            gen_kwargs["logits_processor"] = LogitsProcessorList([_RowSampler(gens, sp.temperature, sp.top_p, sp.top_k)])
         with torch.inference_mode():
             out = self.net.generate(**enc, **gen_kwargs)
         prompt_len = enc["input_ids"].shape[1]
@@ -294,7 +309,7 @@ class HFBackend(Backend):
                         text, reason = text.split(s, 1)[0], "stop"
                 texts_b.append(text)
                 reasons.append(reason)
-            p_len = int(enc["attention_mask"][b].sum())
+            p_len = int(enc["attention_mask"][b * sp.n].sum())
             results.append(ChatResult(texts=texts_b, finish_reasons=reasons, prompt_tokens=p_len, completion_tokens=ntok))
         return results
 
@@ -329,35 +344,70 @@ class HFBackend(Backend):
             return self.tokenizer(choice, add_special_tokens=False)["input_ids"][0]
         return full[k]
 
+    def _choice_ids(self, prompt: str, choice: str) -> list[int]:
+        """Every vocabulary token that reads as ``choice`` (see :func:`choice_of_token`).
+
+        A choice no single token spells (a multi-token answer) falls back to the first token the
+        tokenizer would emit for it after ``prompt``.
+        """
+        ids = self._token_variants().get(choice.strip())
+        return list(ids) if ids else [self._choice_token(prompt, choice)]
+
+    def _token_variants(self) -> dict[str, tuple[int, ...]]:
+        """Stripped text → ids of the non-special tokens that decode to it (built once)."""
+        table = self.__dict__.get("_variants")
+        if table is None:
+            special = set(self.tokenizer.all_special_ids)
+            vocab_size = len(self.tokenizer)
+            texts = self.tokenizer.batch_decode([[i] for i in range(vocab_size)])
+            grouped: dict[str, list[int]] = defaultdict(list)
+            for i, t in enumerate(texts):
+                core = t.strip()
+                if core and i not in special and choice_of_token(t, [core]) is not None:
+                    grouped[core].append(i)
+            table = self._variants = {k: tuple(v) for k, v in grouped.items()}
+        return table
+
     def _score_choices(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         import torch
+
+        from vlrl.core.backends.prefix_share import tempered_softmax
 
         results: list[ChoiceResult | None] = [None] * len(requests)
         items = []
         for i, r in enumerate(requests):
             try:
-                text, images = self._render(r.messages, r.id)
-                text = text + r.prefix
-                tokens = [self._choice_token(text, c) for c in r.choices]
-                if len(set(tokens)) != len(tokens):
+                if r.prefix:
+                    # the prefix is a partial assistant turn, rendered exactly as sample mode's
+                    # pre-fill is (templates such as Qwen3's add to an assistant turn's start)
+                    text, images = self._render([*r.messages, {"role": "assistant", "content": r.prefix}], r.id)
+                else:
+                    text, images = self._render(r.messages, r.id)
+                tokens = [self._choice_ids(text, c) for c in r.choices]
+                flat = [t for ts in tokens for t in ts]
+                if len(set(flat)) != len(flat):
                     raise ValueError(f"choices {r.choices} share a first token; make them differ in their first token")
             except Exception as e:  # noqa: BLE001
                 results[i] = ChoiceResult(error=_named(r.id or f"request {i}", e))
                 continue
             items.append((i, text, images, tokens))
+
+        def finish(i: int, row: Any, tokens: list[list[int]]) -> None:
+            p = [float(row[ids].sum()) for ids in tokens]
+            mass = sum(p)
+            choices = requests[i].choices
+            norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=True)}
+            results[i] = ChoiceResult(probs=norm, method="logits", mass=min(mass, 1.0))
+
         if not self.is_vlm and len(items) > 1:
             # QA asks share a long prefix (instructions + caption): run it once per group
             from vlrl.core.backends.prefix_share import shared_prefix_probs
 
             done, rest = shared_prefix_probs(self.net, self.tokenizer, [it[1] for it in items], self.device,
-                                             max_group=self.batch_size)
+                                             max_group=self.batch_size,
+                                             temperature=[requests[it[0]].temperature for it in items])
             for k, row_probs in done.items():
-                i, tokens = items[k][0], items[k][3]
-                p = row_probs[tokens].tolist()
-                mass = float(sum(p))
-                choices = requests[i].choices
-                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=False)}
-                results[i] = ChoiceResult(probs=norm, method="logits", mass=mass)
+                finish(items[k][0], row_probs, items[k][3])
             items = [items[k] for k in rest]
         items.sort(key=lambda it: len(it[1]))
         for start in range(0, len(items), self.batch_size):
@@ -367,19 +417,61 @@ class HFBackend(Backend):
                 with torch.inference_mode():
                     # logits_to_keep=1: only the last position's logits (not seq x vocab floats)
                     logits = self.net(**enc, logits_to_keep=1).logits[:, -1, :].float()
-                probs = torch.softmax(logits, dim=-1)
             except Exception as e:  # noqa: BLE001
                 for c in chunk:
                     results[c[0]] = ChoiceResult(error=f"{requests[c[0]].id or 'request'}: scoring failed: {e}")
                 continue
             for row, (i, _, _, tokens) in enumerate(chunk):
-                p = probs[row, tokens].tolist()
-                mass = float(sum(p))
-                choices = requests[i].choices
-                norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=True)}
-                results[i] = ChoiceResult(probs=norm, method="logits", mass=mass)
+                finish(i, tempered_softmax(logits[row : row + 1], requests[i].temperature)[0], tokens)
         return [r if r is not None else ChoiceResult(error="not processed") for r in results]
 
     def close(self) -> None:
         self.net = None
         super().close()
+
+
+def _row_generator(seed: int | None, sample: int, device: Any):
+    """The generator of one sampled sequence: (request seed, sample index), or fresh when unseeded."""
+    import secrets
+
+    import torch
+
+    g = torch.Generator(device=device)
+    if seed is None:
+        g.manual_seed(secrets.randbits(63))
+    else:
+        digest = hashlib.sha256(f"vlrl-hf-sample/{seed}/{sample}".encode()).digest()
+        g.manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+    return g
+
+
+class _RowSampler:
+    """Logits processor that samples each row with its own generator and returns a one-hot row.
+
+    ``generate`` runs greedy, so the argmax of the returned row is the sampled token: temperature,
+    top-k and top-p are applied here, and torch's global RNG is never consumed.
+    """
+
+    def __init__(self, generators: list[Any], temperature: float, top_p: float, top_k: int) -> None:
+        self.generators = generators
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        logits = scores.float() / self.temperature
+        if self.top_k > 0:
+            kth = torch.topk(logits, min(self.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        probs = torch.softmax(logits, dim=-1)
+        if self.top_p < 1:
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+            drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= self.top_p
+            probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+        out = torch.full_like(scores, -math.inf)
+        for r in range(scores.shape[0]):
+            tok = torch.multinomial(probs[r], 1, generator=self.generators[r])
+            out[r, tok] = 0.0
+        return out

@@ -26,6 +26,17 @@ Why it looks the way it does:
   from then on the prefix is appended to the last user message instead (``prefix_mode=user`` forces
   that, ``prefix_mode=assistant`` forbids the fallback). Sampled answers that echo the prefix have
   it stripped before they are matched to the choices.
+* **A trailing assistant message in a chat request is a pre-fill** (the CapRL answerer's "The
+  answer is"): it goes out the same way as a choice prefix, so the model continues it instead of
+  closing that turn and starting afresh.
+* **A 200 is not proof of an answer.** A reply that breaks the schema (an HTML page, a body that is
+  not JSON, empty ``choices``, ``content: null``) is an error of that request: retried like a 5xx,
+  then reported with its reason, never read as an empty answer (which a cache would then keep).
+  ``Retry-After`` on a 429/503 is honoured (up to ``retry_after_max``).
+* **A feature is switched off only on evidence.** ``logprobs=auto`` falls back to sampling after
+  ``logprobs_evidence`` valid replies in a row carry no logprobs (or the server rejects the field),
+  never after one odd reply, and never once logprobs were seen; the switch is logged and
+  :meth:`choice_method` puts it in the cache key.
 * **Images** (PIL or path parts) travel as base64 PNG (lossless, the default) or JPEG data URLs;
   paths go through :func:`vlrl.core.images.load_image` so EXIF and mode rules match the in-process path.
 * **Secrets.** The API key is read from the environment variable ``api_key_env`` when the client is
@@ -35,10 +46,7 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import logging
-import math
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,14 +59,29 @@ from vlrl.core.backends.base import (
     ChatResult,
     ChoiceRequest,
     ChoiceResult,
-    SamplingParams,
     choices_from_samples,
+)
+from vlrl.core.backends.openai_wire import (
+    MalformedReply,
+    _append_to_last_user,
+    _describe,
+    _gather_all,
+    _gather_or_raise,
+    _one_line,
+    _retryable,
+    _sampling_kwargs,
+    _strip_prefix,
+    _top_k_body,
+    _tristate,
+    image_data_url,
+    probs_from_top_logprobs,
+    reply_problem,
+    retry_after_seconds,
+    top_logprobs_from_response,
 )
 
 logger = logging.getLogger(__name__)
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 _CONTINUE_FIELDS = ("continue_final_message", "add_generation_prompt")
 
 
@@ -90,6 +113,8 @@ class OpenAIBackend(Backend):
         backoff: float = 0.5,
         backoff_max: float = 30.0,
         sample_tokens: int = 4,
+        logprobs_evidence: int = 3,
+        retry_after_max: float = 120.0,
     ) -> None:
         super().__init__(model)
         if not base_url.startswith(("http://", "https://")):
@@ -122,6 +147,10 @@ class OpenAIBackend(Backend):
         self.backoff = backoff
         self.backoff_max = backoff_max
         self.sample_tokens = sample_tokens
+        self.logprobs_evidence = max(1, int(logprobs_evidence))
+        self.retry_after_max = float(retry_after_max)
+        self._logprob_misses = 0
+        self._sleep: Callable[[float], Awaitable[Any]] | None = None  # tests record the waits here
         # What the server turned out to support (None: not known yet). Detected once, remembered.
         self.supports_n: bool | None = None
         self.supports_logprobs: bool | None = None if logprobs == "auto" else logprobs == "on"
@@ -139,11 +168,14 @@ class OpenAIBackend(Backend):
 
         Options and defaults: concurrency=16, timeout=60 (seconds per attempt), max_retries=4,
         api_key_env=OPENAI_API_KEY, logprobs=auto|on|off, prefix_mode=auto|assistant|user,
-        image_format=png|jpeg, backoff=0.5, backoff_max=30, sample_tokens=4.
+        image_format=png|jpeg, backoff=0.5, backoff_max=30, sample_tokens=4, logprobs_evidence=3
+        (valid replies without logprobs before ``logprobs=auto`` switches to sampling),
+        retry_after_max=120 (the longest ``Retry-After`` honoured, seconds).
         """
         conv: dict[str, Callable[[Any], Any]] = {
             "concurrency": int, "timeout": float, "max_retries": int, "api_key_env": str, "logprobs": _tristate,
             "prefix_mode": str, "image_format": str, "backoff": float, "backoff_max": float, "sample_tokens": int,
+            "logprobs_evidence": int, "retry_after_max": float,
         }  # fmt: skip
         unknown = sorted(set(opts) - set(conv))
         if unknown:
@@ -160,6 +192,9 @@ class OpenAIBackend(Backend):
             "prefix_mode": self.prefix_mode,
             "image_format": self.image_format,
         }
+
+    def choice_method(self) -> str:
+        return "sampled" if self.supports_logprobs is False else "logprobs"
 
     def __getstate__(self) -> dict[str, Any]:
         # Picklable for Ray/multiprocessing: the loop, thread and client are rebuilt on first use.
@@ -231,10 +266,20 @@ class OpenAIBackend(Backend):
                 rid, state.attempt_number, _describe(state.outcome.exception(), self.timeout),
             )
 
+        backoff = wait_exponential_jitter(initial=self.backoff, max=self.backoff_max, jitter=self.backoff)
+
+        def wait(state: Any) -> float:
+            # A 429/503 that says when to come back is believed (up to retry_after_max): hammering
+            # a rate-limited server earlier only earns more 429s.
+            after = retry_after_seconds(state.outcome.exception())
+            base = backoff(state)
+            return base if after is None else max(base, min(after, self.retry_after_max))
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_exponential_jitter(initial=self.backoff, max=self.backoff_max, jitter=self.backoff),
+            wait=wait,
             retry=retry_if_exception(_retryable),
+            sleep=self._sleep or asyncio.sleep,
             before_sleep=before_sleep,
             reraise=True,
         )
@@ -245,7 +290,11 @@ class OpenAIBackend(Backend):
                     attempts = attempt.retry_state.attempt_number
                     async with self._sem:
                         call = self._client.chat.completions.create(model=self.model, **kwargs)
-                        return await asyncio.wait_for(call, self.timeout)
+                        resp = await asyncio.wait_for(call, self.timeout)
+                    problem = reply_problem(resp)
+                    if problem:
+                        raise MalformedReply(problem)
+                    return resp
         except Exception as e:
             reason = _describe(e, self.timeout)
             if _retryable(e):
@@ -285,7 +334,7 @@ class OpenAIBackend(Backend):
         texts, reasons = [], []
         for r in replies:
             for c in r.choices:
-                texts.append(c.message.content or "")
+                texts.append(c.message.content)
                 reasons.append(c.finish_reason or "")
         usage = [getattr(r, "usage", None) for r in replies]
         return (
@@ -297,7 +346,14 @@ class OpenAIBackend(Backend):
 
     # -- chat ----------------------------------------------------------------------------------------
     def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        return self._run(_gather_all([self._chat_one(i, r) for i, r in enumerate(requests)]))
+        async def run_all() -> list[ChatResult]:
+            coros = [self._chat_one(i, r) for i, r in enumerate(requests)]
+            # Probe whether the server continues a partial assistant turn before sending the batch.
+            probe = self.supports_continue is None and any(_assistant_tail(r.messages) is not None for r in requests)
+            head = [await coros.pop(0)] if probe else []
+            return head + await _gather_all(coros)
+
+        return self._run(run_all())
 
     async def _chat_one(self, i: int, req: ChatRequest) -> ChatResult:
         rid = req.id or f"#{i}"
@@ -306,10 +362,20 @@ class OpenAIBackend(Backend):
         except Exception as e:
             return ChatResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
         sp = req.sampling
+
+        async def call(msgs: list[dict], extra: dict | None) -> Any:
+            body = {**(_top_k_body(sp) or {}), **(extra or {})} or None
+            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, **_sampling_kwargs(sp))
+
+        tail = _assistant_tail(messages)
         try:
-            texts, reasons, pt, ct = await self._sample(
-                rid, messages, max(sp.n, 1), sp.seed, _top_k_body(sp), **_sampling_kwargs(sp)
-            )
+            if tail is None:
+                texts, reasons, pt, ct = await call(messages, None)
+            else:
+                # A trailing assistant message is a pre-fill ("The answer is"): the model must
+                # continue it, not close it and start a fresh turn (see _with_prefix).
+                texts, reasons, pt, ct = await self._with_prefix(messages[:-1], tail, call)
+                texts = [_strip_prefix(t, tail) for t in texts]
         except RequestFailed as e:
             return ChatResult(error=f"openai request {rid}: {e}")
         return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=pt, completion_tokens=ct)
@@ -346,7 +412,8 @@ class OpenAIBackend(Backend):
             return ChoiceResult(error=f"openai request {rid}: {e}")
 
     async def _score_logprobs(self, rid: str, messages: list[dict], req: ChoiceRequest) -> ChoiceResult | None:
-        """Exact probabilities from the first token's ``top_logprobs``; None: server gave none."""
+        """Probabilities from the first token's ``top_logprobs`` at ``req.temperature``; None: this
+        server returns no logprobs (after ``logprobs_evidence`` valid replies without them)."""
 
         async def call(msgs: list[dict], extra: dict | None) -> Any:
             kw: dict[str, Any] = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
@@ -356,30 +423,40 @@ class OpenAIBackend(Backend):
                 kw["extra_body"] = extra
             return await self._create(rid, messages=msgs, **kw)
 
-        try:
-            resp = await self._with_prefix(messages, req.prefix, call)
-        except RequestFailed as e:
-            if self.logprobs_mode == "auto" and e.status in (400, 422) and "logprob" in str(e).lower():
-                self._no_logprobs(f"it rejected the request: {e}")
-                return None
-            raise
-        self._add_usage([resp])
-        top = top_logprobs_from_response(resp)
-        if top is None:
-            if self.logprobs_mode == "on":
-                raise RequestFailed("the server returned no logprobs (logprobs=on)")
-            self._no_logprobs("its response has no logprobs")
-            return None
-        self.supports_logprobs = True
-        probs, mass = probs_from_top_logprobs(top, req.choices)
-        return ChoiceResult(probs=probs, method="logprobs", mass=mass)
+        for _ in range(self.logprobs_evidence):
+            try:
+                resp = await self._with_prefix(messages, req.prefix, call)
+            except RequestFailed as e:
+                if self.logprobs_mode == "auto" and e.status in (400, 422) and "logprob" in str(e).lower():
+                    self._no_logprobs(f"it rejected the request: {e}")
+                    return None
+                raise
+            self._add_usage([resp])
+            top = top_logprobs_from_response(resp)
+            if top is not None:
+                self.supports_logprobs = True
+                self._logprob_misses = 0
+                probs, mass = probs_from_top_logprobs(top, req.choices, req.temperature)
+                return ChoiceResult(probs=probs, method="logprobs", mass=mass)
+            # One reply without logprobs is not proof the server cannot give them (a flaky proxy,
+            # one odd replica): only repeated evidence, and never after logprobs were seen, switches
+            # this backend to sampling for good.
+            if self.logprobs_mode == "auto" and self.supports_logprobs is None:
+                self._logprob_misses += 1
+                if self._logprob_misses >= self.logprobs_evidence:
+                    self._no_logprobs(f"{self._logprob_misses} valid replies in a row carried none")
+                    return None
+            logger.debug("openai request %s: reply without logprobs; asking again", rid)
+        why = "(logprobs=on)" if self.logprobs_mode == "on" else "although the server returned them before"
+        raise RequestFailed(f"{self.logprobs_evidence} replies carried no logprobs {why}")
 
     async def _score_sampled(self, rid: str, messages: list[dict], req: ChoiceRequest) -> ChoiceResult:
-        """Monte-Carlo estimate from ``req.samples`` short answers at temperature 1."""
+        """Monte-Carlo estimate from ``req.samples`` short answers at ``req.temperature``."""
 
         async def call(msgs: list[dict], extra: dict | None) -> Any:
             return await self._sample(
-                rid, msgs, max(req.samples, 1), req.seed, extra, max_tokens=self.sample_tokens, temperature=1.0
+                rid, msgs, max(req.samples, 1), req.seed, extra, max_tokens=self.sample_tokens,
+                temperature=req.temperature,
             )
 
         texts, _, pt, ct = await self._with_prefix(messages, req.prefix, call)
@@ -415,6 +492,7 @@ class OpenAIBackend(Backend):
         return await call(_append_to_last_user(messages, prefix), None)
 
     def _no_logprobs(self, why: str) -> None:
+        """Switch ``score_choices`` to sampling for good (logged once; part of the cache key)."""
         if self.supports_logprobs is None:
             logger.warning(
                 "server %s does not return logprobs (%s); score_choices falls back to sampling (method='sampled')",
@@ -444,157 +522,14 @@ class OpenAIBackend(Backend):
         return {"type": "image_url", "image_url": {"url": image_data_url(part["image"], self.image_format)}}
 
 
-# -- module helpers (public ones are tested directly) ------------------------------------------------
-
-
-def image_data_url(image: Any, fmt: str = "png") -> str:
-    """A PIL image or path as a ``data:image/...;base64,`` URL (http(s)/data URLs pass through)."""
-    if isinstance(image, str) and image.startswith(("http://", "https://", "data:")):
-        return image
-    from PIL import Image
-
-    if not isinstance(image, Image.Image):
-        try:
-            from vlrl.core.images import load_image
-        except ImportError:  # pragma: no cover - the loader module is part of vlrl
-            image = Image.open(image).convert("RGB")
-        else:
-            image = load_image(image)
-    buf = io.BytesIO()
-    if fmt == "jpeg":
-        image.convert("RGB").save(buf, format="JPEG", quality=95)
-    else:
-        image.save(buf, format="PNG")
-    return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
-
-
-def top_logprobs_from_response(resp: Any) -> list[tuple[str, float]] | None:
-    """The first generated token's alternatives ``[(token, logprob), ...]`` or None if absent.
-
-    Accepts an ``openai`` ``ChatCompletion`` or the raw response JSON (vLLM/SGLang/OpenAI shape:
-    ``choices[0].logprobs.content[0].top_logprobs``). The sampled token itself is included.
-    """
-    data = resp.model_dump() if hasattr(resp, "model_dump") else resp
-    try:
-        content = (data.get("choices") or [{}])[0].get("logprobs") or {}
-        first = (content.get("content") or [None])[0]
-    except (AttributeError, IndexError, TypeError):
+def _assistant_tail(messages: list[dict]) -> str | None:
+    """The text of a trailing assistant message (a pre-fill to continue), else None."""
+    if not messages or messages[-1].get("role") != "assistant":
         return None
-    if not first:
-        return None
-    seen: dict[str, float] = {}
-    for alt in first.get("top_logprobs") or []:
-        if alt.get("token") is not None and alt.get("logprob") is not None:
-            seen.setdefault(alt["token"], float(alt["logprob"]))
-    if first.get("token") is not None and first.get("logprob") is not None:
-        seen.setdefault(first["token"], float(first["logprob"]))
-    return list(seen.items()) or None
-
-
-def probs_from_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) -> tuple[dict[str, float], float]:
-    """Probability of each choice from first-token alternatives (tokens matched after stripping).
-
-    Returns (probs renormalised over choices, unnormalised mass on the choices). Tokens that strip to
-    the same choice (``"A"``, ``" A"``) add up. With no mass at all the probs are uniform.
-    """
-    want = {c.strip(): c for c in choices}
-    mass_of = dict.fromkeys(choices, 0.0)
-    for tok, lp in top:
-        c = want.get(tok.strip())
-        if c is not None and lp > -math.inf:
-            mass_of[c] += math.exp(lp)
-    mass = sum(mass_of.values())
-    if mass <= 0:
-        return {c: 1.0 / len(choices) for c in choices}, 0.0
-    return {c: v / mass for c, v in mass_of.items()}, min(mass, 1.0)
-
-
-def _tristate(v: Any) -> str:
-    v = str(v).lower()
-    return "on" if v in _TRUE else "off" if v in _FALSE else v
-
-
-def _sampling_kwargs(sp: SamplingParams) -> dict[str, Any]:
-    kw: dict[str, Any] = {"max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
-    if sp.stop:
-        kw["stop"] = list(sp.stop)
-    return kw
-
-
-def _top_k_body(sp: SamplingParams) -> dict[str, Any] | None:
-    return {"top_k": sp.top_k} if sp.top_k > 0 else None  # vLLM/SGLang extension; OpenAI has no top-k
-
-
-def _append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
-    out = [dict(m) for m in messages]
-    for m in reversed(out):
-        if m.get("role") == "user":
-            c = m.get("content")
-            if isinstance(c, list):
-                m["content"] = [*c, {"type": "text", "text": "\n" + prefix.rstrip()}]
-            else:
-                m["content"] = f"{c or ''}\n{prefix.rstrip()}"
-            return out
-    return [*out, {"role": "user", "content": prefix.rstrip()}]
-
-
-def _strip_prefix(text: str, prefix: str) -> str:
-    """Drop an echoed prefix (``"The answer is B"`` → ``"B"``) so the choice is found first."""
-    p, t = prefix.strip(), text.strip()
-    return t[len(p):] if p and t.lower().startswith(p.lower()) else text
-
-
-def _retryable(e: BaseException) -> bool:
-    import openai
-
-    if isinstance(e, (openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError, TimeoutError)):
-        return True
-    if isinstance(e, openai.APIStatusError):
-        return e.status_code in (408, 429) or e.status_code >= 500
-    return False
-
-
-def _describe(e: BaseException | None, timeout: float) -> str:
-    import openai
-
-    if isinstance(e, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
-        return f"timed out after {timeout:g}s"
-    if isinstance(e, openai.APIConnectionError):
-        cause = e.__cause__ or e.__context__
-        return f"connection error ({_one_line(cause) if cause else 'no response'})"
-    if isinstance(e, openai.APIStatusError):
-        return f"HTTP {e.status_code}: {_one_line(_error_text(e))}"
-    return f"{type(e).__name__}: {_one_line(e)}"
-
-
-def _error_text(e: Any) -> str:
-    body = getattr(e, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body.get("detail", body))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        return str(err)
-    return str(getattr(e, "message", e))
-
-
-def _one_line(x: Any, limit: int = 300) -> str:
-    s = " ".join(str(x).split()) or type(x).__name__
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-async def _gather_all(coros: list[Awaitable[Any]]) -> list[Any]:
-    return list(await asyncio.gather(*coros))
-
-
-async def _gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
-    """Gather letting every request finish, then raise the first failure (if any)."""
-    if not coros:
-        return []
-    out = await asyncio.gather(*coros, return_exceptions=True)
-    for r in out:
-        if isinstance(r, BaseException):
-            raise r
-    return list(out)
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else None
 
 
 __all__ = ["OpenAIBackend", "RequestFailed", "image_data_url", "probs_from_top_logprobs", "top_logprobs_from_response"]

@@ -50,8 +50,10 @@ def _lcp(a: list[int], b: list[int], limit: int | None) -> int:
     return k
 
 
-def last_token_probs_shared(net: Any, prefix: list[int], suffixes: list[list[int]], pad_id: int, device: Any):
-    """Softmax over the vocabulary after ``prefix + suffix`` for each suffix (one prefix pass)."""
+def last_token_probs_shared(net: Any, prefix: list[int], suffixes: list[list[int]], pad_id: int, device: Any,
+                            temperature: float = 1.0):
+    """Softmax of ``logits / temperature`` over the vocabulary after ``prefix + suffix`` for each
+    suffix (one prefix pass); temperature 0 puts all mass on the argmax token."""
     import torch
 
     n = len(suffixes)
@@ -75,11 +77,20 @@ def last_token_probs_shared(net: Any, prefix: list[int], suffixes: list[list[int
                   use_cache=True, **{cache_kw: cache})
         last = torch.tensor([len(s) - 1 for s in suffixes], device=device)
         logits = out.logits[torch.arange(n, device=device), last].float()
-    return torch.softmax(logits, dim=-1)
+    return tempered_softmax(logits, temperature)
+
+
+def tempered_softmax(logits: Any, temperature: float):
+    """Row-wise next-token distribution at ``temperature`` (0: one-hot on the argmax)."""
+    import torch
+
+    if temperature <= 0:
+        return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits / temperature, dim=-1)
 
 
 def shared_prefix_probs(net: Any, tokenizer: Any, texts: list[str], device: Any, *, min_shared: int = 32,
-                        max_group: int = 64) -> tuple[dict[int, Any], list[int]]:
+                        max_group: int = 64, temperature: float | list[float] = 1.0) -> tuple[dict[int, Any], list[int]]:
     """Next-token probabilities for the texts that share a prefix with others.
 
     Returns ``({index: probs}, leftover indices)``; leftovers (no partner, or a group that failed)
@@ -88,15 +99,16 @@ def shared_prefix_probs(net: Any, tokenizer: Any, texts: list[str], device: Any,
     import logging
 
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    temps = temperature if isinstance(temperature, list) else [temperature] * len(texts)
     done: dict[int, Any] = {}
     rest: list[int] = []
     for shared, idx in group_by_prefix(ids, min_shared=min_shared, max_group=max_group):
-        if not shared:
+        if not shared or len({temps[i] for i in idx}) > 1:
             rest.extend(idx)
             continue
         try:
             probs = last_token_probs_shared(net, ids[idx[0]][:shared], [ids[i][shared:] for i in idx],
-                                            tokenizer.pad_token_id, device)
+                                            tokenizer.pad_token_id, device, temps[idx[0]])
         except Exception as e:  # noqa: BLE001 - fall back to plain scoring for this group
             logging.getLogger(__name__).warning("shared-prefix scoring failed (%s); scoring %d requests plainly", e, len(idx))
             rest.extend(idx)

@@ -96,8 +96,57 @@ def _parse_builtin(source: str) -> tuple[str, int]:
     return name, int(n) if n else 8
 
 
+def adapt_row(rec: Any) -> Any:
+    """A row in the public RL layout (verl's, which CapRL publishes its QA data in) made readable.
+
+    Such rows carry the reward's ground truth as ``reward_model.ground_truth`` and the prompt as chat
+    messages with an ``<image>`` placeholder. The ground truth is exposed as ``questions`` (the column
+    vlrl's QA rewards read) when the row has none; everything else is left as it is. Lists of
+    ``{question, choices: ["A) text", ...], answer: letter}`` are read by the MCQ normaliser as they
+    are.
+    """
+    if not isinstance(rec, dict) or "questions" in rec:
+        return rec
+    rm = rec.get("reward_model")
+    if isinstance(rm, str):
+        try:
+            rm = json.loads(rm)
+        except json.JSONDecodeError:
+            return rec
+    truth = rm.get("ground_truth") if isinstance(rm, dict) else None
+    if isinstance(truth, str):
+        try:
+            truth = json.loads(truth)
+        except json.JSONDecodeError:
+            return rec
+    if isinstance(truth, (list, dict)):
+        rec = {**rec, "questions": truth}
+    return rec
+
+
+def prompt_text(prompt: Any) -> str | None:
+    """The user's text of a row's prompt: a string, or chat messages (the last user turn), with the
+    ``<image>`` placeholder of the public layout removed (the image travels in its own column)."""
+    if isinstance(prompt, list):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        content = users[-1].get("content") if users else None
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        prompt = content
+    if not isinstance(prompt, str):
+        return None
+    text = prompt.replace("<image>", " ").strip()
+    return " ".join(text.split(" ")).strip() or None
+
+
 def iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL/JSON/parquet file, a ``save_to_disk`` folder or a ``builtin:`` generator."""
+    """Records of a JSONL/JSON/parquet file, a ``save_to_disk`` folder or a ``builtin:`` generator
+    (rows in the public RL layout adapted by :func:`adapt_row`)."""
+    for rec in _iter_source(source, cache_dir):
+        yield adapt_row(rec)
+
+
+def _iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
     if source.startswith("builtin:"):
         name, n = _parse_builtin(source)
         root = Path(cache_dir or Path.home() / ".cache" / "vlrl") / "builtin_data" / f"{name}-{n}"

@@ -288,6 +288,11 @@ def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path) ->
                 "rounds": cfg.rounds,
                 "prompt": cfg.warm.answer_prompt,
                 "seed": cfg.seed,
+                # the settings the demo's reported results were measured with: the answerer's own
+                # distribution (T=1), the same draws every step, no letter-mass floor
+                "temperature": 1.0,
+                "draws": "fixed",
+                "min_letter_mass": 0.0,
             },
             # Veto loops and run-ons: the longest honest caption of this world has 8 words per item.
             "guards": {"policy": "veto", "min_words": 3, "max_words": 8 * max_items(cfg.warm.world),

@@ -3,13 +3,17 @@
 The reward, the curation filter and Prism-style evaluation all pose MCQs the same way, in one of
 two modes:
 
-* ``sample`` — the answerer *writes* its answer after a pre-filled ``"The answer is"``; the first
-  option letter it names is compared with the gold letter (1 or 0). This is what the public CapRL
-  code does; at temperature > 0 it is a one-sample Monte-Carlo estimate.
-* ``exact`` — one forward pass reads the answerer's probability for every option letter right
-  after the same pre-fill (``Backend.score_choices``); the score is the probability on the gold
-  letter renormalised over the letters shown. That is the *expected* sample-mode score at
-  temperature 1, without sampling noise.
+* ``sample`` — the answerer *writes* its answer after a pre-filled ``"The answer is"`` (sent as a
+  partial assistant turn that every backend continues, never closes); the first option letter it
+  names is compared with the gold letter (1 or 0). This is what the public CapRL code does; at
+  temperature > 0 it is a one-sample Monte-Carlo estimate.
+* ``exact`` — one forward pass reads the answerer's next-token distribution right after the same
+  pre-fill at the *same temperature* (``Backend.score_choices`` with ``temperature``), summing
+  every token that reads as a letter. The letters' total is the ask's ``letter_mass``; the score
+  is the gold letter's share of it, the expected sample-mode score at that temperature, without
+  sampling noise. An ask whose letter mass is below ``min_letter_mass`` is a parse failure (score
+  0), as an off-format sampled answer would be: renormalising 1% of the mass over the letters
+  would otherwise award chance-level credit to a caption that derailed the answerer.
 
 Identical requests (same messages, same sampling seed) are sent once and their result shared; in
 GRPO a group often contains duplicate captions, and a question drawn twice with the same option
@@ -57,6 +61,8 @@ class Answer:
     """Whether this ask was the one actually sent (the others were duplicates of it)."""
     exact: bool = True
     probs: dict[str, float] = field(default_factory=dict)
+    letter_mass: float | None = None
+    """Exact mode: the probability the answerer put on any option letter (None in sample mode)."""
 
 
 def _image_safe(obj: Any) -> Any:
@@ -69,11 +75,20 @@ def ask(
     asks: list[Ask],
     *,
     mode: Mode = "sample",
-    temperature: float = 0.0,
+    temperature: float | None = None,
     max_tokens: int = 10,
     prefill: str | None = PREFILL,
+    min_letter_mass: float = 0.0,
+    parse_rule: str = "vlrl",
 ) -> list[Answer]:
-    """Pose every ask in one backend call (duplicates collapsed). Never raises."""
+    """Pose every ask in one backend call (duplicates collapsed). Never raises.
+
+    ``temperature`` is the sampling temperature in sample mode (default 0: greedy) and the
+    temperature whose expectation exact mode computes (default 1: the model's own distribution);
+    ``min_letter_mass`` is the exact-mode floor (see module doc).
+    """
+    if temperature is None:
+        temperature = 0.0 if mode == "sample" else 1.0
     if mode not in ("sample", "exact"):
         raise ValueError(f"mode must be 'sample' or 'exact', not {mode!r}")
     keys, unique = [], {}
@@ -89,8 +104,8 @@ def ask(
             choices = [f" {L}" for L in letters] if prefill else list(letters)
             # Exact scoring is deterministic: the seed (only used by backends that must estimate by
             # sampling) is fixed so the same question in the same order is computed once.
-            req = ChoiceRequest(a.messages, choices, prefix=prefill or "", id=a.id, seed=0)
-            payload = [a.messages, choices, prefill]
+            req = ChoiceRequest(a.messages, choices, prefix=prefill or "", id=a.id, seed=0, temperature=temperature)
+            payload = [a.messages, choices, prefill, temperature]
         key = json.dumps(payload, sort_keys=True, default=_image_safe, ensure_ascii=False)
         keys.append(key)
         unique.setdefault(key, req)
@@ -106,17 +121,18 @@ def ask(
     out = []
     for a, key in zip(asks, keys, strict=False):
         res = by_key[key]
-        ans = _sample_answer(res, a.presentation) if mode == "sample" else _exact_answer(res, a.presentation)
+        ans = (_sample_answer(res, a.presentation, parse_rule) if mode == "sample"
+               else _exact_answer(res, a.presentation, min_letter_mass))
         ans.first = key not in seen
         seen.add(key)
         out.append(ans)
     return out
 
 
-def _sample_answer(res: Any, pres: Presentation) -> Answer:
+def _sample_answer(res: Any, pres: Presentation, parse_rule: str = "vlrl") -> Answer:
     if not res.ok:
         return Answer(error=res.error)
-    letter = parse_letter(res.text, pres.letters)
+    letter = parse_letter(res.text, pres.letters, abstain=pres.abstain, rule=parse_rule)
     return Answer(
         correct=float(letter == pres.gold),
         abstain=float(letter is not None and letter == pres.abstain),
@@ -126,17 +142,18 @@ def _sample_answer(res: Any, pres: Presentation) -> Answer:
     )
 
 
-def _exact_answer(res: Any, pres: Presentation) -> Answer:
+def _exact_answer(res: Any, pres: Presentation, min_letter_mass: float = 0.0) -> Answer:
     if not res.ok:
         return Answer(error=res.error)
-    if getattr(res, "method", None) == "sampled" and not getattr(res, "mass", 1.0):
-        # A sampling fallback where no sample named an option: an off-format answer, scored as a
-        # parse failure like in sample mode (its uniform "probs" carry no information).
-        return Answer(correct=0.0, letter=None, parse_failure=True, exact=False)
+    sampled = getattr(res, "method", None) == "sampled"
+    mass = float(getattr(res, "mass", 1.0))
     probs = {k.strip(): float(v) for k, v in res.probs.items()}
     total = sum(probs.get(L, 0.0) for L in pres.letters)
-    if total <= 0:
-        return Answer(error="answerer gave no probability to any option letter")
+    if (sampled and not mass) or mass < min_letter_mass or total <= 0:
+        # Off-format: the answerer named no option (a sampling fallback where no sample named one,
+        # or too little probability on the letters). Scored like an unparsable sampled answer,
+        # never as the uniform "chance" a renormalisation would invent.
+        return Answer(correct=0.0, letter=None, parse_failure=True, exact=not sampled, letter_mass=mass)
     probs = {L: probs.get(L, 0.0) / total for L in pres.letters}
     letter = max(probs, key=probs.__getitem__)
     return Answer(
@@ -145,4 +162,5 @@ def _exact_answer(res: Any, pres: Presentation) -> Answer:
         letter=letter,
         exact=bool(getattr(res, "exact", True)),
         probs=probs,
+        letter_mass=mass,
     )

@@ -1,12 +1,18 @@
 """``vlrl bench reward``: ``caprl_qa`` in ``sample`` mode vs ``exact`` mode on one backend.
 
 Both modes pose the same Q×N (caption, question, option order) asks. ``sample`` generates up to
-``max_tokens`` tokens per ask at temperature 0.6 (the public CapRL recipe, N=4 rounds); ``exact``
-reads the option-letter probabilities from one forward pass per ask. The bench scores the same
-captions with both, repeats each a few times with the repeats interleaved (so load drifts hit both
-alike), and reports throughput and the spread of each caption's reward across repeats. Sample mode
-gets a new seed every repeat — with a fixed seed its spread would be zero by construction and say
-nothing; exact mode has no randomness to reseed.
+``max_tokens`` tokens per ask at temperature 0.6 (the public CapRL recipe); ``exact`` reads the
+option-letter probabilities at the same temperature from one forward pass per ask. The bench scores
+the same captions with both, repeats each a few times with the repeats interleaved (so load drifts
+hit both alike), and reports throughput and the spread of each caption's reward across repeats.
+
+*Both* modes get a new seed every repeat: the seed changes the question draws and option orders of
+both, and the sampled answers of sample mode. A fixed seed would give exact mode zero spread by
+construction. The spread therefore compares what a training run sees: sample mode's is draws plus
+sampling noise, exact mode's is draws alone.
+
+It runs at the shipped recipe's ``rounds: 1`` and at N=4 (``--rounds``), side by side, and, unless
+``grpo_steps=0``, times a few steps of the tiny GRPO recipe to report the reward's share of a step.
 
 No response cache is used: every repeat pays for its calls.
 """
@@ -56,8 +62,14 @@ def bench_reward(
     repeats: int = 3,
     questions_per_caption: int = 8,
     rounds: int = 4,
+    rounds_list: tuple[int, ...] | None = None,
+    grpo_steps: int = 0,
 ) -> dict[str, Any]:
-    """Run the bench; with no ``answerer`` a tiny random Qwen2 is built and served in-process."""
+    """Run the bench; with no ``answerer`` a tiny random Qwen2 is built and served in-process.
+
+    ``rounds_list`` (default ``(1, rounds)``) are the N settings measured side by side; the top-level
+    ``sample``/``exact``/``throughput_ratio`` keys are those of ``rounds``.
+    """
     tmp = None
     if answerer is None:
         from vlrl.core.tiny import make_tiny
@@ -66,29 +78,48 @@ def bench_reward(
         answerer = f"hf:{make_tiny('qwen2', tmp.name)}"
     backend = load_backend(answerer)
     captions, questions = synthetic_captions(n_captions)
-    common = {"questions_per_caption": questions_per_caption, "rounds": rounds}
+    settings_list = sorted(set(rounds_list or (1, rounds)))
+    by_rounds: dict[str, Any] = {}
     try:
-        # warm-up outside the timings (first-call allocation, kernel selection)
-        for mode in ("sample", "exact"):
-            warm = CapRLQAReward(backend, mode=mode, **common).score(captions[:2], questions=questions[:2])
-            if all(s.value is None for s in warm):  # timing failures would be meaningless
-                reason = warm[0].details.get("reason", "unknown") if warm else "no captions"
-                raise ValueError(f"answerer {answerer}: no caption could be scored in {mode} mode ({reason})")
-        runs: dict[str, list[tuple[float, list[float | None], int]]] = {"sample": [], "exact": []}
-        for rep in range(repeats):
-            for mode in ("sample", "exact"):
-                reward = CapRLQAReward(backend, mode=mode, seed=rep + 1 if mode == "sample" else 0, **common)
-                t0 = time.perf_counter()
-                scores = reward.score(captions, questions=questions)
-                dt = time.perf_counter() - t0
-                calls = sum(s.details.get("answerer_calls", 0) for s in scores)
-                runs[mode].append((dt, [s.value for s in scores], calls))
-                logger.info("repeat %d %s: %.2fs (%d answerer calls)", rep, mode, dt, calls)
+        for n_rounds in settings_list:
+            by_rounds[f"rounds_{n_rounds}"] = _bench_one(backend, answerer, captions, questions, repeats,
+                                                         questions_per_caption, n_rounds)
     finally:
         backend.close()
         if tmp is not None:
             tmp.cleanup()
+    main = by_rounds[f"rounds_{rounds}"] if f"rounds_{rounds}" in by_rounds else by_rounds[f"rounds_{settings_list[-1]}"]
+    out: dict[str, Any] = {**main, "by_rounds": by_rounds}
+    out["settings"] = {"answerer": answerer if tmp is None else "tiny qwen2 (random weights, built in a temp folder)",
+                       "captions": n_captions, "repeats": repeats, "questions_per_caption": questions_per_caption,
+                       "rounds": rounds, "rounds_measured": settings_list, "sample_temperature": 0.6,
+                       "sample_max_tokens": 10, "seeds": "repeat r uses seed r+1 in both modes"}
+    if grpo_steps > 0:
+        out["grpo_step_share"] = grpo_reward_share(grpo_steps)
+    return out
+
+
+def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list[Any], repeats: int,
+               questions_per_caption: int, rounds: int) -> dict[str, Any]:
+    common = {"questions_per_caption": questions_per_caption, "rounds": rounds, "min_letter_mass": 0.0}
+    # warm-up outside the timings (first-call allocation, kernel selection)
+    for mode in ("sample", "exact"):
+        warm = CapRLQAReward(backend, mode=mode, **common).score(captions[:2], questions=questions[:2])
+        if all(s.value is None for s in warm):  # timing failures would be meaningless
+            reason = warm[0].details.get("reason", "unknown") if warm else "no captions"
+            raise ValueError(f"answerer {answerer}: no caption could be scored in {mode} mode ({reason})")
+    runs: dict[str, list[tuple[float, list[float | None], int]]] = {"sample": [], "exact": []}
+    for rep in range(repeats):
+        for mode in ("sample", "exact"):
+            reward = CapRLQAReward(backend, mode=mode, seed=rep + 1, **common)
+            t0 = time.perf_counter()
+            scores = reward.score(captions, questions=questions)
+            dt = time.perf_counter() - t0
+            calls = sum(s.details.get("answerer_calls", 0) for s in scores)
+            runs[mode].append((dt, [s.value for s in scores], calls))
+            logger.info("rounds %d repeat %d %s: %.2fs (%d answerer calls)", rounds, rep, mode, dt, calls)
     out: dict[str, Any] = {}
+    n_captions = len(captions)
     for mode, rs in runs.items():
         total = sum(dt for dt, _, _ in rs)
         per_caption = list(zip(*(vals for _, vals, _ in rs), strict=False))
@@ -103,7 +134,63 @@ def bench_reward(
             "none_rewards": sum(x is None for _, vals, _ in rs for x in vals),
         }
     out["throughput_ratio"] = out["exact"]["captions_per_s"] / out["sample"]["captions_per_s"]
-    out["settings"] = {"answerer": answerer if tmp is None else "tiny qwen2 (random weights, built in a temp folder)",
-                       "captions": n_captions, "repeats": repeats, "questions_per_caption": questions_per_caption,
-                       "rounds": rounds, "sample_temperature": 0.6, "sample_max_tokens": 10}
+    s_std, e_std = out["sample"]["reward_std_across_repeats"], out["exact"]["reward_std_across_repeats"]
+    out["spread_ratio"] = (e_std / s_std) if s_std and e_std is not None else None
+    return out
+
+
+_GRPO_CHILD = r"""
+import json, sys, tempfile, time
+args = json.loads(sys.argv[1])
+from vlrl.training.grpo import build_trainer, close_rewards, prepare
+from vlrl.training.recipe import load_recipe
+with tempfile.TemporaryDirectory(prefix="vlrl-bench-grpo-") as d:
+    recipe = prepare(load_recipe(args["recipe"], [f"output_dir={d}", f"max_steps={args['steps']}", "save_steps=1000",
+                                                  "log_completions=false", "logging_steps=1000"]))
+    recipe.rewards[0].settings["mode"] = args["mode"]
+    trainer, _ = build_trainer(recipe)
+    spent = [0.0]
+    for f in trainer.reward_funcs:
+        if hasattr(f, "score"):
+            inner = f.score
+            def timed(*a, _inner=inner, **k):
+                t = time.perf_counter()
+                try:
+                    return _inner(*a, **k)
+                finally:
+                    spent[0] += time.perf_counter() - t
+            f.score = timed
+    t0 = time.perf_counter()
+    trainer.train()
+    total = time.perf_counter() - t0
+    close_rewards(trainer)
+print(json.dumps({"reward_seconds": round(spent[0], 3), "train_seconds": round(total, 3),
+                  "reward_share": spent[0] / total if total > 0 else None}))
+"""
+
+
+def grpo_reward_share(steps: int = 3) -> dict[str, Any]:
+    """Seconds in the ``caprl_qa`` reward vs the whole ``trainer.train()``, over ``steps`` steps of
+    the tiny CapRL recipe (``train/recipes/tiny/caprl_tiny.yaml``: tiny VLM policy, tiny text
+    answerer), once per mode; model loading is outside the timing.
+
+    Each run is a child Python process driving the training layer (this method's code sits below
+    training in the import order, so it runs a trainer the way a user does: as a separate program).
+    """
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    recipe_path = Path(__file__).resolve().parents[3] / "train" / "recipes" / "tiny" / "caprl_tiny.yaml"
+    if not recipe_path.is_file():
+        raise ValueError(f"tiny CapRL recipe not found at {recipe_path}")
+    out: dict[str, Any] = {"steps": steps}
+    for mode in ("exact", "sample"):
+        arg = json.dumps({"recipe": str(recipe_path), "steps": steps, "mode": mode})
+        proc = subprocess.run([sys.executable, "-c", _GRPO_CHILD, arg], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"tiny GRPO run ({mode}) failed: {tail}")
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out

@@ -19,7 +19,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
     @data.command("qa-curate", help="CapRL QA curation: VLM writes MCQs per image, keep those that need the image (resumable).")
     def qa_curate_cmd(
         images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
-        vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes and (with the image) answers questions."),
+        vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes the questions (and answers them with the image unless --filter-vlm)."),
+        filter_vlm: str | None = typer.Option(None, "--filter-vlm", help="Backend spec of the (small) VLM that answers with the image in the filter; default: --vlm."),
         answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer (no image)."),
         out: str = typer.Option(..., "--out", help="Output folder (dataset/, stats.json, records/, cache/)."),
         per_image: int = typer.Option(5, "--per-image", help="Questions to generate per image."),
@@ -31,6 +32,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         max_tokens: int = typer.Option(1024, "--max-tokens", help="Token limit of the question-writing answer."),
         seed: int = typer.Option(0, "--seed", help="Seed of generation sampling and option shuffles."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
+        max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Runs an image may fail (or yield no question) before it is written as it stands."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget applied while loading images."),
         max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit (default 89478485; 0: no limit)."),
@@ -47,10 +49,12 @@ def register(groups: dict[str, typer.Typer]) -> None:
 
         cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max,
                            batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
+                           max_attempts=max_attempts,
                            **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))
         try:
             stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=force,
-                           retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures)
+                           retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures,
+                           filter_vlm=filter_vlm)
         except BackendDown as e:
             typer.echo(f"vlrl data qa-curate: {e}", err=True)
             raise typer.Exit(EXIT_FAILED) from None
@@ -69,6 +73,27 @@ def register(groups: dict[str, typer.Typer]) -> None:
         if code:
             raise typer.Exit(code)
 
+
+    @data.command("export", help="Write a vlrl QA dataset in a published layout (--format caprl: CapRL's public QA rows).")
+    def export_cmd(
+        input: str = typer.Option(..., "--input", help="QA dataset (output of `vlrl data qa-curate`, its dataset/ folder)."),
+        out: str = typer.Option(..., "--out", help="Output file: .parquet (image bytes inline) or .jsonl (image paths)."),
+        fmt: str = typer.Option("caprl", "--format", help="Output layout; 'caprl' (prompt, image, data_source, reward_model)."),
+        prompt: str | None = typer.Option(None, "--prompt", help="The rows' user prompt (default: '<image> ' + CapRL's captioning prompt)."),
+    ) -> None:
+        import json
+
+        from vlrl.methods.caprl.export import export_caprl
+
+        if fmt != "caprl":
+            typer.echo(f"vlrl data export: --format {fmt!r} is not known; use caprl", err=True)
+            raise typer.Exit(2)
+        try:
+            res = export_caprl(input, out, prompt=prompt)
+        except (OSError, ValueError) as e:
+            typer.echo(f"vlrl data export: {e}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(res, indent=2))
 
     @reward.command("smoke", help="Reward sanity check before training. caprl_qa (default): real captions must out-score "
                     "generic, empty and shuffled ones. rubicap_rubric: rubrics must fail the student caption and pass the teachers'.")
@@ -90,6 +115,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         judge: str | None = typer.Option(None, "--judge", help="rubicap_rubric: backend spec of the rubric judge."),
         setting: list[str] = typer.Option([], "--set", help="rubicap_rubric: judge setting KEY=VALUE (e.g. votes=3); repeatable."),
         drop: bool = typer.Option(False, "--drop", help="rubicap_rubric: also write rubrics.discriminating.jsonl without the rubrics that do not discriminate."),
+        margin: float = typer.Option(0.05, "--margin", help="caprl_qa: real captions must beat each baseline by more than this (paired mean)."),
+        chance_margin: float = typer.Option(0.05, "--chance-margin", help="caprl_qa: real accuracy must exceed chance, 1/(options+1), by this."),
+        seed: int = typer.Option(0, "--seed", help="caprl_qa: seed of the reward's draws and of the bootstrap."),
     ) -> None:
         from rich.console import Console
         from rich.panel import Panel
@@ -109,21 +137,25 @@ def register(groups: dict[str, typer.Typer]) -> None:
 
         try:
             summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
-                                  rounds=rounds, cache=cache)
+                                  rounds=rounds, cache=cache, margin=margin, chance_margin=chance_margin, seed=seed)
         except (OSError, ValueError) as e:
             typer.echo(f"vlrl reward smoke: {e}", err=True)
             raise typer.Exit(2) from None
         atomic_write_json(out, summary)
         console = Console()
         table = Table(title=f"caprl_qa ({mode}) on {summary['images']} images")
-        for col in ("captions", "mean reward", "cannot answer", "None"):
+        for col in ("captions", "mean reward", "cannot answer", "None", "real − this [95% CI]"):
             table.add_column(col)
         def fmt(x: float | None) -> str:
             return "n/a" if x is None else f"{x:.3f}"
 
         for name, v in summary["variants"].items():
-            table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]))
+            c = summary.get("comparisons", {}).get(name)
+            ci = "" if not c or c["diff"] is None else f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+            table.add_row(name, fmt(v["mean"]), fmt(v["cannot_answer_rate"]), str(v["none"]), ci)
         console.print(table)
+        console.print(f"chance {fmt(summary.get('chance'))}, letter mass {fmt(summary.get('letter_mass'))}, "
+                      f"parse failures {fmt(summary.get('parse_failure_rate'))}")
         if summary["passed"]:
             console.print(f"[green]smoke check passed[/green]: real captions beat generic, empty and shuffled -> {out}")
         else:
@@ -163,7 +195,11 @@ def register(groups: dict[str, typer.Typer]) -> None:
         bench: str = typer.Option(..., "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
         out: str = typer.Option(..., "--out", help="Output folder (results.json, predictions.jsonl, captions.jsonl, cache/)."),
         limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N questions."),
-        caption_max_tokens: int = typer.Option(512, "--caption-max-tokens", help="Caption length limit in tokens."),
+        caption_max_tokens: int = typer.Option(2048, "--caption-max-tokens", help="Caption length limit in tokens (captions that hit it are marked truncated)."),
+        captions_per_image: int = typer.Option(1, "--captions-per-image", min=1, help="Sampled captions per image (1: one greedy caption); mean and best-of-N are reported."),
+        caption_temperature: float = typer.Option(0.7, "--caption-temperature", help="Sampling temperature when --captions-per-image > 1."),
+        answer_mode: str = typer.Option("direct", "--answer-mode", help="direct (short answer) or reason (think, then \\boxed{} answer checked with math-verify)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of caption sampling."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the response cache in OUT/cache."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
@@ -182,7 +218,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
             res = run_command_job(
                 "eval prism", out, params, lambda: evaluate_prism(
                     captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
-                    cache=not no_cache, progress=not quiet,
+                    cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
+                    caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
                 ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl"],
             )
         except BackendDown as e:
@@ -192,16 +229,41 @@ def register(groups: dict[str, typer.Typer]) -> None:
             typer.echo(f"vlrl eval prism: {redact(e)}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         table = Table(title=f"Prism-style accuracy ({res['n']} questions, {res['images']} images)")
-        for col in ("benchmark", "n", "accuracy", "by type", "errors"):
+        for col in ("benchmark", "n", "accuracy", "best-of-N", "by type", "errors"):
             table.add_column(col)
         for name, b in res["benchmarks"].items():
             by_type = ", ".join(f"{t} {v:.3f}" for t, v in b["by_type"].items())
-            table.add_row(name, str(b["n"]), f"{b['accuracy']:.3f}", by_type, str(b["errors"]))
+            table.add_row(name, str(b["n"]), f"{b['accuracy']:.3f}", f"{b['best_of_n']:.3f}", by_type, str(b["errors"]))
         table.add_row("overall", str(res["n"]), f"{res['overall']:.3f}" if res["overall"] is not None else "n/a",
+                      f"{res['best_of_n']:.3f}" if res["best_of_n"] is not None else "n/a",
                       f"macro {res['macro']:.3f}" if res["macro"] is not None else "", str(res["errors"]))
         Console().print(table)
         typer.echo(f"results -> {out}/results.json")
 
+
+    @bench.command("qa-write", help="Peak memory of writing the curated QA dataset at 1x and 10x corpus size (streamed write).")
+    def bench_qa_write_cmd(
+        json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+        images: int = typer.Option(40, "--images", min=1, help="Images in the small corpus."),
+        scale: int = typer.Option(10, "--scale", min=2, help="The large corpus is this many times larger."),
+        side: int = typer.Option(384, "--side", min=8, help="Side of the random-noise PNGs, in pixels."),
+    ) -> None:
+        import json as _json
+        from pathlib import Path as _Path
+
+        from vlrl.methods.caprl.bench_write import bench_qa_write
+
+        try:
+            res = bench_qa_write(images, scale, side)
+        except (OSError, ValueError, RuntimeError) as e:
+            typer.echo(f"vlrl bench qa-write: {e}", err=True)
+            raise typer.Exit(2) from None
+        _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+        for r in res["runs"]:
+            typer.echo(f"{r['images']:>6} images ({r['image_mb']} MB): peak RSS {r['rss_peak_mb']} MB "
+                       f"(+{r['write_peak_growth_mb']} MB during the write)")
+        typer.echo(f"corpus x{res['corpus_ratio']}, peak RSS x{res['peak_ratio']}")
 
     @bench.command("reward", help="caprl_qa throughput and spread: sample mode (N=4) vs exact mode on the same backend.")
     def bench_reward_cmd(
@@ -210,7 +272,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         captions: int = typer.Option(16, "--captions", help="Captions scored per repeat."),
         repeats: int = typer.Option(3, "--repeats", help="Repeats per mode (interleaved)."),
         questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
-        rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question."),
+        rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question (measured beside the shipped recipe's N=1)."),
+        grpo_steps: int = typer.Option(3, "--grpo-steps", min=0, help="Steps of the tiny GRPO recipe timed for the reward's share of a step (0: skip)."),
     ) -> None:
         import json as _json
         from pathlib import Path as _Path
@@ -218,15 +281,23 @@ def register(groups: dict[str, typer.Typer]) -> None:
         from vlrl.methods.caprl.bench import bench_reward
 
         try:
-            res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption, rounds=rounds)
-        except (OSError, ValueError) as e:
+            res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
+                               rounds=rounds, grpo_steps=grpo_steps)
+        except (OSError, ValueError, RuntimeError) as e:
             typer.echo(f"vlrl bench reward: {e}", err=True)
             raise typer.Exit(2) from None
         _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
-        for mode in ("sample", "exact"):
-            r = res[mode]
-            std, mean = r["reward_std_across_repeats"], r["mean_reward"]
-            typer.echo(f"{mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across repeats "
-                       f"{'n/a' if std is None else f'{std:.4f}'}, mean reward {'n/a' if mean is None else f'{mean:.3f}'}")
-        typer.echo(f"throughput ratio (exact/sample): {res['throughput_ratio']:.2f}x")
+        for key, block in res["by_rounds"].items():
+            for mode in ("sample", "exact"):
+                r = block[mode]
+                std, mean = r["reward_std_across_repeats"], r["mean_reward"]
+                typer.echo(f"{key} {mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across seeds "
+                           f"{'n/a' if std is None else f'{std:.4f}'}, mean reward {'n/a' if mean is None else f'{mean:.3f}'}")
+            sr = block["spread_ratio"]
+            typer.echo(f"{key} throughput ratio (exact/sample): {block['throughput_ratio']:.2f}x, spread ratio "
+                       f"{'n/a' if sr is None else f'{sr:.3f}'}")
+        for mode, g in (res.get("grpo_step_share") or {}).items():
+            if isinstance(g, dict):
+                typer.echo(f"tiny GRPO ({mode}): reward {g['reward_seconds']}s of {g['train_seconds']}s "
+                           f"({g['reward_share']:.0%})")

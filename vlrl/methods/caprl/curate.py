@@ -7,8 +7,18 @@ Stages per image (the unit of work, keyed by the image id):
    0.1 as in the paper, seeded per image so a rerun asks the same thing).
 3. **Parse** with :func:`vlrl.methods.caprl.mcq_parse.parse_mcqs`; malformed questions are dropped with a
    reason code (and questions beyond ``per_image`` as ``over_limit``).
-4. **Filter** (:mod:`vlrl.methods.caprl.filtering`): R shuffled rounds with the image by the VLM, R rounds
-   without it by the text answerer; keep when visual acc > ``visual_min`` and text acc < ``text_max``.
+4. **Filter** (:mod:`vlrl.methods.caprl.filtering`): R balanced rounds with the image by the filter
+   VLM (``filter_vlm``: a small VLM, as in the paper; the question-writing VLM when not given), R
+   rounds without it by the text answerer; keep when visual acc > ``visual_min`` and text acc <
+   ``text_max``.
+
+Failures never block the dataset for good. An image whose model call failed, or whose VLM reply
+held no question at all, is not written and is tried again by the next run (a reply without a
+question is regenerated with a new seed); each such attempt is logged in ``DIR/attempts/``. After
+``max_attempts`` attempts the image is written as it stands: a question whose answering kept failing
+is dropped with the reason (``answer_failed: ...``), an image that never got a question counts as
+``images_no_question_found``. The settings and model specs are recorded in ``stats.json``
+(``settings``) so a resume can be checked against them.
 
 Exactly-once: a finished image is one line in ``records/shard-I-of-N.jsonl``. Images are cut into
 batches with *fixed* boundaries over the shard's image list, and every model call goes through the
@@ -23,6 +33,7 @@ both accuracies) and ``DIR/stats.json`` (counts of every stage and every drop re
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -62,6 +73,18 @@ class CurateConfig:
     """Optional Qwen pixel budget applied when loading images."""
     max_image_pixels: int | None = 89_478_485
     """Decompression-bomb limit: images declaring more pixels are quarantined (None: no limit)."""
+    max_attempts: int = 3
+    """Runs an image may fail (or yield no question) before it is written as it stands."""
+    vlm: str | None = None
+    """Spec of the question-writing VLM (filled in by :func:`curate`; part of the recorded settings)."""
+    filter_vlm: str | None = None
+    """Spec of the VLM that answers with the image in the filter (default: ``vlm``)."""
+    answerer: str | None = None
+    """Spec of the text-only answerer of the filter (filled in by :func:`curate`)."""
+
+
+WRITER_BATCH_ROWS = 16
+"""Rows buffered in memory while the dataset is written (images of a few MB each)."""
 
 
 def _read_done(folder: Path, pattern: str) -> list[dict[str, Any]]:
@@ -81,18 +104,29 @@ def curate(
     force: bool = False,
     retry_quarantined: bool = False,
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    filter_vlm: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) QA curation of ``images`` into ``out``. Returns the stats dict.
 
     The stats carry ``failed_this_run`` (images whose model calls failed; a rerun retries them).
     One process writes a folder and shard at a time; a folder written with other settings is
-    refused (``force`` starts over), see :mod:`vlrl.core.jobs`.
+    refused (``force`` starts over), see :mod:`vlrl.core.jobs`. ``filter_vlm`` (a spec or backend)
+    answers the visual half of the filter; by default ``vlm``. The pinned settings include every
+    curation setting and the three models.
     """
+    from dataclasses import replace
+
     cfg = config or CurateConfig()
+    cfg = replace(cfg, vlm=_spec_name(vlm), answerer=_spec_name(answerer),
+                  filter_vlm=_spec_name(filter_vlm if filter_vlm is not None else vlm))
+    if cfg.max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
     out = Path(out)
     tag = f"shard-{shard[0]}-of-{shard[1]}"
+    models = ("vlm", "answerer", "filter_vlm")
     settings = {"images": resolve_source(str(images)), "vlm": backend_identity(vlm), "answerer": backend_identity(answerer),
-                **{k: v for k, v in asdict(cfg).items() if k != "batch_size"}}
+                "filter_vlm": backend_identity(filter_vlm if filter_vlm is not None else vlm),
+                **{k: v for k, v in asdict(cfg).items() if k != "batch_size" and k not in models}}
     job = Job("data qa-curate", out, settings, shard=shard, force=force,
               outputs=[f"records/{tag}.jsonl", f"records/quarantine-{tag}.jsonl", "dataset", "stats.json"],
               has_work=lambda: any((out / "records" / f).is_file() and (out / "records" / f).stat().st_size > 0
@@ -101,11 +135,12 @@ def curate(
     with job:
         if retry_quarantined:
             _retry_quarantined(out / "records" / f"quarantine-{tag}.jsonl")
-        stats = _curate(images, vlm, answerer, out, cfg, shard, progress, job)
+        stats = _curate(images, vlm, answerer, out, cfg, shard, progress, job, filter_vlm)
     return stats
 
 
-def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard: tuple[int, int], progress: bool, job: Job) -> dict[str, Any]:
+def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard: tuple[int, int], progress: bool, job: Job,
+            filter_vlm: Any = None) -> dict[str, Any]:
     from tqdm import tqdm
 
     from vlrl.core.sources import load_any_dataset
@@ -123,18 +158,28 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
             job.started()
             quarantine.add(key, reason)
     done = {r["id"] for r in _read_done(out / "records", "*.jsonl")}
+    (out / "attempts").mkdir(exist_ok=True)
+    attempts = Counter(r["id"] for r in _read_done(out / "attempts", "*.jsonl"))
+    attempt_log = JsonlStore(out / "attempts" / f"{tag}.jsonl")
     mine = [r.id for r in refs if in_shard(r.id, shard)]
     todo_total = sum(1 for i in mine if i not in done)
     logger.info("qa-curate %s: %d images in shard, %d already done", tag, len(mine), len(mine) - todo_total)
     if not todo_total:  # a finished shard is reported without loading a model
         store.close()
         quarantine.close()
+        attempt_log.close()
         return {**finalize(out, all_ids, cfg, source_root=source.root, refs=by_id), "failed_this_run": 0}
 
-    preflight_all([vlm, answerer])
+    preflight_all([vlm, answerer] + ([filter_vlm] if filter_vlm is not None else []))
     cache = out / "cache"
     vlm_backend = load_backend(vlm, cache=cache)
     text_backend = vlm_backend if answerer == vlm else load_backend(answerer, cache=cache)
+    if filter_vlm is None or filter_vlm == vlm:
+        filter_backend = vlm_backend
+    elif filter_vlm == answerer:
+        filter_backend = text_backend
+    else:
+        filter_backend = load_backend(filter_vlm, cache=cache)
     retry = 0
     bar = tqdm(total=todo_total, desc="qa-curate", unit="img", disable=not progress)
     try:
@@ -152,11 +197,15 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
                     quarantine.add(image_id, getattr(e, "reason", str(e)))
                     job.quarantined += 1
                     bar.update(1)
-            records, failed = _process_batch(loaded, vlm_backend, text_backend, cfg)
+            records, failed = _process_batch(loaded, vlm_backend, text_backend, cfg, attempts=attempts,
+                                             filter_vlm=filter_backend)
             if records:
                 job.started()
             for rec in records:
                 store.append(rec)
+            for image_id, reason in failed:
+                attempts[image_id] += 1
+                attempt_log.append({"id": image_id, "reason": reason})
             job.done += len(records)
             job.failed += len(failed)
             retry += len(failed)
@@ -169,7 +218,8 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
         bar.close()
         store.close()
         quarantine.close()
-        for b in {id(vlm_backend): vlm_backend, id(text_backend): text_backend}.values():
+        attempt_log.close()
+        for b in {id(x): x for x in (vlm_backend, text_backend, filter_backend)}.values():
             b.close()
     if retry:
         logger.warning("%d image(s) hit a backend error and were not written; rerun the same command to retry them", retry)
@@ -193,38 +243,56 @@ def split_duplicates(refs: list[Any]) -> tuple[list[Any], list[tuple[str, str]]]
     return unique, dups
 
 
-def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig) -> tuple[list[dict], list[str]]:
-    """Generate, parse and filter one batch of loaded images. Returns (records, failed ids)."""
+def _process_batch(
+    loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig, *, attempts: Counter | None = None,
+    filter_vlm: Any = None,
+) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Generate, parse and filter one batch of loaded images.
+
+    Returns (records, failed ``(id, reason)``); a failed image is retried by the next run until it
+    has failed ``cfg.max_attempts`` times, after which it is written as it stands.
+    """
     if not loaded:
         return [], []
+    attempts = attempts if attempts is not None else Counter()
+    filter_vlm = filter_vlm if filter_vlm is not None else vlm
     ids = list(loaded)
     prompt = render(cfg.prompt, n=cfg.per_image)
     reqs = []
     for image_id in ids:
-        seed = seeded_rng("qa_generate", cfg.seed, image_id).getrandbits(31)
+        # attempt 0 keeps the historical seed (its cached reply replays); a retry of an image whose
+        # reply held no question needs a new draw, not the cached one
+        salt = (attempts[image_id],) if attempts[image_id] else ()
+        seed = seeded_rng("qa_generate", cfg.seed, image_id, *salt).getrandbits(31)
         sampling = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed if cfg.temperature > 0 else None)
         content = [{"type": "image", "image": loaded[image_id]}, {"type": "text", "text": prompt}]
         reqs.append(ChatRequest([{"role": "user", "content": content}], sampling, id=image_id))
     # through the judge seam: parse_mcqs never raises, so no correction rounds; a backend that raises
     # or errors leaves the image for the next run
     gens = chat_structured(vlm, reqs, lambda text, i: parse_mcqs(text), max_retries=0, raw_text=True)
-    failed = []
+    failed: list[tuple[str, str]] = []
     parsed: dict[str, Any] = {}
     for image_id, res in zip(ids, gens, strict=True):
+        last_try = attempts[image_id] + 1 >= cfg.max_attempts
         if not res.ok:
             logger.warning("%s: generation failed: %s", image_id, res.error)
-            failed.append(image_id)
-        else:
-            parsed[image_id] = (res.raw[-1], res.value)
-            if not parsed[image_id][1].found:
-                logger.warning("%s: the VLM's answer holds no multiple-choice question (%r)", image_id, res.raw[-1][:80])
+            failed.append((image_id, f"generation failed: {res.error}"))
+            continue
+        raw, pr = res.raw[-1], res.value
+        if not pr.found:
+            logger.warning("%s: the VLM's answer holds no multiple-choice question (%r)%s", image_id, raw[:80],
+                           "" if last_try else "; will retry on the next run")
+            if not last_try:
+                failed.append((image_id, "no question in the VLM's reply"))
+                continue
+        parsed[image_id] = (raw, pr)
     items, keys, owners = [], [], []
     for image_id, (_, pr) in parsed.items():
         for qi, mcq in enumerate(pr.questions[: cfg.per_image]):
             items.append((mcq, loaded[image_id]))
             keys.append(f"{image_id}#{qi}")
             owners.append(image_id)
-    vis = visual_filter(items, vlm, cfg.rounds, cfg.visual_min, keys=keys, seed=cfg.seed) if items else []
+    vis = visual_filter(items, filter_vlm, cfg.rounds, cfg.visual_min, keys=keys, seed=cfg.seed) if items else []
     txt = text_only_filter([m for m, _ in items], text_backend, cfg.rounds, cfg.text_max, keys=keys, seed=cfg.seed) if items else []
     verdicts: dict[str, list] = {i: [] for i in parsed}
     for owner, (mcq, _), v, t in zip(owners, items, vis, txt, strict=False):
@@ -232,16 +300,21 @@ def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig)
     records = []
     for image_id, (raw, pr) in parsed.items():
         err = next((v.error or t.error for _, v, t in verdicts[image_id] if v.error or t.error), None)
-        if err:
+        if err and attempts[image_id] + 1 < cfg.max_attempts:
             logger.warning("%s: answering failed (%s); will retry on the next run", image_id, err)
-            failed.append(image_id)
+            failed.append((image_id, f"answering failed: {err}"))
             continue
         dropped = Counter(d["reason"] for d in pr.dropped)
         if len(pr.questions) > cfg.per_image:
             dropped["over_limit"] += len(pr.questions) - cfg.per_image
         questions = []
         for mcq, v, t in verdicts[image_id]:
-            reason = None if v.keep and t.keep else ("visual_acc_too_low" if not v.keep else "text_acc_too_high")
+            if v.error or t.error:
+                reason = f"answer_failed: {v.error or t.error}"
+                logger.warning("%s: question dropped after %d failed attempts: %s", image_id, cfg.max_attempts,
+                               v.error or t.error)
+            else:
+                reason = None if v.keep and t.keep else ("visual_acc_too_low" if not v.keep else "text_acc_too_high")
             questions.append({**mcq.as_question(), "visual_acc": v.accuracy, "text_acc": t.accuracy, "kept": reason is None, "reason": reason})
         records.append({
             "id": image_id,
@@ -254,6 +327,14 @@ def _process_batch(loaded: dict[str, Any], vlm, text_backend, cfg: CurateConfig)
     return records, failed
 
 
+def _spec_name(spec: Any) -> str | None:
+    """A backend spec as recorded in the settings (a ready backend by its identity)."""
+    if spec is None or isinstance(spec, str):
+        return spec
+    identity = spec.identity() if hasattr(spec, "identity") else {}
+    return f"{identity.get('kind', type(spec).__name__)}:{identity.get('model', '?')}"
+
+
 def finalize(out: str | Path, all_ids: list[str], cfg: CurateConfig, *, source_root: Path, refs: dict[str, Any]) -> dict[str, Any]:
     """Write ``stats.json`` (always) and ``dataset`` (once nothing is pending in any shard)."""
     out = Path(out)
@@ -264,7 +345,7 @@ def finalize(out: str | Path, all_ids: list[str], cfg: CurateConfig, *, source_r
     filter_drops: Counter = Counter()
     for r in records.values():
         parse_drops.update(r["parse_drops"])
-        filter_drops.update(q["reason"] for q in r["questions"] if q["reason"])
+        filter_drops.update(q["reason"].split(":")[0] for q in r["questions"] if q["reason"])
     kept = sum(q["kept"] for r in records.values() for q in r["questions"])
     stats = {
         "images": len(all_ids),
@@ -311,17 +392,64 @@ def _write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, An
             data = ref.data if ref.data else resolve_under_root(ref.path, root, ref.id).read_bytes()
             yield {"id": r["id"], "image": {"bytes": data, "path": ref.path or r["id"]}, "questions": kept}
 
+    # Streamed: rows go to Arrow shards a few at a time (WRITER_BATCH_ROWS), and nothing is read
+    # back, so peak memory does not grow with the corpus (the paper keeps 75K images; a list of
+    # every image's bytes did, and ``save_to_disk`` re-reads the data in ~100 MB batches).
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".dataset-"))
     try:
-        data = list(rows())
-        if data:
-            ds = datasets.Dataset.from_list(data, features=features)
-        else:  # from_list([]) loses the schema
-            ds = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
-        ds.save_to_disk(str(tmp / "ds"), num_shards=1 if len(ds) == 0 else None)
+        (tmp / "ds").mkdir()
+        n = _write_arrow_shards(tmp / "ds", rows(), features)
         if dest.exists():
             shutil.rmtree(dest)
         (tmp / "ds").rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("wrote %d images with questions to %s", len(ds), dest)
+    logger.info("wrote %d images with questions to %s", n, dest)
+
+
+def _write_arrow_shards(folder: Path, rows: Any, features: Any, shard_bytes: int = 512 * 2**20) -> int:
+    """Write ``rows`` as a ``save_to_disk`` folder (``data-i-of-n.arrow`` + ``state.json`` +
+    ``dataset_info.json``, loadable by ``datasets.load_from_disk``) without holding them all.
+
+    Returns the number of rows. A new shard starts once a shard holds ``shard_bytes`` of images.
+    """
+    import datasets
+    from datasets.arrow_writer import ArrowWriter
+
+    paths: list[Path] = []
+    writer = None
+    size = n = 0
+    try:
+        for row in rows:
+            if writer is None or size >= shard_bytes:
+                if writer is not None:
+                    writer.finalize()
+                    writer.close()
+                paths.append(folder / f".shard-{len(paths):05d}.arrow")
+                writer = ArrowWriter(features=features, path=str(paths[-1]), writer_batch_size=WRITER_BATCH_ROWS)
+                size = 0
+            writer.write(features.encode_example(row))
+            size += len(row["image"]["bytes"] or b"")
+            n += 1
+        if writer is None:  # no rows: one empty shard keeps the schema
+            paths.append(folder / ".shard-00000.arrow")
+            writer = ArrowWriter(features=features, path=str(paths[-1]))
+        writer.finalize()
+    finally:
+        if writer is not None:
+            writer.close()
+    final = [folder / f"data-{i:05d}-of-{len(paths):05d}.arrow" for i in range(len(paths))]
+    for src, dst in zip(paths, final, strict=True):
+        src.rename(dst)
+    # The two JSON files ``save_to_disk`` writes, from a dataset opened over the shards (memory-mapped:
+    # only their metadata is read).
+    parts = [datasets.Dataset.from_file(str(f)) for f in final]
+    ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    state = {"_data_files": [{"filename": f.name} for f in final], "_fingerprint": ds._fingerprint,
+             "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+             "_split": None}
+    (folder / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+    info = asdict(ds.info)
+    (folder / "dataset_info.json").write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2), encoding="utf-8")
+    del ds, parts
+    return n

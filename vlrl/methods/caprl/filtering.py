@@ -2,7 +2,13 @@
 
 A curated question must need the image: a small VLM *with* the image gets it right every round
 (visual accuracy > ``visual_min``), and a text model *without* it almost never does (text-only
-accuracy < ``text_max``). Each round shows the options in a fresh seeded order.
+accuracy < ``text_max``).
+
+Rounds are *balanced rotations*, not independent shuffles: one seeded shuffle per question, then
+round r rotates it by ``floor(r * k / R)`` positions (k options, R rounds), so across R >= k rounds
+each option sits in each position equally often. An answerer that always says "A" then scores
+exactly 1/k on every question and never slips under ``text_max`` by luck (with independent shuffles
+it passed the text-only half about a third of the time at R=4).
 
 * The visual half adds a "None of the above" option (the paper's design): a VLM that cannot find
   the answer in the image has an honest way out instead of a lucky guess.
@@ -56,9 +62,10 @@ def answer_accuracy(
     keys = keys or [m.key for m, _ in items]
     asks = []
     for (mcq, image), key in zip(items, keys, strict=False):
-        rng = seeded_rng("caprl_filter", seed, salt, key)
+        k = len(mcq.options)
         for r in range(rounds):
-            pres = present(mcq, rng, abstain)
+            rng = seeded_rng("caprl_filter", seed, salt, key)  # the same base order every round
+            pres = present(mcq, rng, abstain, rotate=(r * k) // rounds)
             text = render(prompt, question=mcq.question, options=pres.lines(), with_image=image is not None)
             content: Any = [{"type": "image", "image": image}, {"type": "text", "text": text}] if image is not None else text
             asks.append(Ask([{"role": "user", "content": content}], pres, id=f"{key}/round{r}"))

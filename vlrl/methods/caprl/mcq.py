@@ -33,6 +33,15 @@ NONE_OF_THE_ABOVE = "None of the above"
 
 _LABEL = re.compile(r"^\s*[\(\[]?([A-Za-z])\s*[\)\]\.:：、]\s*(.*)$", re.S)
 _LETTER_TOKEN = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
+_ABSTAIN = re.compile(
+    r"^\W*(?:(?:it\s+)?(?:cannot|can\s*not|can't|could\s+not|unable\s+to)\s+(?:be\s+)?"
+    r"(?:answer|answered|determine|determined|tell|know|say)"
+    r"|none\s+of\s+(?:the\s+)?(?:above|options|choices|these)"
+    r"|not\s+(?:enough\s+information|mentioned|stated|specified|given|provided|shown|visible)"
+    r"|(?:there\s+is\s+)?(?:no|insufficient)\s+(?:information|answer)"
+    r"|unknown\b|i\s+(?:do\s+not|don't)\s+know)",
+    re.I,
+)
 _PREAMBLE = re.compile(r"^\s*(the\s+)?(correct\s+)?(answer|option|choice)\s*(is|:)?\s*", re.I)
 
 
@@ -64,6 +73,16 @@ class Presentation:
 
     def lines(self) -> list[str]:
         return [f"{letter}. {text}" for letter, text in zip(self.letters, self.options, strict=False)]
+
+
+def is_abstain(text: str) -> bool:
+    """Whether an option or answer text says "cannot answer" / "none of the above" in any wording.
+
+    Such an option is the abstain option whatever its exact words: a question that already has one
+    gets no second one, and a question whose gold answer is one is rejected (it would reward a
+    caption for saying nothing).
+    """
+    return bool(_ABSTAIN.match(text or ""))
 
 
 def _field(item: Any, name: str) -> Any:
@@ -116,6 +135,8 @@ def normalize_mcq(item: Any) -> MCQ:
     if len(options) > len(LETTERS) - 1:
         raise MCQError(f"too many options ({len(options)})")
     answer = _answer_index(_field(item, "answer"), options)
+    if is_abstain(options[answer]):
+        raise MCQError(f"the answer is the abstain option {options[answer][:40]!r}")
     return make_mcq(question.strip(), options, answer)
 
 
@@ -162,16 +183,20 @@ def seeded_rng(*parts: Any) -> random.Random:
     return random.Random(int(hashlib.sha256(blob.encode()).hexdigest()[:16], 16))
 
 
-def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_ANSWER) -> Presentation:
-    """Shuffle the options with ``rng`` (``None``: keep order) and append ``abstain`` last."""
+def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_ANSWER, rotate: int = 0) -> Presentation:
+    """Shuffle the options with ``rng`` (``None``: keep order), rotate them left by ``rotate``
+    positions, and append ``abstain`` last."""
     order = list(range(len(mcq.options)))
     if rng is not None:
         rng.shuffle(order)
+    if rotate:
+        k = rotate % len(order)
+        order = order[k:] + order[:k]
     options = [mcq.options[i] for i in order]
     gold = LETTERS[order.index(mcq.answer_index)]
     abstain_letter = None
     if abstain:
-        existing = [i for i, o in enumerate(options) if o.casefold() == abstain.casefold()]
+        existing = [i for i, o in enumerate(options) if o.casefold() == abstain.casefold() or is_abstain(o)]
         if existing:  # the question already offers it; do not ask twice
             abstain_letter = LETTERS[existing[0]]
         else:
@@ -180,16 +205,25 @@ def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_AN
     return Presentation(tuple(options), gold, abstain_letter)
 
 
-def parse_letter(text: str, letters: Sequence[str]) -> str | None:
+def parse_letter(text: str, letters: Sequence[str], abstain: str | None = None, rule: str = "vlrl") -> str | None:
     """The option letter an answer names, or ``None``.
 
-    A letter standing alone (``B``, ``(B)``, ``B.``, ``The answer is B``) wins; otherwise the first
-    valid capital letter anywhere, which is what the public CapRL code takes.
+    ``rule="vlrl"`` (default): a letter standing alone (``B``, ``(B)``, ``B.``, ``The answer is B``)
+    wins; otherwise the first valid capital letter anywhere. An answer that *says* it cannot answer
+    ("Cannot answer based on the caption") is never read as a letter from its words (the C of
+    "Cannot"): it is the ``abstain`` letter when the question showed one, else ``None``.
+
+    ``rule="first_capital"``: the public CapRL code's rule, the first capital A-I anywhere in the
+    reply (so "Answer: C" reads as A); for reproducing its numbers.
     """
     if not text:
         return None
     valid = set(letters)
+    if rule == "first_capital":
+        return next((ch for ch in text if ch in valid and ch in "ABCDEFGHI"), None)
     s = _PREAMBLE.sub("", text.strip(), count=1)
+    if is_abstain(s):
+        return abstain if abstain in valid else None
     for m in _LETTER_TOKEN.finditer(s):
         if m.group(1) in valid:
             return m.group(1)

@@ -7,8 +7,13 @@ missing "Answer:" line, an answer letter with no such option, duplicate options,
 options, or JSON instead of text. The parser reads what it can and reports every dropped question
 with a short reason code, which the curation stats count.
 
+The public CapRL generation layout is read as written: numbered questions, options as indented
+bullets (``   - A) text``; ``*`` and ``•`` bullets too), options on the question line itself, and a
+bold answer line (``**Answer:** D) text``).
+
 Reason codes: ``no_question``, ``too_few_options``, ``duplicate_options``,
-``duplicate_option_letters``, ``missing_answer``, ``answer_not_in_options``, ``too_many_options``.
+``duplicate_option_letters``, ``missing_answer``, ``answer_not_in_options``, ``too_many_options``,
+``answer_is_abstain`` (the gold answer is a "cannot answer"/"none of the above" option).
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ import re
 from dataclasses import dataclass, field
 
 from vlrl.core.records import MCQ
-from vlrl.methods.caprl.mcq import LETTERS, MCQError, make_mcq, normalize_mcq
+from vlrl.methods.caprl.mcq import LETTERS, MCQError, is_abstain, make_mcq, normalize_mcq
 
 MIN_OPTIONS = 3
 
 _Q_START = re.compile(r"^\s*(?:question\b\s*(\d+)?\s*[:.)\-]?|q\s*(\d+)\s*[:.)\-]?|(\d+)\s*[.)])\s*(.*)$", re.I)
-_OPTION = re.compile(r"^\s*[\(\[]?([A-Ha-h])\s*[\)\]\.:]\s*(.+?)\s*$")
-_INLINE_OPTION = re.compile(r"(?:^|\s)[\(\[]?([A-H])[\)\]\.:]\s+")
+_BULLET = r"(?:[-–•·]\s*)?"
+_OPTION = re.compile(r"^\s*" + _BULLET + r"[\(\[]?([A-Ha-h])\s*[\)\]\.:]\s*(.+?)\s*$")
+_INLINE_OPTION = re.compile(r"(?:^|\s)" + _BULLET + r"[\(\[]?([A-H])[\)\]\.:]\s+")
 _ANSWER = re.compile(r"^\s*(?:the\s+)?(?:correct\s+)?(?:answer|ans|solution)\s*(?:is)?\s*[:：]?\s*(.*)$", re.I)
 _MARKDOWN = re.compile(r"[*_`#>]+")
 
@@ -91,7 +97,8 @@ def _blocks(text: str) -> list[list[str]]:
             state = "answered"
         elif is_opt and state == "question":
             state = "options"
-    return [b for labelled, b in blocks if labelled or any(_OPTION.match(x) for x in b)]
+    return [b for labelled, b in blocks
+            if labelled or any(_OPTION.match(x) or _split_question_line(x)[1] for x in b)]
 
 
 def _split_inline(line: str) -> list[str]:
@@ -103,14 +110,26 @@ def _split_inline(line: str) -> list[str]:
     return [line]
 
 
+def _split_question_line(line: str) -> tuple[str, list[str]]:
+    """``"What colour? A) red B) blue C) green"`` → the question and its option lines."""
+    hits = [h for h in _INLINE_OPTION.finditer(line) if h.start() > 0]
+    for k, h in enumerate(hits):
+        run = [x.group(1) for x in hits[k:]]
+        if h.group(1) == "A" and len(run) >= 2 and run == list(LETTERS[: len(run)]):
+            return line[: h.start()].strip(), _split_inline(line[h.start() :].strip())
+    return line, []
+
+
 def _parse_block(block: list[str]) -> MCQ:
     head = _Q_START.match(block[0])
     if _OPTION.match(block[0]):
         question_parts, body = [], block
     elif head and not _ANSWER.match(block[0]):
-        question_parts, body = [head.group(4)], block[1:]
+        question, inline = _split_question_line(head.group(4))
+        question_parts, body = [question], inline + block[1:]
     else:
-        question_parts, body = [block[0]], block[1:]
+        question, inline = _split_question_line(block[0])
+        question_parts, body = [question], inline + block[1:]
     options: list[tuple[str, str]] = []
     answer: str | None = None
     for raw in body:
@@ -141,8 +160,11 @@ def _parse_block(block: list[str]) -> MCQ:
         raise _Drop("too_many_options")
     if not answer:
         raise _Drop("missing_answer")
+    index = _answer_index(answer, letters, texts)
+    if is_abstain(texts[index]):
+        raise _Drop("answer_is_abstain", f"the answer is the abstain option {texts[index][:40]!r}")
     try:
-        return make_mcq(question, texts, _answer_index(answer, letters, texts))
+        return make_mcq(question, texts, index)
     except MCQError as e:
         raise _Drop(_code(str(e)), str(e)) from None
 
@@ -194,7 +216,8 @@ def _try_json(text: str) -> ParseResult | None:
 
 def _code(message: str) -> str:
     m = message.lower()
-    for needle, code in (("duplicate", "duplicate_options"), ("answer", "answer_not_in_options"),
+    for needle, code in (("duplicate", "duplicate_options"), ("abstain", "answer_is_abstain"),
+                         ("answer", "answer_not_in_options"),
                          ("option", "too_few_options"), ("question", "no_question")):
         if needle in m:
             return "missing_answer" if m.startswith("missing answer") else code

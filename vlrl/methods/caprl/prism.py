@@ -9,9 +9,18 @@ Scoring by question type:
 
 * ``mc`` — the first option letter of the answer (greedy, after "The answer is"), exact match.
 * ``numeric`` — relaxed accuracy (ChartQA): the first number in the answer is right when within
-  5% of the gold number (exact for a gold of 0); non-numeric predictions fall back to exact match.
+  5% of the gold number (exact for a gold of 0), with percent scaling (``45%`` matches ``0.45``
+  when either side carries a ``%``); non-numeric predictions fall back to exact match.
+* ``exact`` — exact match after case and whitespace normalisation (years and integers where the
+  benchmark says so: a year-like gold answer such as ``2019`` is never "within 5%" of ``2000``).
 * ``text`` — ANLS (InfoVQA/DocVQA): ``1 - normalised edit distance`` to the closest gold answer,
-  counted as 0 when the distance is 0.5 or more.
+  counted as 0 when the distance is 0.5 or more. Numeric answers of ANLS benchmarks (InfoVQA,
+  DocVQA) are text too, as those benchmarks score them.
+
+Several captions per image (``captions_per_image``, sampled) are each used to answer every question
+of the image; results report the mean over captions and the best-of-N. ``answer_mode="reason"``
+lets the answerer think first and give its final answer in ``\boxed{}``, checked with math-verify
+(symbolic and numeric equivalence) before the type's own metric.
 
 The bring-your-own benchmark format is documented in ``docs/prism.md``.
 """
@@ -31,7 +40,7 @@ from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.pipeline import atomic_write_json
 from vlrl.core.prompts import render
 from vlrl.methods.caprl.ask import Ask, ask
-from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, present
+from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +71,25 @@ def relaxed_accuracy(pred: str, gold: Any, tolerance: float = 0.05) -> float:
     g, p = parse_number(gold), parse_number(pred)
     if g is None or p is None:
         return float(_norm(pred) == _norm(gold))
-    if g == 0:
-        return float(p == 0)
-    return float(abs(p - g) / abs(g) <= tolerance)
+    candidates = [p]
+    if "%" in str(pred) or "%" in str(gold):  # 45% vs 0.45: the same quantity written two ways
+        candidates += [p * 100, p / 100]
+    for c in candidates:
+        if (g == 0 and c == 0) or (g != 0 and abs(c - g) / abs(g) <= tolerance):
+            return 1.0
+    return 0.0
+
+
+def exact_match(pred: str, gold: Any) -> float:
+    """Case/whitespace-normalised equality; numbers compare by value (``2019`` = ``2019.0``)."""
+    g, p = parse_number(gold), parse_number(pred)
+    if g is not None and p is not None and _is_number(str(gold)) and _is_number(str(pred)):
+        return float(g == p)
+    return float(_norm(pred) == _norm(gold))
+
+
+def _is_number(s: str) -> bool:
+    return bool(re.fullmatch(r"\s*[-+]?[\d,]*\.?\d+\s*%?\s*", s))
 
 
 def _levenshtein(a: str, b: str) -> int:
@@ -90,13 +115,77 @@ def anls(pred: str, golds: list[Any], threshold: float = 0.5) -> float:
     return best
 
 
+_ANLS_BENCHMARKS = ("infovqa", "docvqa", "infographic")
+_YEAR = re.compile(r"\s*(1[5-9]|20)\d\d\s*")
+
+
 def question_type(row: dict[str, Any]) -> str:
+    """``mc``, ``numeric``, ``exact`` or ``text``: declared, else inferred (see module doc)."""
     declared = row.get("type")
-    if declared in ("mc", "numeric", "text"):
+    if declared in QUESTION_TYPES:
         return declared
     if row.get("options"):
         return "mc"
-    return "numeric" if parse_number(row.get("answer")) is not None and re.fullmatch(r"[\s\d.,%$+\-e]+", str(row.get("answer"))) else "text"
+    answer = str(row.get("answer"))
+    numeric = parse_number(row.get("answer")) is not None and re.fullmatch(r"[\s\d.,%$+\-e]+", answer)
+    if not numeric:
+        return "text"
+    if any(b in str(row.get("benchmark") or "").lower() for b in _ANLS_BENCHMARKS):
+        return "text"
+    return "exact" if _YEAR.fullmatch(answer) else "numeric"
+
+
+QUESTION_TYPES = ("mc", "numeric", "exact", "text")
+
+
+def score_short(pred: str, golds: list[Any], qtype: str) -> float:
+    """Best score of ``pred`` against any gold answer under the type's metric."""
+    if qtype == "numeric":
+        return max(relaxed_accuracy(pred, g) for g in golds)
+    if qtype == "exact":
+        return max(exact_match(pred, g) for g in golds)
+    return anls(pred, golds)
+
+
+def boxed_answer(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j].strip()
+    return None
+
+
+def _plain(boxed: str) -> str:
+    """A boxed LaTeX answer as plain text for the type's metric: a number's value (``\\frac{25}{2}``
+    → ``12.5``, so relaxed accuracy applies), else the text without ``\\text{}`` wrappers."""
+    from math_verify import parse
+
+    try:
+        for v in parse(f"${boxed}$"):
+            if getattr(v, "is_number", False):
+                return str(float(v))
+    except Exception:  # noqa: BLE001 - not math: keep the text
+        pass
+    return re.sub(r"\\text\{([^}]*)\}", r"\1", boxed)
+
+
+def verified(pred: str, golds: list[Any]) -> bool:
+    """math-verify equivalence of the boxed answer with any gold answer (numbers, fractions, LaTeX)."""
+    from math_verify import parse, verify
+
+    try:
+        p = parse(f"${pred}$")
+        return bool(p) and any(verify(parse(f"${g}$"), p) for g in golds)
+    except Exception:  # noqa: BLE001 - math-verify raises on text it cannot read; that is "not verified"
+        return False
 
 
 def short_answer(text: str) -> str:
@@ -160,14 +249,28 @@ def evaluate_prism(
     out: str | Path,
     *,
     limit: int | None = None,
-    caption_max_tokens: int = 512,
+    caption_max_tokens: int = 2048,
     answer_max_tokens: int = 32,
     cache: bool = True,
     progress: bool = True,
+    captions_per_image: int = 1,
+    caption_temperature: float = 0.7,
+    answer_mode: str = "direct",
+    reason_max_tokens: int = 1024,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Run the evaluation; writes ``captions.jsonl``, ``predictions.jsonl`` and ``results.json``."""
+    """Run the evaluation; writes ``captions.jsonl``, ``predictions.jsonl`` and ``results.json``.
+
+    ``captions_per_image`` > 1 samples that many captions per image at ``caption_temperature`` and
+    answers every question once per caption (mean and best-of-N are reported); one caption is
+    greedy. ``answer_mode="reason"`` lets the answerer reason and box its final answer.
+    """
     from tqdm import tqdm
 
+    if answer_mode not in ("direct", "reason"):
+        raise ValueError(f"answer mode {answer_mode!r}: use direct or reason")
+    if captions_per_image < 1:
+        raise ValueError(f"captions per image must be >= 1, got {captions_per_image}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows, load_row_image = open_bench(bench)
@@ -176,69 +279,63 @@ def evaluate_prism(
     cap_b = load_backend(captioner, cache=cache_dir)
     ans_b = load_backend(answerer, cache=cache_dir)
 
-    # 1. one caption per distinct image
+    # 1. captions per distinct image (greedy; or N samples)
     first_row: dict[str, int] = {}
     for i, row in enumerate(rows):
         first_row.setdefault(_image_key(row, i), i)
-    captions: dict[str, str | None] = {}
+    captions: dict[str, list[str]] = {}
+    truncated: dict[str, list[bool]] = {}
     errors: dict[str, str] = {}
     keys = list(first_row)
     prompt = render("caption_default")
-    sampling = SamplingParams(max_tokens=caption_max_tokens)
+    n = captions_per_image
+    sampling = SamplingParams(max_tokens=caption_max_tokens, temperature=caption_temperature if n > 1 else 0.0, n=n,
+                              seed=seed if n > 1 else None)
     for start in tqdm(range(0, len(keys), 32), desc="captions", disable=not progress):
         chunk = keys[start : start + 32]
         loaders = [lambda k=k: load_row_image(first_row[k]) for k in chunk]
         for k, oc in zip(chunk, caption_images(cap_b, loaders, prompt, sampling, ids=chunk, min_words=None), strict=True):
             if oc.caption is not None:
-                captions[k] = oc.caption
+                captions[k] = list(oc.captions) if oc.captions else [oc.caption]
+                truncated[k] = list(oc.truncations) if oc.truncations else [oc.truncated]
+                if any(truncated[k]):
+                    logger.warning("%s: %d caption(s) stopped at the %d-token limit (truncated)", k, sum(truncated[k]),
+                                   caption_max_tokens)
                 continue
             bad_image = oc.reason.startswith("bad image: ")
             errors[k] = f"image: {oc.reason.removeprefix('bad image: ')}" if bad_image else f"captioner: {oc.reason}"
             logger.warning("%s: %s", k, errors[k])
     with open(out / "captions.jsonl", "w", encoding="utf-8") as fh:
         for k in keys:
-            fh.write(json.dumps({"image": k, "caption": captions.get(k), "error": errors.get(k)}, ensure_ascii=False) + "\n")
+            caps = captions.get(k) or [None]
+            line = {"image": k, "caption": caps[0], "truncated": (truncated.get(k) or [False])[0], "error": errors.get(k)}
+            if n > 1:
+                line.update(captions=captions.get(k, []), truncations=truncated.get(k, []))
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
 
-    # 2. answer every question from its image's caption: MC through ask(), short answers by chat
+    # 2. answer every question from each of its image's captions
     preds: list[dict[str, Any]] = []
-    mc_asks, mc_idx, sa_reqs, sa_idx = [], [], [], []
     for i, row in enumerate(rows):
+        rec = {"id": str(row.get("id") or i), "benchmark": str(row.get("benchmark") or "default"),
+               "type": question_type(row), "question": row["question"], "answer": row["answer"], "prediction": None,
+               "score": 0.0, "best": 0.0, "error": None}
         k = _image_key(row, i)
-        qtype = question_type(row)
-        rec = {"id": str(row.get("id") or i), "benchmark": str(row.get("benchmark") or "default"), "type": qtype,
-               "question": row["question"], "answer": row["answer"], "prediction": None, "score": 0.0, "error": None}
-        preds.append(rec)
         if k not in captions:
             rec["error"] = errors.get(k, "no caption")
+        preds.append(rec)
+    per_caption = _answer_all(rows, preds, [captions.get(_image_key(r, i)) for i, r in enumerate(rows)], ans_b,
+                              answer_mode=answer_mode, max_tokens=answer_max_tokens if answer_mode == "direct" else reason_max_tokens)
+    for rec, outcomes in zip(preds, per_caption, strict=True):
+        if not outcomes:
             continue
-        if qtype == "mc":
-            try:
-                mcq = normalize_mcq({"question": row["question"], "options": row.get("options"), "answer": row["answer"]})
-            except MCQError as e:
-                rec["error"] = f"bad question: {e}"
-                continue
-            pres = present(mcq, None, abstain=None)
-            text = render("prism_answer", caption=captions[k], question=mcq.question, options=pres.lines())
-            mc_asks.append(Ask([{"role": "user", "content": text}], pres, id=rec["id"]))
-            mc_idx.append(i)
-        else:
-            text = render("prism_answer", caption=captions[k], question=row["question"], options=[])
-            sa_reqs.append(ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=answer_max_tokens), id=rec["id"]))
-            sa_idx.append(i)
-    for i, a in zip(mc_idx, ask(ans_b, mc_asks, mode="sample", temperature=0.0, max_tokens=10) if mc_asks else [], strict=False):
-        preds[i].update(prediction=a.letter, score=a.correct or 0.0, error=a.error, raw=a.text)
-        if a.error:
-            logger.warning("question %s: answerer failed: %s", preds[i]["id"], a.error)
-    for i, res in zip(sa_idx, ans_b.chat(sa_reqs) if sa_reqs else [], strict=False):
-        if not res.ok:
-            preds[i]["error"] = res.error
-            logger.warning("question %s: answerer failed: %s", preds[i]["id"], res.error)
-            continue
-        p = short_answer(res.text)
-        row = rows[i]
-        golds = row.get("answers") or [row["answer"]]
-        score = max(relaxed_accuracy(p, g) for g in golds) if preds[i]["type"] == "numeric" else anls(p, golds)
-        preds[i].update(prediction=p, score=score, raw=res.text)
+        scores = [o["score"] for o in outcomes]
+        rec.update(prediction=outcomes[0]["prediction"], raw=outcomes[0]["raw"], score=statistics.fmean(scores),
+                   best=max(scores), error=next((o["error"] for o in outcomes if o["error"]), None))
+        if n > 1:
+            rec["predictions"] = [o["prediction"] for o in outcomes]
+            rec["scores"] = scores
+        if rec["error"]:
+            logger.warning("question %s: answerer failed: %s", rec["id"], rec["error"])
     with open(out / "predictions.jsonl", "w", encoding="utf-8") as fh:
         for p in preds:
             fh.write(json.dumps(p, ensure_ascii=False, default=str) + "\n")
@@ -251,20 +348,27 @@ def evaluate_prism(
         name: {
             "n": len(ps),
             "accuracy": statistics.fmean(p["score"] for p in ps),
+            "best_of_n": statistics.fmean(p["best"] for p in ps),
             "errors": sum(p["error"] is not None for p in ps),
             "by_type": {t: statistics.fmean(p["score"] for p in ps if p["type"] == t) for t in sorted({p["type"] for p in ps})},
         }
         for name, ps in sorted(by_bench.items())
     }
+    all_caps = [t for k in keys for t in truncated.get(k, [])]
     results = {
         "captioner": str(captioner),
         "answerer": str(answerer),
         "bench": str(bench),
         "n": len(preds),
         "images": len(keys),
+        "captions_per_image": n,
+        "answer_mode": answer_mode,
         "overall": statistics.fmean(p["score"] for p in preds) if preds else None,
+        "best_of_n": statistics.fmean(p["best"] for p in preds) if preds else None,
         "macro": statistics.fmean(b["accuracy"] for b in benchmarks.values()) if benchmarks else None,
         "errors": sum(p["error"] is not None for p in preds),
+        "truncated_captions": sum(all_caps),
+        "truncated_rate": (sum(all_caps) / len(all_caps)) if all_caps else None,
         "benchmarks": benchmarks,
     }
     atomic_write_json(out / "results.json", results)
@@ -272,3 +376,61 @@ def evaluate_prism(
     if ans_b is not cap_b:
         ans_b.close()
     return results
+
+
+def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None], ans_b: Any, *,
+                answer_mode: str, max_tokens: int) -> list[list[dict[str, Any]]]:
+    """Per row, one ``{prediction, score, error, raw}`` per caption of its image (none: no caption)."""
+    out: list[list[dict[str, Any]]] = [[] for _ in rows]
+    mc_asks, mc_at, chat_reqs, chat_at = [], [], [], []
+    for i, (row, rec, cs) in enumerate(zip(rows, preds, caps, strict=True)):
+        if not cs or rec["error"]:
+            continue
+        mcq = pres = None
+        if rec["type"] == "mc":
+            try:
+                mcq = normalize_mcq({"question": row["question"], "options": row.get("options"), "answer": row["answer"]})
+            except MCQError as e:
+                rec["error"] = f"bad question: {e}"
+                continue
+            pres = present(mcq, None, abstain=None)
+        for c, caption in enumerate(cs):
+            options = pres.lines() if pres else []
+            question = mcq.question if mcq else row["question"]
+            if answer_mode == "reason":
+                text = render("prism_reason", caption=caption, question=question, options=options)
+                chat_reqs.append(ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=max_tokens),
+                                             id=f"{rec['id']}/caption{c}"))
+                chat_at.append((i, pres))
+            elif pres is not None:
+                text = render("prism_answer", caption=caption, question=question, options=options)
+                mc_asks.append(Ask([{"role": "user", "content": text}], pres, id=f"{rec['id']}/caption{c}"))
+                mc_at.append(i)
+            else:
+                text = render("prism_answer", caption=caption, question=question, options=[])
+                chat_reqs.append(ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=max_tokens),
+                                             id=f"{rec['id']}/caption{c}"))
+                chat_at.append((i, None))
+    for i, a in zip(mc_at, ask(ans_b, mc_asks, mode="sample", temperature=0.0, max_tokens=10) if mc_asks else [], strict=True):
+        out[i].append({"prediction": a.letter, "score": a.correct or 0.0, "error": a.error, "raw": a.text})
+    for (i, pres), res in zip(chat_at, ans_b.chat(chat_reqs) if chat_reqs else [], strict=True):
+        if not res.ok:
+            out[i].append({"prediction": None, "score": 0.0, "error": res.error, "raw": None})
+            continue
+        row, qtype = rows[i], preds[i]["type"]
+        golds = row.get("answers") or [row["answer"]]
+        if answer_mode == "reason":
+            boxed = boxed_answer(res.text)
+            if boxed is None:
+                out[i].append({"prediction": None, "score": 0.0, "error": None, "raw": res.text, "note": "no \\boxed{} answer"})
+                continue
+            if pres is not None:
+                letter = parse_letter(boxed, pres.letters)
+                out[i].append({"prediction": letter, "score": float(letter == pres.gold), "error": None, "raw": res.text})
+                continue
+            score = 1.0 if verified(boxed, golds) else score_short(_plain(boxed), golds, qtype)
+            out[i].append({"prediction": boxed, "score": score, "error": None, "raw": res.text})
+        else:
+            p = short_answer(res.text)
+            out[i].append({"prediction": p, "score": score_short(p, golds, qtype), "error": None, "raw": res.text})
+    return out

@@ -11,17 +11,31 @@ Modes (see :mod:`vlrl.methods.caprl.ask`):
 
 * ``sample`` (default) follows the public CapRL code: pre-fill "The answer is", sample at
   ``temperature`` 0.6 with at most ``max_tokens`` 10 new tokens, take the first option letter.
-* ``exact`` reads the answerer's option-letter probabilities over the *same* Q×N presentations
-  and averages the probability of the gold letter: the expected sample-mode score given the draws
-  (at temperature 1). No sampling noise and no generation loop. The option order of round r of a
-  question is the same whichever draw picked it, so a question drawn twice costs one forward pass
-  per round: at most ``min(Q, #questions) × N`` passes per caption, each computed once.
+* ``exact`` reads the answerer's option-letter probabilities over the *same* Q×N presentations,
+  at the configured ``temperature``, and averages the probability of the gold letter: the expected
+  sample-mode score given the draws. No sampling noise and no generation loop. An ask whose letter
+  mass (the probability on any option letter) is below ``min_letter_mass`` counts as a parse
+  failure, not as chance credit; the mean letter mass is reported as ``letter_mass``. The option
+  order of round r of a question is the same whichever draw picked it, so a question drawn twice
+  costs one forward pass per round: at most ``min(Q, #questions) × N`` passes per caption.
 
-Seeding: by default the draws and option orders depend only on ``seed`` and the image's question
-list, so every caption of one GRPO group is asked the *same* questions in the same orders
-(common random numbers: the group advantage reflects the captions, not the luck of the draw),
-reruns are reproducible and a response cache replays them. ``redraw=True`` mixes a call counter
-into the seed so each training step sees fresh draws, as the public code does.
+Draws: ``questions: sample`` (default) draws Q questions with replacement, as the public code does;
+``questions: all`` asks every curated question once per round instead (Q is then ignored).
+
+Seeding: the draws and option orders are a pure function of (``seed``, training step, image): the
+step comes from TRL's ``trainer_state.global_step`` (or a call counter outside a trainer) and the
+image from its ``image_id``/``id`` column when there is one, else its question list. Every caption
+of one GRPO group is therefore asked the *same* questions in the same orders (common random
+numbers: the group advantage reflects the captions, not the luck of the draw), every step sees
+fresh draws so every curated question gets asked over a run, and reruns reproduce. ``draws: fixed``
+(or the older ``redraw: false``) freezes the draws across steps.
+
+Presets: ``preset: caprl_public`` reproduces the public CapRL reward code's prompt shape for people
+reproducing the paper's numbers: its answerer prompt layout (worked examples, ``A) text`` option
+lines, the abstain option "Cannot answer based on the caption" as its own last letter, no system
+message), sampling at 0.6 with 10 new tokens, 8 draws with replacement asked once each, and its
+parse rule (the first capital A-I anywhere in the reply). A setting given explicitly with a value
+other than its default wins over the preset. vlrl's defaults differ on purpose (docs/caprl.md).
 
 All asks of a batch go to the answerer in one call and identical ones are sent once. A caption
 with no usable question, or whose asks all failed, scores ``None`` (not applicable) and the reason
@@ -43,6 +57,23 @@ from vlrl.rewards.base import Reward, Score
 logger = logging.getLogger(__name__)
 
 
+DEFAULTS: dict[str, Any] = {
+    "mode": "sample", "questions_per_caption": 8, "rounds": 4, "temperature": 0.6, "max_tokens": 10,
+    "prompt": "caprl_answer", "parse": "vlrl",
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "caprl_public": {
+        "prompt": "caprl_public_answer",
+        "mode": "sample",
+        "questions_per_caption": 8,
+        "rounds": 1,
+        "temperature": 0.6,
+        "max_tokens": 10,
+        "parse": "first_capital",
+    },
+}
+
+
 @register_reward("caprl_qa")
 class CapRLQAReward(Reward):
     """QA-utility caption reward. Settings are keyword arguments (a recipe's reward block)."""
@@ -53,21 +84,45 @@ class CapRLQAReward(Reward):
     def __init__(
         self,
         answerer: str | Backend,
-        mode: str = "sample",
-        questions_per_caption: int = 8,
-        rounds: int = 4,
-        temperature: float = 0.6,
-        max_tokens: int = 10,
+        mode: str | None = None,
+        questions_per_caption: int | None = None,
+        rounds: int | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
         seed: int = 0,
         cache: str | None = None,
-        prompt: str = "caprl_answer",
+        prompt: str | None = None,
         shuffle: bool = True,
-        redraw: bool = False,
+        redraw: bool | None = None,
         cannot_answer: str = CANNOT_ANSWER,
         every_question: bool = False,
+        min_letter_mass: float = 0.1,
+        draws: str | None = None,
+        questions: str = "sample",
+        parse: str | None = None,
+        preset: str | None = None,
     ) -> None:
+        # Settings left unset (None) come from the preset, else from DEFAULTS; explicit ones win.
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"caprl_qa: unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        given = {"mode": mode, "questions_per_caption": questions_per_caption, "rounds": rounds,
+                 "temperature": temperature, "max_tokens": max_tokens, "prompt": prompt, "parse": parse}
+        base = {**DEFAULTS, **(PRESETS[preset] if preset else {})}
+        merged = {k: (v if v is not None else base[k]) for k, v in given.items()}
+        mode, questions_per_caption, rounds = merged["mode"], merged["questions_per_caption"], merged["rounds"]
+        temperature, max_tokens, prompt, parse = merged["temperature"], merged["max_tokens"], merged["prompt"], merged["parse"]
+        if parse not in ("vlrl", "first_capital"):
+            raise ValueError(f"caprl_qa: parse must be 'vlrl' or 'first_capital', not {parse!r}")
         if mode not in ("sample", "exact"):
             raise ValueError(f"caprl_qa: mode must be 'sample' or 'exact', not {mode!r}")
+        if draws is None:
+            draws = "fixed" if redraw is False else "per_step"
+        if draws not in ("per_step", "fixed"):
+            raise ValueError(f"caprl_qa: draws must be 'per_step' or 'fixed', not {draws!r}")
+        if questions not in ("sample", "all"):
+            raise ValueError(f"caprl_qa: questions must be 'sample' or 'all', not {questions!r}")
+        if not 0.0 <= float(min_letter_mass) <= 1.0:
+            raise ValueError(f"caprl_qa: min_letter_mass must be within [0, 1], not {min_letter_mass!r}")
         if questions_per_caption < 1 or rounds < 1:
             raise ValueError("caprl_qa: questions_per_caption and rounds must be >= 1")
         if isinstance(answerer, str):
@@ -82,14 +137,23 @@ class CapRLQAReward(Reward):
         self.cache = cache
         self.prompt = prompt
         self.shuffle = shuffle
-        self.redraw = redraw
+        self.redraw = draws == "per_step"
+        self.draws = draws
+        self.questions = questions
+        self.min_letter_mass = float(min_letter_mass)
         self.cannot_answer = cannot_answer
-        self.every_question = bool(every_question)
+        self.every_question = bool(every_question) or questions == "all"
         """Ask each valid question exactly once, in order, instead of drawing ``questions_per_caption``
-        with replacement (evaluation: every question counts once, none twice, none skipped)."""
+        with replacement (evaluation: every question counts once, none twice, none skipped); the
+        older spelling of ``questions: all``."""
+        if self.every_question:
+            self.questions = "all"
+        self.parse = parse
+        self.preset = preset
         self._backend: Backend | None = None
         self._calls = 0
-        render(prompt, caption="", question="", options=[])  # fail fast on a bad template name
+        self._step: int | None = None
+        render(prompt, caption="", question="", options=[], choices=[])  # fail fast on a bad template name
 
     @property
     def backend(self) -> Backend:
@@ -98,7 +162,17 @@ class CapRLQAReward(Reward):
             self._backend = load_backend(self.answerer, cache=self.cache)
         return self._backend
 
-    def _plan(self, caption: str, questions: Any, call: int) -> tuple[list[Ask], dict[str, Any]]:
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        # The training step seeds the draws (see module doc); TRL passes it in trainer_state.
+        state = kwargs.get("trainer_state")
+        step = getattr(state, "global_step", None)
+        self._step = int(step) if isinstance(step, int) else None
+        try:
+            return super().__call__(prompts, completions, completion_ids, **kwargs)
+        finally:
+            self._step = None
+
+    def _plan(self, caption: str, questions: Any, call: int, image: Any = None) -> tuple[list[Ask], dict[str, Any]]:
         """The Q×N asks of one caption, or none with the reason in the details."""
         try:
             items = coerce_questions(questions)
@@ -116,8 +190,9 @@ class CapRLQAReward(Reward):
             details["reason"] = "no usable question" + (f" ({reasons[0]})" if reasons else "")
             return [], details
         epoch = call if self.redraw else 0
-        rng = seeded_rng("caprl_qa", self.seed, epoch, [m.key for m in valid])
-        if self.every_question:
+        who = str(image) if image is not None else None
+        rng = seeded_rng("caprl_qa", self.seed, epoch, [m.key for m in valid], *([who] if who else []))
+        if self.questions == "all":
             draws = list(range(len(valid)))
         else:
             draws = [rng.randrange(len(valid)) for _ in range(self.questions_per_caption)]
@@ -127,28 +202,34 @@ class CapRLQAReward(Reward):
             mcq = valid[qi]
             for r in range(self.rounds):
                 if (qi, r) not in orders:  # round r of a question always shows the same order
-                    order_rng = seeded_rng("caprl_qa/order", self.seed, epoch, mcq.key, r) if self.shuffle else None
+                    order_rng = (seeded_rng("caprl_qa/order", self.seed, epoch, mcq.key, r, *([who] if who else []))
+                                 if self.shuffle else None)
                     orders[qi, r] = present(mcq, order_rng, self.cannot_answer)
                 pres = orders[qi, r]
                 sample_seed = rng.getrandbits(31)  # each sample-mode ask is an independent draw
-                text = render(self.prompt, caption=caption, question=mcq.question, options=pres.lines())
+                text = render(self.prompt, caption=caption, question=mcq.question, options=pres.lines(),
+                              choices=list(zip(pres.letters, pres.options, strict=True)))
                 asks.append(Ask([{"role": "user", "content": text}], pres, seed=sample_seed, id=f"q{qi}/draw{j}/round{r}"))
         return asks, details
 
-    def score(self, completions: list[str], questions: Any = None, **_: Any) -> list[Score]:
+    def score(self, completions: list[str], questions: Any = None, **columns: Any) -> list[Score]:
         n = len(completions)
+        ids = columns.get("image_id") or columns.get("id")
+        if not isinstance(ids, (list, tuple)) or len(ids) != n:
+            ids = [None] * n
         if questions is None:
             questions = [None] * n
         if len(questions) != n:
             logger.error("caprl_qa: %d completions but %d question lists", n, len(questions))
             return [Score(None, {"reason": "questions column length mismatch"}) for _ in completions]
-        call = self._calls
+        call = self._step if self._step is not None else self._calls
         self._calls += 1
-        plans = [self._plan(c or "", q, call) for c, q in zip(completions, questions, strict=False)]
+        plans = [self._plan(c or "", q, call, i) for c, q, i in zip(completions, questions, ids, strict=False)]
         flat = [a for asks, _ in plans for a in asks]
         if flat:
             try:
-                answers = ask(self.backend, flat, mode=self.mode, temperature=self.temperature, max_tokens=self.max_tokens)
+                answers = ask(self.backend, flat, mode=self.mode, temperature=self.temperature, max_tokens=self.max_tokens,
+                              min_letter_mass=self.min_letter_mass, parse_rule=self.parse)
             except Exception as e:  # noqa: BLE001 - e.g. the answerer cannot even be built
                 logger.error("caprl_qa: answerer unavailable: %s", e)
                 answers = [None] * len(flat)
@@ -184,5 +265,9 @@ class CapRLQAReward(Reward):
             return Score(None, {**details, "reason": f"no question could be scored: {first_error}"})
         acc = sum(a.correct for a in ok) / len(ok)
         details["qa_acc"] = acc
+        details["parse_failure_rate"] = details["parse_failures"] / len(ok)
+        masses = [a.letter_mass for a in ok if a.letter_mass is not None]
+        if masses:
+            details["letter_mass"] = sum(masses) / len(masses)
         details["cannot_answer_rate"] = sum(a.abstain for a in ok) / len(ok)
         return Score(acc, details)

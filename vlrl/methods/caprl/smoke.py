@@ -40,19 +40,31 @@ def smoke_check(
     max_tokens: int = 512,
     seed: int = 0,
     cache: str | None = None,
+    margin: float = 0.05,
+    chance_margin: float = 0.05,
+    bootstrap: int = 2000,
 ) -> dict[str, Any]:
-    """Score real / generic / empty / shuffled captions on the QA dataset ``qa``; return a summary."""
+    """Score real / generic / empty / shuffled captions on the QA dataset ``qa``; return a summary.
+
+    PASS needs, per baseline, a paired mean difference above ``margin`` whose bootstrap CI excludes
+    0, and real accuracy above chance by ``chance_margin`` (:mod:`vlrl.methods.caprl.smoke_stats`).
+    """
     from vlrl.core.sources import load_any_dataset
+    from vlrl.core.sources.rows import adapt_row
+    from vlrl.methods.caprl.smoke_stats import chance_level, verdict
 
     source = load_any_dataset(qa)
-    if "questions" not in source.dataset.column_names:
-        raise ValueError(f"{qa}: no 'questions' column (expected the output of `vlrl data qa-curate`)")
+    cols = source.dataset.column_names
+    if "questions" not in cols and "reward_model" not in cols:
+        raise ValueError(f"{qa}: no 'questions' column (expected the output of `vlrl data qa-curate`) and no "
+                         "'reward_model' column (the public CapRL QA layout)")
+    column = "questions" if "questions" in cols else "reward_model"
     n = len(source) if limit is None else min(limit, len(source))
     images, questions, skipped = [], [], 0
     for i in range(n):
         try:
             images.append(source.load_image(i))
-            questions.append(source.dataset[i]["questions"])
+            questions.append(adapt_row({column: source.dataset[i][column]}).get("questions"))
         except Exception as e:  # noqa: BLE001 - a bad image is skipped, not fatal
             logger.warning("smoke: skipping row %d: %s", i, e)
             skipped += 1
@@ -89,11 +101,19 @@ def smoke_check(
             "cannot_answer_rate": statistics.fmean([s.details.get("cannot_answer_rate", 0.0) for s in mine if s.value is not None]) if vals else None,
         }
     real_mean = summary["variants"]["real"]["mean"]
-    failures = []
-    for v in VARIANTS[1:]:
-        other = summary["variants"][v]["mean"]
-        if real_mean is None or (other is not None and real_mean <= other):
-            failures.append(f"real captions ({_fmt(real_mean)}) do not beat {v} captions ({_fmt(other)})")
+    n_real = len(real)
+    values = {v: [s.value for s in scores[k * n_real : (k + 1) * n_real]] for k, v in enumerate(VARIANTS)}
+    chance = chance_level(questions)
+    comparisons, failures = verdict(values["real"], {v: values[v] for v in VARIANTS[1:]}, chance, margin=margin,
+                                    chance_margin=chance_margin, resamples=bootstrap, seed=seed)
+    summary["comparisons"] = comparisons
+    summary["chance"] = chance
+    summary["criteria"] = {"margin": margin, "chance_margin": chance_margin, "ci_level": 0.95, "bootstrap": bootstrap}
+    real_scored = [s for s in scores[:n_real] if s.value is not None]
+    masses = [s.details["letter_mass"] for s in real_scored if "letter_mass" in s.details]
+    summary["letter_mass"] = statistics.fmean(masses) if masses else None
+    summary["parse_failure_rate"] = (statistics.fmean(s.details.get("parse_failure_rate", 0.0) for s in real_scored)
+                                     if real_scored else None)
     unscored = Counter(str(s.details.get("reason", "unknown")) for s in scores if s.value is None)
     if unscored and real_mean is None:  # nothing scored: say why instead of blaming the data
         reason, count = unscored.most_common(1)[0]

@@ -41,7 +41,8 @@ from vlrl.methods.rubicap.sources import load_images
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUDGETS = (50, 100, 200, 400)
-EVAL_SETTINGS: dict[str, Any] = {"every_question": True, "mode": "exact", "rounds": 1}
+EVAL_SETTINGS: dict[str, Any] = {"every_question": True, "mode": "exact", "rounds": 1, "draws": "fixed"}
+"""``draws: fixed``: option orders do not depend on how many reward calls the evaluation is batched into."""
 
 
 def truncate_words(text: str, budget: int | None) -> str:

@@ -1,0 +1,254 @@
+"""Wire-level helpers of the OpenAI-compatible backend: images as data URLs, reading replies
+(logprobs, malformed bodies), retry classification and error text.
+
+Kept apart from :mod:`vlrl.core.backends.openai_http` (the client and its fallbacks) so each stays
+readable; everything public here is re-exported there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import math
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+from vlrl.core.backends.base import SamplingParams, choice_of_token
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+# -- module helpers (public ones are tested directly) ------------------------------------------------
+
+
+def image_data_url(image: Any, fmt: str = "png") -> str:
+    """A PIL image or path as a ``data:image/...;base64,`` URL (http(s)/data URLs pass through)."""
+    if isinstance(image, str) and image.startswith(("http://", "https://", "data:")):
+        return image
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        try:
+            from vlrl.core.images import load_image
+        except ImportError:  # pragma: no cover - the loader module is part of vlrl
+            image = Image.open(image).convert("RGB")
+        else:
+            image = load_image(image)
+    buf = io.BytesIO()
+    if fmt == "jpeg":
+        image.convert("RGB").save(buf, format="JPEG", quality=95)
+    else:
+        image.save(buf, format="PNG")
+    return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
+
+
+def top_logprobs_from_response(resp: Any) -> list[tuple[str, float]] | None:
+    """The first generated token's alternatives ``[(token, logprob), ...]`` or None if absent.
+
+    Accepts an ``openai`` ``ChatCompletion`` or the raw response JSON (vLLM/SGLang/OpenAI shape:
+    ``choices[0].logprobs.content[0].top_logprobs``). The sampled token itself is included.
+    """
+    data = resp.model_dump() if hasattr(resp, "model_dump") else resp
+    try:
+        content = (data.get("choices") or [{}])[0].get("logprobs") or {}
+        first = (content.get("content") or [None])[0]
+    except (AttributeError, IndexError, TypeError):
+        return None
+    if not first:
+        return None
+    seen: dict[str, float] = {}
+    for alt in first.get("top_logprobs") or []:
+        if alt.get("token") is not None and alt.get("logprob") is not None:
+            seen.setdefault(alt["token"], float(alt["logprob"]))
+    if first.get("token") is not None and first.get("logprob") is not None:
+        seen.setdefault(first["token"], float(first["logprob"]))
+    return list(seen.items()) or None
+
+
+def probs_from_top_logprobs(
+    top: Sequence[tuple[str, float]], choices: Sequence[str], temperature: float = 1.0
+) -> tuple[dict[str, float], float]:
+    """Probability of each choice at ``temperature`` from the first token's alternatives.
+
+    Returns (probs renormalised over choices, unnormalised mass on the choices). Every token that
+    reads as a choice (:func:`choice_of_token`: ``"A"``, ``" A"``, ``"\nA"``) adds to it, the rule
+    the in-process backend applies to its full vocabulary.
+
+    Servers return the model's own (temperature 1) logprobs, so the temperature is applied here:
+    each alternative weighs ``exp(logprob / T)``. The normaliser needs the tokens the server did not
+    list; their total probability is ``1 - sum(listed)``, and they are taken as spread over tokens
+    no likelier than the least likely listed one (weight ``tail * p_min ** (1/T - 1)``). That is
+    exact at T=1 and when the listed tokens hold (almost) all the mass, as on a letter answer.
+    Temperature 0 is greedy: all mass on the most likely listed token.
+    """
+    mass_of = dict.fromkeys(choices, 0.0)
+    live = [(tok, lp) for tok, lp in top if lp > -math.inf]
+    if not live:
+        return {c: 1.0 / len(choices) for c in choices}, 0.0
+    if temperature <= 0:
+        tok, _ = max(live, key=lambda t: t[1])
+        c = choice_of_token(tok, choices)
+        if c is None:
+            return {c: 1.0 / len(choices) for c in choices}, 0.0
+        return {k: float(k == c) for k in choices}, 1.0
+    listed = sum(math.exp(lp) for _, lp in live)
+    tail = max(0.0, 1.0 - listed)
+    p_min = min(math.exp(lp) for _, lp in live)
+    z = sum(math.exp(lp / temperature) for _, lp in live) + tail * p_min ** (1.0 / temperature - 1.0)
+    for tok, lp in live:
+        c = choice_of_token(tok, choices)
+        if c is not None:
+            mass_of[c] += math.exp(lp / temperature) / z
+    mass = sum(mass_of.values())
+    if mass <= 0:
+        return {c: 1.0 / len(choices) for c in choices}, 0.0
+    return {c: v / mass for c, v in mass_of.items()}, min(mass, 1.0)
+
+
+class MalformedReply(Exception):
+    """An HTTP 200 whose body breaks the chat-completions schema (retried like a 5xx)."""
+
+
+def reply_problem(resp: Any) -> str | None:
+    """Why a chat-completions reply cannot be used (None: it can).
+
+    A server behind a misconfigured proxy can answer 200 with an HTML page, an empty ``choices``
+    list or a ``content: null`` message. Read as an empty answer, that scores 0 and is cached as a
+    real result; it is an error of that one request instead.
+    """
+    if isinstance(resp, (str, bytes)):
+        head = " ".join(str(resp[:80] if isinstance(resp, str) else resp[:80].decode("latin-1")).split())
+        return f"the reply is not JSON ({head!r})"
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list):
+        return f"the reply has no 'choices' list ({type(resp).__name__})"
+    if not choices:
+        return "the reply has an empty 'choices' list"
+    for c in choices:
+        msg = getattr(c, "message", None)
+        if msg is None:
+            return "a reply choice has no message"
+        if getattr(msg, "content", None) is None:
+            return "a reply choice has content null"
+    return None
+
+
+def retry_after_seconds(e: BaseException | None) -> float | None:
+    """The server's ``Retry-After`` (seconds or an HTTP date) on a failed response, if any."""
+    response = getattr(e, "response", None)
+    headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        import email.utils
+        import time
+
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _tristate(v: Any) -> str:
+    v = str(v).lower()
+    return "on" if v in _TRUE else "off" if v in _FALSE else v
+
+
+def _sampling_kwargs(sp: SamplingParams) -> dict[str, Any]:
+    kw: dict[str, Any] = {"max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
+    if sp.stop:
+        kw["stop"] = list(sp.stop)
+    return kw
+
+
+def _top_k_body(sp: SamplingParams) -> dict[str, Any] | None:
+    return {"top_k": sp.top_k} if sp.top_k > 0 else None  # vLLM/SGLang extension; OpenAI has no top-k
+
+
+def _append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, list):
+                m["content"] = [*c, {"type": "text", "text": "\n" + prefix.rstrip()}]
+            else:
+                m["content"] = f"{c or ''}\n{prefix.rstrip()}"
+            return out
+    return [*out, {"role": "user", "content": prefix.rstrip()}]
+
+
+def _strip_prefix(text: str, prefix: str) -> str:
+    """Drop an echoed prefix (``"The answer is B"`` → ``"B"``) so the choice is found first."""
+    p, t = prefix.strip(), text.strip()
+    return t[len(p):] if p and t.lower().startswith(p.lower()) else text
+
+
+def _retryable(e: BaseException) -> bool:
+    import json
+
+    import openai
+
+    if isinstance(e, (MalformedReply, json.JSONDecodeError)):
+        return True
+    if isinstance(e, (openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError, TimeoutError)):
+        return True
+    if isinstance(e, openai.APIStatusError):
+        return e.status_code in (408, 429) or e.status_code >= 500
+    return False
+
+
+def _describe(e: BaseException | None, timeout: float) -> str:
+    import openai
+
+    if isinstance(e, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return f"timed out after {timeout:g}s"
+    if isinstance(e, openai.APIConnectionError):
+        cause = e.__cause__ or e.__context__
+        return f"connection error ({_one_line(cause) if cause else 'no response'})"
+    if isinstance(e, openai.APIStatusError):
+        return f"HTTP {e.status_code}: {_one_line(_error_text(e))}"
+    if isinstance(e, MalformedReply):
+        return f"malformed reply: {_one_line(e)}"
+    if type(e).__name__ == "JSONDecodeError":
+        return f"malformed reply: the body is not valid JSON ({_one_line(e)})"
+    return f"{type(e).__name__}: {_one_line(e)}"
+
+
+def _error_text(e: Any) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body.get("detail", body))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        return str(err)
+    return str(getattr(e, "message", e))
+
+
+def _one_line(x: Any, limit: int = 300) -> str:
+    s = " ".join(str(x).split()) or type(x).__name__
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+async def _gather_all(coros: list[Awaitable[Any]]) -> list[Any]:
+    return list(await asyncio.gather(*coros))
+
+
+async def _gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
+    """Gather letting every request finish, then raise the first failure (if any)."""
+    if not coros:
+        return []
+    out = await asyncio.gather(*coros, return_exceptions=True)
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return list(out)
+
+

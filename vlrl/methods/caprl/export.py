@@ -1,0 +1,166 @@
+"""Export a vlrl QA dataset in the layout CapRL publishes its QA training data in.
+
+The public rows (verl's RL layout) are one image each::
+
+    {"id": ..., "image": {"bytes": b"...", "path": None},
+     "prompt": [{"role": "user", "content": "<image> " + the captioning prompt}],
+     "data_source": "image_caption_rl",
+     "reward_model": {"ground_truth": [{"question": ..., "choices": ["A) ...", ...], "answer": "C"}]}}
+
+Exporting into that shape lets a vlrl-curated set feed code written for the public data, and the
+same readers (``vlrl train grpo``, ``vlrl reward score``, ``vlrl reward smoke``) read it back
+directly. Rows are written in batches (parquet: a streaming writer), so the export holds one batch of
+images in memory, never the corpus. A row whose image cannot be read or that has no valid question
+is skipped with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from vlrl.methods.caprl.mcq import LETTERS, MCQError, coerce_questions, normalize_mcq
+
+logger = logging.getLogger(__name__)
+
+PUBLIC_DATA_SOURCE = "image_caption_rl"
+
+
+def public_ground_truth(questions: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """vlrl MCQs → the public ``[{question, choices: ["A) text", ...], answer: letter}]`` (+ reasons
+    for the ones that could not be converted)."""
+    out, reasons = [], []
+    try:
+        items = coerce_questions(questions)
+    except MCQError as e:
+        return [], [str(e)]
+    for item in items:
+        try:
+            m = normalize_mcq(item)
+        except MCQError as e:
+            reasons.append(str(e))
+            continue
+        out.append({"question": m.question, "choices": [f"{LETTERS[i]}) {o}" for i, o in enumerate(m.options)],
+                    "answer": m.answer_letter})
+    return out, reasons
+
+
+def public_prompt() -> str:
+    """The public rows' user turn: ``<image>`` and CapRL's captioning prompt (the one template)."""
+    from vlrl.core.prompts import render
+
+    return f"<image> {render('caption_default')}"
+
+
+def export_caprl(src: str, out: str | Path, *, prompt: str | None = None, data_source: str = PUBLIC_DATA_SOURCE,
+                 batch_rows: int = 256) -> dict[str, Any]:
+    """Write ``src`` (a QA dataset with ``questions`` and an image column) to ``out`` (``.parquet`` with
+    image bytes, or ``.jsonl`` with image paths). Returns counts. ``prompt`` defaults to
+    :func:`public_prompt`."""
+    from vlrl.core.images import load_image
+    from vlrl.core.sources import load_any_dataset
+
+    prompt = prompt or public_prompt()
+    source = load_any_dataset(src)
+    cols = source.dataset.column_names
+    if "questions" not in cols:
+        raise ValueError(f"{src}: no 'questions' column (expected the output of `vlrl data qa-curate`)")
+    out = Path(out)
+    if out.suffix not in (".parquet", ".jsonl"):
+        raise ValueError(f"--out {out}: use a .parquet or .jsonl file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    written, skipped = 0, 0
+    writer: Any = None
+    fh = open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else None  # noqa: SIM115 - closed below
+    batch: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal writer
+        if not batch:
+            return
+        if fh is not None:
+            for row in batch:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pylist(batch, schema=_schema())
+            if writer is None:
+                writer = pq.ParquetWriter(str(tmp), table.schema)
+            writer.write_table(table)
+        batch.clear()
+
+    try:
+        for i in range(len(source)):
+            row = source.dataset[i]
+            rid = str(row.get("id") or i)
+            truth, reasons = public_ground_truth(row.get("questions"))
+            if not truth:
+                logger.warning("export: row %s skipped: no valid question (%s)", rid, reasons[0] if reasons else "none")
+                skipped += 1
+                continue
+            try:
+                image = _image_value(source, i, row, inline=fh is None, load_image=load_image)
+            except Exception as e:  # noqa: BLE001 - one unreadable image is one skipped row
+                logger.warning("export: row %s skipped: %s", rid, " ".join(str(e).split())[:200])
+                skipped += 1
+                continue
+            batch.append({"id": rid, "image": image, "prompt": [{"role": "user", "content": prompt}],
+                          "data_source": data_source, "reward_model": {"ground_truth": truth}})
+            written += 1
+            if len(batch) >= batch_rows:
+                flush()
+        flush()
+    finally:
+        if fh is not None:
+            fh.close()
+        if writer is not None:
+            writer.close()
+    if written == 0:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"{src}: no row could be exported ({skipped} skipped)")
+    tmp.replace(out)
+    return {"rows": written, "skipped": skipped, "out": str(out)}
+
+
+def _image_value(source: Any, i: int, row: dict[str, Any], *, inline: bool, load_image: Any) -> dict[str, Any]:
+    """``{"bytes", "path"}``: the original file's bytes (parquet) or its absolute path (JSONL)."""
+    import io
+
+    value = row.get(source.image_column) if source.image_column else None
+    data = value.get("bytes") if isinstance(value, dict) else None
+    path = value.get("path") if isinstance(value, dict) else value
+    if isinstance(path, str) and path and not Path(path).is_absolute():
+        path = str((source.base / path).resolve())
+    if not inline:
+        if not path:
+            raise ValueError("row has no image path (export to .parquet to carry image bytes)")
+        source.load_image(i)  # fails here, with its reason, if the file is unreadable
+        return {"bytes": None, "path": path}
+    if data:
+        load_image(data, record=str(i))
+        return {"bytes": bytes(data), "path": None}
+    img = source.load_image(i)
+    raw = Path(path).read_bytes() if path and Path(path).is_file() else None
+    if raw is None:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        raw = buf.getvalue()
+    return {"bytes": raw, "path": None}
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("id", pa.string()),
+        ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("data_source", pa.string()),
+        ("reward_model", pa.struct([("ground_truth", pa.list_(pa.struct([
+            ("question", pa.string()), ("choices", pa.list_(pa.string())), ("answer", pa.string())])))])),
+    ])
