@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from vlrl.core.image_flags import RESIZE_MAX_PIXELS_HELP, MaxImagePixels, ResizeMaxPixels
+
 
 def register(groups: dict[str, typer.Typer]) -> None:
     """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
@@ -32,8 +34,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed of generation sampling and option shuffles."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget applied while loading images."),
-        max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit (default 89478485; 0: no limit)."),
+        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help=RESIZE_MAX_PIXELS_HELP),
+        max_image_pixels: MaxImagePixels = None,
         force: bool = typer.Option(False, "--force", help="Start over: remove this shard's records, the dataset and stats first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
@@ -90,7 +92,18 @@ def register(groups: dict[str, typer.Typer]) -> None:
         judge: str | None = typer.Option(None, "--judge", help="rubicap_rubric: backend spec of the rubric judge."),
         setting: list[str] = typer.Option([], "--set", help="rubicap_rubric: judge setting KEY=VALUE (e.g. votes=3); repeatable."),
         drop: bool = typer.Option(False, "--drop", help="rubicap_rubric: also write rubrics.discriminating.jsonl without the rubrics that do not discriminate."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
+        from vlrl.core.image_flags import image_limits_of
+
+        with image_limits_of({"max_image_pixels": max_image_pixels, "resize_max_pixels": resize_max_pixels}):
+            _smoke(qa=qa, captioner=captioner, answerer=answerer, mode=mode, limit=limit,
+                   questions_per_caption=questions_per_caption, rounds=rounds, out=out, cache=cache, strict=strict,
+                   reward_name=reward_name, rubrics=rubrics, judge=judge, setting=setting, drop=drop)
+
+    def _smoke(*, qa, captioner, answerer, mode, limit, questions_per_caption, rounds, out, cache, strict,
+               reward_name, rubrics, judge, setting, drop) -> None:
         from rich.console import Console
         from rich.panel import Panel
         from rich.table import Table
@@ -169,6 +182,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         from rich.console import Console
