@@ -1,7 +1,7 @@
 """A minimal OpenAI-compatible HTTP server on 127.0.0.1 for job-level tests (no model behind it).
 
 It serves ``GET /v1/models`` and ``POST /v1/chat/completions`` with a caption that is a function
-of the request, optionally slowly (``delay``) or failing with a chosen status and body (``fail``),
+of the request (or whatever ``reply`` answers), optionally slowly (``delay``) or failing with a chosen status and body (``fail``),
 so tests can exercise the real HTTP client, pre-flight, the circuit breaker and redaction
 without starting a model server. Runs in a daemon thread, or as a process
 (``python tests/fake_openai.py PORT MODEL DELAY``) for tests that need a server outliving a kill.
@@ -14,13 +14,19 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeOpenAI:
-    def __init__(self, model: str = "fake-vlm", delay: float = 0.0, port: int = 0) -> None:
+    def __init__(self, model: str = "fake-vlm", delay: float = 0.0, port: int = 0,
+                 reply: Callable[[dict], str] | None = None, also: tuple[str, ...] = ()) -> None:
         self.model = model
         self.delay = delay
+        self.reply = reply
+        """The answer text as a function of the request body (default: "a caption <hash>")."""
+        self.also = also
+        """More model names /v1/models lists (one server standing in for several backends)."""
         self.fail: tuple[int, str] | None = None
         """(status, body) to answer every chat request with, or None to answer normally."""
         self.chats = 0
@@ -40,7 +46,7 @@ class FakeOpenAI:
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, json.dumps({"object": "list", "data": [{"id": outer.model, "object": "model"}]}))
+                    self._send(200, json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in (outer.model, *outer.also)]}))
                 else:
                     self._send(404, "{}")
 
@@ -52,7 +58,7 @@ class FakeOpenAI:
                     return
                 if outer.delay:
                     time.sleep(outer.delay)
-                text = "a caption " + hashlib.sha1(raw).hexdigest()[:8]
+                text = outer.reply(json.loads(raw)) if outer.reply else "a caption " + hashlib.sha1(raw).hexdigest()[:8]
                 self._send(200, json.dumps({
                     "id": "x", "object": "chat.completion", "created": 0, "model": outer.model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from vlrl.core.image_flags import RESIZE_MAX_PIXELS_HELP, MaxImagePixels
 from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES
 
 
@@ -30,8 +31,8 @@ def register(app: typer.Typer) -> None:
         split: str | None = typer.Option(None, "--split", help="Split of a saved DatasetDict."),
         image_column: str | None = typer.Option(None, "--image-column"),
         id_column: str | None = typer.Option(None, "--id-column"),
-        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget: images are resized to at most this many pixels while loading."),
-        max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit: refuse images declaring more pixels (default 89478485, PIL's; raise it for huge scans; 0: no limit)."),
+        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help=RESIZE_MAX_PIXELS_HELP),
+        max_image_pixels: MaxImagePixels = None,
         force: bool = typer.Option(False, "--force", help="Start over: remove this shard's captions, quarantine and manifest first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(DEFAULT_MAX_CONSECUTIVE_FAILURES, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
@@ -59,7 +60,10 @@ def register(app: typer.Typer) -> None:
                 gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}),
                 force=force, retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures,
             )
-            m = run_caption(job)
+            from vlrl.core.image_flags import image_limits_of
+
+            with image_limits_of({"max_image_pixels": max_image_pixels}):  # PIL's own ceiling follows the limit
+                m = run_caption(job)
         except BackendDown as e:
             typer.echo(f"vlrl caption: {e}", err=True)
             raise typer.Exit(EXIT_FAILED) from None

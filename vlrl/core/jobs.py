@@ -463,7 +463,7 @@ class Job:
 
 SETTINGS_IGNORED = frozenset({
     "out", "force", "retry_quarantined", "max_consecutive_failures", "quiet", "progress", "batch_size", "limit",
-    "loaders", "no_cache", "cache", "max_samples",
+    "loaders", "no_cache", "cache", "max_samples", "max_image_pixels",
 })
 """Command parameters that change how a job runs, not what its outputs mean."""
 
@@ -490,7 +490,9 @@ def run_command_job(
     """Run a long command's library call as a :class:`Job` (lock, identity, pre-flight, breaker).
 
     ``params`` are the command's parameters (``locals()`` at its top); ``force``,
-    ``retry_quarantined`` and ``max_consecutive_failures`` are read from them. ``specs`` are the
+    ``retry_quarantined`` and ``max_consecutive_failures`` are read from them, and so are the image
+    flags ``max_image_pixels`` / ``resize_max_pixels`` (applied to every image the job opens;
+    raising the limit does not change the job's identity). ``specs`` are the
     backend specs to pre-flight; ``outputs`` the globs (under ``out``) that hold the job's work;
     ``quarantine`` the files ``--retry-quarantined`` moves aside. The lock covers the whole folder.
     ``tolerate_dead``: a committee job (teacher captions) goes on without the backends that fail
@@ -515,7 +517,10 @@ def run_command_job(
                 raise errors[0]
         else:
             preflight_all(_spec_of(s) for s in specs)
-        return fn()
+        from vlrl.core.image_flags import image_limits_of
+
+        with image_limits_of(params):
+            return fn()
 
 
 def _spec_of(value: Any) -> Any:

@@ -47,10 +47,14 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> dict[str, list[tup
     """Read results JSON files (a file, a folder searched recursively, or a list) grouped by kind.
 
     Returns ``{kind: [(label, results), ...]}``; the label is the file's folder name (or stem).
+    A searched folder may be a command's whole ``--out`` folder: the other JSON files there (job
+    identity, stats) are of no results kind and are left out; files named explicitly are all kept.
     """
+    searched = False
     if isinstance(paths, (str, Path)):
         p = Path(paths)
         files = sorted(p.rglob("*.json")) if p.is_dir() else [p]
+        searched = p.is_dir()
     else:
         files = [Path(x) for x in paths]
     out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -62,7 +66,10 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> dict[str, list[tup
         if not isinstance(data, dict):
             continue
         label = f.parent.name if f.stem == "results" else f.stem
-        out.setdefault(result_kind(data), []).append((label, data))
+        kind = result_kind(data)
+        if searched and kind == "other":
+            continue
+        out.setdefault(kind, []).append((label, data))
     return out
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from vlrl.core.image_flags import RESIZE_MAX_PIXELS_HELP, MaxImagePixels, ResizeMaxPixels
+
 
 def register(groups: dict[str, typer.Typer]) -> None:
     """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
@@ -34,8 +36,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
         max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Runs an image may fail (or yield no question) before it is written as it stands."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help="Qwen resize budget applied while loading images."),
-        max_image_pixels: int | None = typer.Option(None, "--max-image-pixels", help="Decompression-bomb limit (default 89478485; 0: no limit)."),
+        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help=RESIZE_MAX_PIXELS_HELP),
+        max_image_pixels: MaxImagePixels = None,
         force: bool = typer.Option(False, "--force", help="Start over: remove this shard's records, the dataset and stats first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
@@ -118,7 +120,19 @@ def register(groups: dict[str, typer.Typer]) -> None:
         margin: float = typer.Option(0.05, "--margin", help="caprl_qa: real captions must beat each baseline by more than this (paired mean)."),
         chance_margin: float = typer.Option(0.05, "--chance-margin", help="caprl_qa: real accuracy must exceed chance, 1/(options+1), by this."),
         seed: int = typer.Option(0, "--seed", help="caprl_qa: seed of the reward's draws and of the bootstrap."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
+        from vlrl.core.image_flags import image_limits_of
+
+        with image_limits_of({"max_image_pixels": max_image_pixels, "resize_max_pixels": resize_max_pixels}):
+            _smoke(qa=qa, captioner=captioner, answerer=answerer, mode=mode, limit=limit,
+                   questions_per_caption=questions_per_caption, rounds=rounds, out=out, cache=cache, strict=strict,
+                   reward_name=reward_name, rubrics=rubrics, judge=judge, setting=setting, drop=drop,
+                   margin=margin, chance_margin=chance_margin, seed=seed)
+
+    def _smoke(*, qa, captioner, answerer, mode, limit, questions_per_caption, rounds, out, cache, strict,
+               reward_name, rubrics, judge, setting, drop, margin, chance_margin, seed) -> None:
         from rich.console import Console
         from rich.panel import Panel
         from rich.table import Table
@@ -205,6 +219,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         from rich.console import Console

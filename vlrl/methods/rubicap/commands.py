@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from vlrl.core.image_flags import MaxImagePixels, ResizeMaxPixels
+
 
 def register(groups: dict[str, typer.Typer]) -> None:
     """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
@@ -32,6 +34,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         import json
@@ -75,6 +79,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         import json
@@ -115,6 +121,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         from rich.console import Console
@@ -154,6 +162,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         from rich.console import Console

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from vlrl.core.image_flags import MaxImagePixels, ResizeMaxPixels
+
 
 def register(groups: dict[str, typer.Typer]) -> None:
     """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
@@ -31,6 +33,8 @@ def register(groups: dict[str, typer.Typer]) -> None:
         force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
         max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
         params = dict(locals())
         import json
@@ -73,17 +77,22 @@ def register(groups: dict[str, typer.Typer]) -> None:
         limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N items."),
         group_by: str | None = typer.Option(None, "--group-by", help="Record field to report accuracy by (default: task/category if present)."),
         prompt: str = typer.Option("reasoning_eval", "--prompt", help="Prompt template name or .jinja path."),
+        max_image_pixels: MaxImagePixels = None,
+        resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
+        params = dict(locals())
         import json
 
+        from vlrl.core.image_flags import image_limits_of
         from vlrl.methods.vision_r1.evaluate import evaluate_reasoning
 
         try:
             from vlrl.core.jobs import preflight
 
             preflight(model)
-            metrics = evaluate_reasoning(model, bench, out, max_tokens=max_tokens, temperature=temperature,
-                                         batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt)
+            with image_limits_of(params):
+                metrics = evaluate_reasoning(model, bench, out, max_tokens=max_tokens, temperature=temperature,
+                                             batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt)
         except (OSError, ValueError) as e:
             typer.echo(f"vlrl eval reasoning: {e}", err=True)
             raise typer.Exit(2) from None
