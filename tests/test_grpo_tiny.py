@@ -219,3 +219,41 @@ def test_latest_checkpoint_skips_one_torn_while_saving(tmp_path):
             (tmp_path / f"checkpoint-{n}" / "trainer_state.json").write_text(state)
     assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
     assert latest_checkpoint(tmp_path / "missing") is None
+
+
+def _last_report(stdout: str) -> dict:
+    """The entry point's JSON report: the last top-level object on stdout (trainer logs come before it)."""
+    lines = stdout.splitlines()
+    start = max(i for i, line in enumerate(lines) if line == "{")
+    return json.loads("\n".join(lines[start:]))
+
+
+@pytest.mark.parametrize(
+    "script,recipe,over",
+    [
+        ("grpo", "caprl_tiny.yaml", ["max_steps=2", "save_steps=1"]),
+        ("ptst", "vision_r1_tiny_ptst.yaml", ["stages=[{max_completion_length: 12, num_generations: 4, steps: 1}, "
+                                              "{max_completion_length: 24, num_generations: 2, steps: 1}]"]),
+        ("sft", "sft_tiny.yaml", ["max_steps=2"]),
+    ],
+)
+def test_entry_point_scripts_train_then_report_a_finished_run(tmp_path, script, recipe, over):
+    """`python train/<method>.py` reads straight through the library's steps; run twice, the second run
+    reports the finished run and trains nothing (the same behaviour as `vlrl train <method>`)."""
+    out = tmp_path / script
+    cmd = [sys.executable, str(ROOT / "train" / f"{script}.py"), "--recipe", str(TINY / recipe), f"output_dir={out}", *over]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    metrics = _last_report(first.stdout)
+    assert json.loads((out / "metrics.json").read_text())["finished"] is True
+    if script == "ptst":
+        assert [s["stage"] for s in metrics["stages"]] == [1, 2]
+    else:
+        assert metrics["global_step"] == 2 and (out / "model.safetensors").is_file()
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    if script != "ptst":
+        assert _last_report(again.stdout)["status"] == "already finished"
+    bad = subprocess.run([*cmd[:2], "--recipe", str(tmp_path / "missing.yaml")], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1

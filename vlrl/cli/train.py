@@ -8,24 +8,12 @@ app = typer.Typer(no_args_is_help=True)
 
 
 def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool, force: bool = False) -> None:
-    import json
-    import warnings
+    from vlrl.training.entry import as_method, one_line_errors, report, warnings_once
+    from vlrl.training.recipe import load_recipe
 
-    from vlrl.training.recipe import RecipeError, load_recipe
-    from vlrl.training.runstate import RunFailed
-
-    # Deprecation notices from transformers/TRL repeat for every trainer (every PTST stage) and every
-    # step; one of each is enough to act on.
-    for category in (FutureWarning, DeprecationWarning, UserWarning):
-        warnings.filterwarnings("once", category=category)
-
-    try:
-        r = load_recipe(recipe, overrides or [])
-        if r.method != method:
-            if {r.method, method} <= {"grpo", "ptst"}:
-                r.method = method  # the same recipe may run as one stage (grpo) or staged (ptst)
-            else:
-                raise RecipeError(f"{recipe}: this is a '{r.method}' recipe; run it with `vlrl train {r.method}`")
+    warnings_once()
+    with one_line_errors():
+        r = as_method(load_recipe(recipe, overrides or []), method)
         if method == "grpo":
             from vlrl.training.grpo import run_grpo
 
@@ -38,13 +26,7 @@ def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: b
             from vlrl.training.sft import run_sft
 
             metrics = run_sft(r, force=force)
-    except RecipeError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    except RunFailed as e:
-        typer.echo(f"error: training stopped: {e}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(json.dumps(metrics, indent=2, default=str))
+    report(metrics)
 
 
 _RECIPE = typer.Option(..., "--recipe", "-r", help="YAML recipe (train/recipes/...).")

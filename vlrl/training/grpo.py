@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -460,34 +461,61 @@ def close_rewards(trainer: Any) -> None:
             close()
 
 
-def run_grpo(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
-    """Train with GRPO; with ``resume`` (default), continue from the newest checkpoint in output_dir.
+@dataclass
+class Run:
+    """A training run about to start, continue or be reported in ``out`` (see :func:`open_run`)."""
 
-    A finished run is reported and not trained again; an ``output_dir`` holding another recipe's run
-    is refused unless ``force`` (see :mod:`vlrl.training.runstate`).
-    """
+    recipe: Recipe
+    out: Path
+    checkpoint: Path | None
+    """The newest complete checkpoint to continue from (``None``: start from the recipe's model)."""
+    finished: dict[str, Any] | None
+    """The metrics of a run that already finished: nothing is left to train."""
+
+
+def open_run(recipe: Recipe, *, resume: bool = True, force: bool = False) -> Run:
+    """Everything before the policy loads: validate and probe the recipe, refuse an ``output_dir``
+    holding another recipe's run (unless ``force``), find the checkpoint to continue from, and tell a
+    finished run apart. The run's identity is recorded only when there is work to do."""
     from vlrl.training.runstate import check_identity, finished_metrics, write_identity
 
     recipe = prepare(recipe)
     out = Path(recipe.output_dir)
     check_identity(recipe, out, force=force)
     ckpt = latest_checkpoint(out) if resume else None
-    max_steps = recipe.trainer.get("max_steps")
-    if resume and (done := finished_metrics(out, max_steps, ckpt)) is not None:
+    if resume and (done := finished_metrics(out, recipe.trainer.get("max_steps"), ckpt)) is not None:
         logger.info("%s: this run already finished at step %s; nothing to train (raise max_steps to continue, or use "
                     "a new output_dir)", out, done.get("global_step"))
-        return {**done, "status": "already finished"}
+        return Run(recipe, out, ckpt, {**done, "status": "already finished"})
     if ckpt:
         logger.info("resuming from %s", ckpt)
     write_identity(recipe, out)
-    trainer, ckpt_arg = build_trainer(recipe, resume=ckpt)
+    return Run(recipe, out, ckpt, None)
+
+
+def finish_run(trainer: Any, run: Run, **extra: Any) -> dict[str, Any]:
+    """Save the policy into ``output_dir`` and write the run's ``metrics.json``; returns the metrics."""
+    trainer.save_model(str(run.out))
+    metrics = summarize_history(trainer.state.log_history)
+    metrics.update(global_step=trainer.state.global_step, max_steps=trainer.state.max_steps, finished=True, **extra)
+    if is_main_process():
+        atomic_write_json(run.out / "metrics.json", metrics)
+    return metrics
+
+
+def run_grpo(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
+    """Train with GRPO; with ``resume`` (default), continue from the newest checkpoint in output_dir.
+
+    A finished run is reported and not trained again; an ``output_dir`` holding another recipe's run
+    is refused unless ``force`` (see :mod:`vlrl.training.runstate`). ``train/grpo.py`` spells out
+    the same steps.
+    """
+    run = open_run(recipe, resume=resume, force=force)
+    if run.finished is not None:
+        return run.finished
+    trainer, resume_from = build_trainer(run.recipe, resume=run.checkpoint)
     try:
-        train_or_finish(trainer, ckpt_arg)
+        train_or_finish(trainer, resume_from)
     finally:
         close_rewards(trainer)
-    trainer.save_model(str(out))
-    metrics = summarize_history(trainer.state.log_history)
-    metrics.update(global_step=trainer.state.global_step, max_steps=trainer.state.max_steps, finished=True)
-    if is_main_process():
-        atomic_write_json(out / "metrics.json", metrics)
-    return metrics
+    return finish_run(trainer, run)

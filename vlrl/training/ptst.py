@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -143,18 +144,29 @@ def _stage_weights_ok(stage_dir: Path) -> bool:
         (stage_dir / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"))
 
 
-def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
-    """Run (or resume) every PTST stage in order; returns the per-stage metrics."""
+@dataclass
+class PTSTRun:
+    """A PTST run in ``out``: its stage plan, its state file and the one shuffled data stream."""
+
+    recipe: Recipe
+    out: Path
+    plan: list[dict[str, Any]]
+    state: dict[str, Any]
+    dataset: Any
+    resume: bool
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.state.get("current") is None and len(self.state.get("completed", [])) == len(self.plan)
+
+
+def open_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> PTSTRun:
+    """Validate and probe the recipe, plan the stages, refuse another run's folder (unless ``force``)
+    or a different stage plan, and load the dataset once for every stage."""
     from vlrl.training.data import to_trl_dataset
-    from vlrl.training.grpo import (
-        build_trainer,
-        close_rewards,
-        latest_checkpoint,
-        prepare,
-        summarize_history,
-        train_or_finish,
-    )
-    from vlrl.training.runstate import check_identity, checkpoint_step, write_identity
+    from vlrl.training.grpo import prepare
+    from vlrl.training.runstate import check_identity, write_identity
 
     recipe = prepare(recipe)
     ignored = sorted(k for k in recipe.trainer if k in PLANNED_KEYS)
@@ -181,61 +193,87 @@ def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[s
     write_identity(recipe, out)
     atomic_write_json(out / STATE_FILE, state)
     dataset = to_trl_dataset(recipe.data, cache_dir=out / "_data")
-    seed = int(recipe.trainer.get("seed", 42))
-    offsets = stage_offsets(plan)
-    results = []
-    for sp, offset in zip(plan, offsets, strict=True):
-        k = sp["stage"]
-        stage_dir = out / f"stage-{k}"
-        if k in state["completed"]:
-            if not _stage_weights_ok(stage_dir):
-                raise RecipeError(
-                    f"{stage_dir}: stage {k} is marked done but its weights are missing; restore the folder, or "
-                    f"remove {k} from 'completed' in {out / STATE_FILE} to retrain the stage"
-                )
-            results.append(json.loads((stage_dir / "metrics.json").read_text()))
-            logger.info("stage %d already done; skipping", k)
-            continue
-        start = recipe.model.path if k == 1 else str(out / f"stage-{k - 1}")
-        ckpt = latest_checkpoint(stage_dir) if resume else None
-        if resume and ckpt is None and stage_dir.is_dir() and any(stage_dir.iterdir()):
-            logger.warning("stage %d: %s holds no complete checkpoint (interrupted before its first save, or "
-                           "torn); restarting the stage from %s", k, stage_dir, start)
-        elif ckpt is not None and checkpoint_step(ckpt) == sp["max_steps"]:
-            logger.info("stage %d: its final step is checkpointed in %s (the stage's last save was interrupted); "
-                        "finishing it without training again", k, ckpt)
-        state["current"] = k
-        atomic_write_json(out / STATE_FILE, state)
-        logger.info(
-            "PTST stage %d/%d: max_completion_length=%d num_generations=%d steps=%d (micro-batch %d × %d accumulation), "
-            "data from prompt %d%s",
-            k, len(plan), sp["max_completion_length"], sp["num_generations"], sp["max_steps"],
-            sp["per_device_train_batch_size"], sp["gradient_accumulation_steps"], offset,
-            f", resuming from {ckpt}" if ckpt else "",
-        )
-        trainer, ckpt_arg = build_trainer(
-            recipe, model_path=start, resume=ckpt, output_dir=str(stage_dir),
-            train_dataset=stage_dataset(dataset, seed, offset),
-            stage_overrides={**_overrides(sp), "shuffle_dataset": False},
-        )
-        try:
-            train_or_finish(trainer, ckpt_arg)
-        finally:
-            close_rewards(trainer)
-        _save_stage_weights(trainer, stage_dir)
-        trainer.accelerator.wait_for_everyone()  # the next stage loads these files on every rank
-        metrics = {**summarize_history(trainer.state.log_history), "global_step": trainer.state.global_step,
-                   "stage": k, "config": sp, "start_model": start, "resumed_from": ckpt_arg, "data_offset": offset}
-        atomic_write_json(stage_dir / "metrics.json", metrics)
-        state["completed"].append(k)
-        atomic_write_json(out / STATE_FILE, state)
-        results.append(metrics)
-        teardown_stage(trainer)
-        del trainer
-    state["current"] = None
+    return PTSTRun(recipe, out, plan, state, dataset, resume)
+
+
+def train_stage(run: PTSTRun, sp: dict[str, Any]) -> dict[str, Any]:
+    """Train stage ``sp`` of the plan (or report it, when it is done) and return its metrics."""
+    from vlrl.training.grpo import (
+        build_trainer,
+        close_rewards,
+        latest_checkpoint,
+        summarize_history,
+        train_or_finish,
+    )
+    from vlrl.training.runstate import checkpoint_step
+
+    recipe, out, state, resume = run.recipe, run.out, run.state, run.resume
+    k = sp["stage"]
+    offset = stage_offsets(run.plan)[k - 1]
+    stage_dir = out / f"stage-{k}"
+    if k in state["completed"]:
+        if not _stage_weights_ok(stage_dir):
+            raise RecipeError(
+                f"{stage_dir}: stage {k} is marked done but its weights are missing; restore the folder, or "
+                f"remove {k} from 'completed' in {out / STATE_FILE} to retrain the stage"
+            )
+        logger.info("stage %d already done; skipping", k)
+        metrics = json.loads((stage_dir / "metrics.json").read_text())
+        run.results.append(metrics)
+        return metrics
+    start = recipe.model.path if k == 1 else str(out / f"stage-{k - 1}")
+    ckpt = latest_checkpoint(stage_dir) if resume else None
+    if resume and ckpt is None and stage_dir.is_dir() and any(stage_dir.iterdir()):
+        logger.warning("stage %d: %s holds no complete checkpoint (interrupted before its first save, or "
+                       "torn); restarting the stage from %s", k, stage_dir, start)
+    elif ckpt is not None and checkpoint_step(ckpt) == sp["max_steps"]:
+        logger.info("stage %d: its final step is checkpointed in %s (the stage's last save was interrupted); "
+                    "finishing it without training again", k, ckpt)
+    state["current"] = k
     atomic_write_json(out / STATE_FILE, state)
-    atomic_write_json(out / "metrics.json", {"stages": results, "finished": True})
-    return {"stages": results}
+    logger.info(
+        "PTST stage %d/%d: max_completion_length=%d num_generations=%d steps=%d (micro-batch %d × %d accumulation), "
+        "data from prompt %d%s",
+        k, len(run.plan), sp["max_completion_length"], sp["num_generations"], sp["max_steps"],
+        sp["per_device_train_batch_size"], sp["gradient_accumulation_steps"], offset,
+        f", resuming from {ckpt}" if ckpt else "",
+    )
+    trainer, ckpt_arg = build_trainer(
+        recipe, model_path=start, resume=ckpt, output_dir=str(stage_dir),
+        train_dataset=stage_dataset(run.dataset, int(recipe.trainer.get("seed", 42)), offset),
+        stage_overrides={**_overrides(sp), "shuffle_dataset": False},
+    )
+    try:
+        train_or_finish(trainer, ckpt_arg)
+    finally:
+        close_rewards(trainer)
+    _save_stage_weights(trainer, stage_dir)
+    trainer.accelerator.wait_for_everyone()  # the next stage loads these files on every rank
+    metrics = {**summarize_history(trainer.state.log_history), "global_step": trainer.state.global_step,
+               "stage": k, "config": sp, "start_model": start, "resumed_from": ckpt_arg, "data_offset": offset}
+    atomic_write_json(stage_dir / "metrics.json", metrics)
+    state["completed"].append(k)
+    atomic_write_json(out / STATE_FILE, state)
+    run.results.append(metrics)
+    teardown_stage(trainer)
+    return metrics
+
+
+def close_ptst(run: PTSTRun) -> dict[str, Any]:
+    """Mark the run finished and write its ``metrics.json`` (every stage's metrics)."""
+    run.state["current"] = None
+    atomic_write_json(run.out / STATE_FILE, run.state)
+    atomic_write_json(run.out / "metrics.json", {"stages": run.results, "finished": True})
+    return {"stages": run.results}
+
+
+def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
+    """Run (or resume) every PTST stage in order; returns the per-stage metrics.
+    ``train/ptst.py`` spells out the same steps."""
+    run = open_ptst(recipe, resume=resume, force=force)
+    for stage in run.plan:
+        train_stage(run, stage)
+    return close_ptst(run)
 
 
 def _save_stage_weights(trainer, stage_dir: Path) -> None:

@@ -59,31 +59,25 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
     return datasets.Dataset.from_dict(table).with_transform(_Decode([]))
 
 
-def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
+def build_sft_trainer(recipe: Recipe, *, resume: Path | None = None):
+    """A ready ``SFTTrainer`` for a prepared recipe; ``resume`` is a checkpoint whose weights the policy
+    loads (transformers #43701: the trainer's own weight loading is skipped, the optimizer, scheduler
+    and step come from the checkpoint). Returns ``(trainer, resume_from_checkpoint)``."""
     from trl import SFTConfig, SFTTrainer
 
-    from vlrl.training.grpo import latest_checkpoint, load_callbacks, load_policy, lora_config, prepare
-    from vlrl.training.runstate import SaveAtEnd, check_identity, finished_metrics, replan_lr, write_identity
+    from vlrl.training.grpo import load_callbacks, load_policy, lora_config
+    from vlrl.training.runstate import SaveAtEnd, replan_lr
 
-    recipe = prepare(recipe)
-    out = Path(recipe.output_dir)
-    check_identity(recipe, out, force=force)
-    ckpt = latest_checkpoint(out)
-    if (done := finished_metrics(out, recipe.trainer.get("max_steps"), ckpt)) is not None:
-        logger.info("%s: this run already finished at step %s; nothing to train (raise max_steps to continue, or use "
-                    "a new output_dir)", out, done.get("global_step"))
-        return {**done, "status": "already finished"}
-    write_identity(recipe, out)
     cfg = SFTConfig(**sft_kwargs(recipe))
     lora = recipe.model.lora
-    if ckpt and lora:
-        policy, peft = load_policy(recipe.model.path, recipe.model, trainable_adapter_from=str(ckpt)), None
-    elif ckpt:  # transformers #43701: load the weights ourselves, resume the rest
-        policy, peft = load_policy(str(ckpt), recipe.model), None
+    if resume and lora:
+        policy, peft = load_policy(recipe.model.path, recipe.model, trainable_adapter_from=str(resume)), None
+    elif resume:
+        policy, peft = load_policy(str(resume), recipe.model), None
     else:
         policy, peft = load_policy(recipe.model.path, recipe.model), (lora_config(lora) if lora else None)
     processor = load_processor(recipe.model.path, recipe.data)
-    ds = to_sft_dataset(recipe.data, cache_dir=out / "_data")
+    ds = to_sft_dataset(recipe.data, cache_dir=Path(recipe.output_dir) / "_data")
 
     class _Trainer(SFTTrainer):
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
@@ -96,14 +90,31 @@ def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
 
     trainer = _Trainer(model=policy, args=cfg, train_dataset=ds, processing_class=processor, peft_config=peft,
                        callbacks=[*load_callbacks(recipe.callbacks), SaveAtEnd()])
-    trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
-    trainer.save_model(str(out))
+    return trainer, (str(resume) if resume else None)
+
+
+def finish_sft(trainer: Any, run: Any) -> dict[str, Any]:
+    """Save the fine-tuned model into ``output_dir`` and write ``metrics.json`` (first and last loss)."""
+    trainer.save_model(str(run.out))
     losses = [h["loss"] for h in trainer.state.log_history if isinstance(h.get("loss"), (int, float))]
     metrics = {"global_step": trainer.state.global_step, "loss_first": losses[0] if losses else None,
-               "loss_last": losses[-1] if losses else None, "rows": len(ds), "max_steps": trainer.state.max_steps,
-               "finished": True}
-    atomic_write_json(out / "metrics.json", metrics)
+               "loss_last": losses[-1] if losses else None, "rows": len(trainer.train_dataset),
+               "max_steps": trainer.state.max_steps, "finished": True}
+    atomic_write_json(run.out / "metrics.json", metrics)
     return metrics
+
+
+def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
+    """Fine-tune; a killed run continues from its newest checkpoint, a finished one is reported.
+    ``train/sft.py`` spells out the same steps."""
+    from vlrl.training.grpo import open_run
+
+    run = open_run(recipe, resume=True, force=force)
+    if run.finished is not None:
+        return run.finished
+    trainer, resume_from = build_sft_trainer(run.recipe, resume=run.checkpoint)
+    trainer.train(resume_from_checkpoint=resume_from)
+    return finish_sft(trainer, run)
 
 
 def sft_kwargs(recipe: Recipe) -> dict[str, Any]:
