@@ -251,6 +251,9 @@ def test_entry_point_scripts_train_then_report_a_finished_run(tmp_path, script, 
         assert [s["stage"] for s in metrics["stages"]] == [1, 2]
     else:
         assert metrics["global_step"] == 2 and (out / "model.safetensors").is_file()
+    if script == "grpo":  # each step's completions table is shown once, not again after training
+        titles = [line for line in first.stdout.splitlines() if line.startswith("╭") and " Step " in line]
+        assert len(titles) == 2 and len(set(titles)) == 2, titles
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     if script != "ptst":

@@ -281,6 +281,15 @@ def _trainer_class():
                 except Exception as e:  # noqa: BLE001 - logging must never stop training
                     logger.warning("could not write sampled completions: %s", e)
                 self._vlrl_written = self._vlrl_generations
+            if "loss" not in logs and self.log_completions:
+                # The end-of-training summary (train_runtime, ...): TRL would print and log the last
+                # step's completions table a second time.
+                self.log_completions = False
+                try:
+                    super().log(logs, start_time)
+                finally:
+                    self.log_completions = True
+                return
             super().log(logs, start_time)
 
     return VLRLGRPOTrainer
