@@ -140,10 +140,13 @@ def test_hf_render_prompt_and_choice_token_are_what_score_choices_reads(tiny_lm)
     assert "a red circle" in text and text != msgs[0]["content"] + prefix  # the chat template was applied
     tokens = [b.choice_token(text, c) for c in (" A", " B")]
     assert len(set(tokens)) == 2
+    variants = [b.choice_token_ids(text, c) for c in (" A", " B")]
+    assert all(t in v for t, v in zip(tokens, variants, strict=True))  # the label is one of the counted tokens
     ids = b.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        probs = torch.softmax(b.net(input_ids=ids).logits[0, -1].float(), -1)
-    mine = probs[tokens] / probs[tokens].sum()
+        probs = torch.softmax(b.net(input_ids=ids).logits[0, -1].float(), -1)  # T=1, the request's default
+    mass = torch.stack([probs[v].sum() for v in variants])
+    mine = mass / mass.sum()
     got = b.score_choices([ChoiceRequest(msgs, [" A", " B"], prefix=prefix)])[0]
     assert got.exact
     assert got.probs[" A"] == pytest.approx(float(mine[0]), abs=1e-4)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -209,7 +210,16 @@ def preflight(spec: Any, timeout: float = 5.0) -> None:
     answers and lists MODEL. Raises :class:`BackendError` with one line; anything that is not a spec
     string (a ready backend object, a captions file) passes.
     """
-    if not isinstance(spec, str) or ":" not in spec:
+    if not isinstance(spec, str):
+        return
+    head, sep, rest = spec.partition("=")
+    if sep and re.fullmatch(r"[A-Za-z0-9_.\-]+", head):  # NAME=SPEC
+        spec = rest
+    if spec.endswith(".jsonl"):  # a captions file standing in for a model
+        if not Path(spec).expanduser().is_file():
+            raise BackendError(f"captions file '{spec}' does not exist")
+        return
+    if ":" not in spec:
         return
     from vlrl.core.backends import parse_spec
 

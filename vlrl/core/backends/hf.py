@@ -186,13 +186,19 @@ class HFBackend(Backend):
         return self._render(norm, None, load_images=False)[0]
 
     def choice_token(self, prompt: str, choice: str) -> int:
-        """Token id whose probability :meth:`score_choices` reads for ``choice`` after ``prompt``.
+        """The token the tokenizer writes first for ``choice`` after ``prompt``: the label to train on.
 
         ``prompt`` is rendered text (:meth:`render_prompt` plus any pre-fill); ``choice`` is the
-        text the model would write next (``" A"``). Only the first token is scored, so a model
-        trained to answer through this backend should put its label on exactly this token.
+        text the model would write next (``" A"``). :meth:`score_choices` reads this token together
+        with every other token that spells the same choice (:meth:`choice_token_ids`), so a model
+        trained to answer through this backend should put its label on this one.
         """
         return self._choice_token(prompt, choice)
+
+    def choice_token_ids(self, prompt: str, choice: str) -> list[int]:
+        """Every token whose probability :meth:`score_choices` counts for ``choice`` (``"A"``,
+        ``" A"``, ``"\\nA"``, ...): their summed, tempered probability is the choice's score."""
+        return self._choice_ids(prompt, choice)
 
     def _render(self, messages: list[dict[str, Any]], record: str | None,
                 load_images: bool = True) -> tuple[str, list[Any]]:
