@@ -173,3 +173,13 @@ def test_a_job_that_does_not_observe_gets_the_counts_and_its_identity(tmp_path):
                   process=lambda b: [Outcome.fail(k, "no") if k == "b" else Outcome.ok(k, {"id": k}) for k in b])
     assert (job.done, job.quarantined, job.failed) == (2, 1, 0)
     assert json.loads((tmp_path / "job.json").read_text())["job"] == {"a": 1}
+
+
+def test_an_outcome_may_go_to_another_store_even_an_empty_one(tmp_path):
+    with JsonlStore(tmp_path / "o.jsonl") as s, JsonlStore(tmp_path / "solved.jsonl") as solved:
+        run_stage(["a", "b"], key=str, store=s, done=[solved], progress=False,
+                  process=lambda b: [Outcome.ok(k, {"id": k}, to=solved if k == "b" else None) for k in b])
+        calls: list[list[str]] = []
+        run_stage(["a", "b"], key=str, store=s, done=[solved], progress=False, process=_echo(calls))
+    assert [r["id"] for r in _lines(tmp_path / "o.jsonl")] == ["a"]
+    assert [r["id"] for r in _lines(tmp_path / "solved.jsonl")] == ["b"] and calls == []

@@ -128,7 +128,7 @@ def run_stage(
 
     def commit(k: str, oc: Outcome) -> None:
         if oc.reason is None and oc.record is not None:
-            if (oc.to or store).append(oc.record):
+            if (store if oc.to is None else oc.to).append(oc.record):  # an empty store is falsy
                 counts.stored += 1
             return
         reason = oc.reason or "the stage returned no record"
