@@ -89,7 +89,7 @@ def test_a_process_that_raises_for_one_item_quarantines_that_item_only(tmp_path)
         counts = run_stage(keys, key=str, process=process, store=store, quarantine=q, batch_size=5, progress=False)
     assert sorted(r["id"] for r in _lines(tmp_path / "o.jsonl")) == ["a", "b", "c", "d"]
     assert _lines(tmp_path / "q.jsonl") == [{"id": "bad", "reason": "ValueError: cannot read bad"}]
-    assert (counts.stored, counts.failed, counts.quarantined) == (4, 1, 1)
+    assert (counts.stored, counts.failed, counts.quarantined) == (4, 0, 1)
     assert seen[0] == keys and ["bad"] in seen  # the batch was split, the bad item tried alone
 
 
@@ -148,7 +148,7 @@ def test_an_item_the_process_forgot_is_a_failure_not_a_silent_gap(tmp_path):
     with JsonlStore(tmp_path / "o.jsonl") as s, JsonlStore(tmp_path / "q.jsonl") as q:
         counts = run_stage(["a", "b"], key=str, process=lambda b: [Outcome.ok("a", {"id": "a"})], store=s,
                            quarantine=q, progress=False)
-    assert counts.failed == 1 and "no outcome" in _lines(tmp_path / "q.jsonl")[0]["reason"]
+    assert counts.quarantined == 1 and "no outcome" in _lines(tmp_path / "q.jsonl")[0]["reason"]
 
 
 def test_the_jobs_breaker_stops_a_stage_whose_items_all_raise(tmp_path):
@@ -183,3 +183,58 @@ def test_an_outcome_may_go_to_another_store_even_an_empty_one(tmp_path):
         run_stage(["a", "b"], key=str, store=s, done=[solved], progress=False, process=_echo(calls))
     assert [r["id"] for r in _lines(tmp_path / "o.jsonl")] == ["a"]
     assert [r["id"] for r in _lines(tmp_path / "solved.jsonl")] == ["b"] and calls == []
+
+
+def test_a_backend_failure_is_never_written_and_is_retried_by_the_next_run(tmp_path):
+    down = {"b"}
+
+    def process(batch):
+        return [Outcome.retry(k, "connection refused") if k in down else Outcome.ok(k, {"id": k}) for k in batch]
+
+    for _ in range(2):
+        with JsonlStore(tmp_path / "o.jsonl") as s, Quarantine(tmp_path / "q.jsonl") as q:
+            counts = run_stage(["a", "b"], key=str, process=process, store=s, quarantine=q, progress=False)
+        assert counts.failed == 1 and counts.quarantined == 0
+        assert not (tmp_path / "q.jsonl").read_text()
+    down.clear()
+    with JsonlStore(tmp_path / "o.jsonl") as s, Quarantine(tmp_path / "q.jsonl") as q:
+        assert run_stage(["a", "b"], key=str, process=process, store=s, quarantine=q, progress=False).stored == 1
+    assert sorted(r["id"] for r in _lines(tmp_path / "o.jsonl")) == ["a", "b"]
+
+
+def test_backend_failures_open_the_breaker_of_a_job_that_does_not_observe_after_the_batch_is_committed(tmp_path):
+    sent: list[str] = []
+
+    def process(batch):
+        sent.extend(batch)
+        return [Outcome.ok(k, {"id": k}) if k == "0" else Outcome.retry(k, "HTTP 503") for k in batch]
+
+    job = Job("test", tmp_path, {"a": 1}, max_consecutive_failures=3)
+    with pytest.raises(BackendDown, match="HTTP 503"), job, JsonlStore(tmp_path / "o.jsonl") as s:
+        run_stage([str(i) for i in range(12)], key=str, process=process, store=s, batch_size=2, progress=False)
+    assert sent == ["0", "1", "2", "3"]  # stopped before the third batch was sent
+    assert [r["id"] for r in _lines(tmp_path / "o.jsonl")] == ["0"] and job.failed == 3
+
+
+def test_stable_batches_resend_a_half_done_batch_with_its_first_run_boundaries(tmp_path):
+    keys = [f"k{i}" for i in range(7)]
+    with JsonlStore(tmp_path / "o.jsonl") as s:
+        for k in ("k1", "k4", "k5"):
+            s.append({"id": k})
+    calls: list[list[str]] = []
+    with JsonlStore(tmp_path / "o.jsonl") as s:
+        counts = run_stage(keys, key=str, process=_echo(calls), store=s, batch_size=3, stable_batches=True,
+                           progress=False)
+    assert calls == [["k0", "k2"], ["k3"], ["k6"]] and counts.skipped == 3
+    calls.clear()
+    with JsonlStore(tmp_path / "p.jsonl") as s:
+        s.append({"id": "k1"})
+        run_stage(keys, key=str, process=_echo(calls), store=s, batch_size=3, progress=False)
+    assert calls == [["k0", "k2", "k3"], ["k4", "k5", "k6"]]  # the default packs full batches
+
+
+def test_done_may_be_any_container_of_keys(tmp_path):
+    calls: list[list[str]] = []
+    with JsonlStore(tmp_path / "o.jsonl") as s:
+        run_stage(["a", "b"], key=str, process=_echo(calls), store=s, done=[{"a"}], progress=False)
+    assert calls == [["b"]]

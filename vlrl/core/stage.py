@@ -8,12 +8,15 @@ another did not, one lost a whole batch to one bad record, progress and counters
 shape lives here once, and a stage supplies only what is its own:
 
 * ``key(item)``: the stable identity of a unit of work (an image id, ``image_id::teacher``);
-* ``process(batch) -> list[Outcome]``: the model calls for one batch, one :class:`Outcome` per item,
-  either a record to store or a one-line reason.
+* ``process(batch) -> list[Outcome]``: the model calls for one batch, one :class:`Outcome` per item:
+  a record to store (:meth:`Outcome.ok`), a one-line reason the item is bad (:meth:`Outcome.fail`,
+  quarantined), or a one-line reason the *backend* failed on it (:meth:`Outcome.retry`: written
+  nowhere, so the next run tries again; a failure is never kept as a result).
 
 :func:`run_stage` guarantees the rest:
 
-* **Exactly once on resume.** Keys already in ``store`` (or in any of ``done``) are skipped before
+* **Exactly once on resume.** Keys already in ``store`` (or in any of ``done``: other stores of the
+  stage, or the keys other shards wrote) are skipped before
   ``process`` sees them; each record is appended (flushed, fsynced) as soon as its batch returns,
   so a run killed mid-batch loses only that batch's uncommitted work, which the rerun redoes (its
   model calls replay from the response cache).
@@ -22,20 +25,25 @@ shape lives here once, and a stage supplies only what is its own:
   retried on the next run" (a flaky teacher) pass ``True``; stages that quarantine bad *input*
   (an unreadable image) leave it ``False`` and the CLI's ``--retry-quarantined`` moves the file
   aside instead. Without a quarantine store a failure is logged and left for the next run.
+* **Stable batches** (``stable_batches=True``): the batch boundaries are cut over *all* items, done
+  ones included, so a resumed run sends a half-finished batch with the same neighbours as before: a
+  local model pads a batch to its longest prompt, and other neighbours can change a greedy answer
+  and miss the response cache.
 * **One bad record never sinks the batch.** When ``process`` raises for a batch, each item is
   retried alone; an item that still raises is quarantined with ``ExceptionType: message`` and the
   others go on. :class:`~vlrl.core.jobs.BackendDown` (the circuit breaker) and ``KeyboardInterrupt``
   are never swallowed.
 * **The job.** The current :class:`~vlrl.core.jobs.Job` (``job`` or the one running) is asked
   before every batch whether its circuit breaker is open, hears about every exception-quarantined
-  item, and gets the counts of a run it does not observe itself; on Ctrl-C the loop closes its
+  item, and, when it does not observe the backends itself, gets the run's counts and hears of every
+  stored record (success) and backend failure (:meth:`Outcome.retry`); on Ctrl-C the loop closes its
   progress bar and the Job prints where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +71,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
     to: JsonlStore | None = None
     label: str | None = None
+    transient: bool = False
 
     @classmethod
     def ok(cls, key: str, record: dict[str, Any], *, to: JsonlStore | None = None) -> Outcome:
@@ -72,19 +81,21 @@ class Outcome:
     def fail(cls, key: str, reason: str, *, label: str | None = None, **extra: Any) -> Outcome:
         return cls(str(key), reason=" ".join(str(reason).split()) or "failed", extra=extra, label=label)
 
+    @classmethod
+    def retry(cls, key: str, reason: str, *, label: str | None = None) -> Outcome:
+        """The backend failed on this item: logged, counted, never written, retried by the next run."""
+        return cls(str(key), reason=" ".join(str(reason).split()) or "backend failed", label=label, transient=True)
+
 
 @dataclass
 class StageCounts:
-    """What one :func:`run_stage` call did (``skipped``: keys already done before it started)."""
+    """What one :func:`run_stage` call did: records ``stored``, items ``quarantined``, items that
+    ``failed`` and are left for the next run, and ``skipped`` keys that were done before it started."""
 
     stored: int = 0
-    failed: int = 0
     quarantined: int = 0
+    failed: int = 0
     skipped: int = 0
-
-    @property
-    def processed(self) -> int:
-        return self.stored + self.failed
 
 
 def run_stage(
@@ -96,8 +107,9 @@ def run_stage(
     quarantine: JsonlStore | None = None,
     batch_size: int = 16,
     desc: str = "stage",
-    done: Sequence[JsonlStore] = (),
+    done: Sequence[Container[str]] = (),
     retry_quarantined: bool = False,
+    stable_batches: bool = False,
     failure_log: str = DEFAULT_FAILURE_LOG,
     job: Any = None,
     progress: bool = True,
@@ -114,33 +126,62 @@ def run_stage(
     counts = StageCounts()
     seen: set[str] = set()
 
-    def todo() -> Iterable[tuple[str, Any]]:
+    def is_done(k: str) -> bool:
+        return k in store or any(k in d for d in done) or (
+            quarantine is not None and not retry_quarantined and k in quarantine)
+
+    def keyed() -> Iterator[tuple[str, Any]]:
         for item in items:
             k = str(key(item))
-            if k in seen:
-                continue
-            seen.add(k)
-            if k in store or any(k in d for d in done) or (
-                    quarantine is not None and not retry_quarantined and k in quarantine):
-                counts.skipped += 1
-                continue
-            yield k, item
+            if k not in seen:
+                seen.add(k)
+                yield k, item
 
-    def commit(k: str, oc: Outcome) -> None:
-        if oc.reason is None and oc.record is not None:
-            if (store if oc.to is None else oc.to).append(oc.record):  # an empty store is falsy
-                counts.stored += 1
+    def fresh(cut: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        for k, item in cut:
+            if is_done(k):
+                counts.skipped += 1
+            else:
+                yield k, item
+
+    def pending() -> Iterator[list[tuple[str, Any]]]:
+        if not stable_batches:
+            yield from batched(fresh(keyed()), batch_size)
             return
+        for cut in batched(keyed(), batch_size):
+            if todo := list(fresh(cut)):
+                yield todo
+
+    counting = job is not None and not getattr(job, "observe", False)  # an observing job counts for itself
+
+    def commit(k: str, oc: Outcome) -> str | None:
+        """Write one outcome; returns the reason of a backend failure (for the breaker)."""
+        if oc.reason is None and oc.record is not None:
+            if (store if oc.to is None else oc.to).append(oc.record):  # (an empty store is falsy)
+                counts.stored += 1
+                if counting:
+                    job.started()
+                    job.done += 1
+                    job.breaker.success()
+            return None
         reason = oc.reason or "the stage returned no record"
-        counts.failed += 1
+        if oc.transient or quarantine is None:
+            counts.failed += 1
+            logger.warning(failure_log.format(desc=desc, key=k, label=oc.label or k, reason=reason))
+            if counting:
+                job.failed += 1
+            return reason if oc.transient else None
+        counts.quarantined += 1
+        if job is not None:
+            job.quarantined += 1
+            if counting:
+                job.started()
         if isinstance(quarantine, Quarantine):
-            quarantine.add(k, reason, **oc.extra)
+            quarantine.add(k, reason, **oc.extra)  # redacts the reason and logs its own line
         else:
             logger.warning(failure_log.format(desc=desc, key=k, label=oc.label or k, reason=reason))
-            if quarantine is not None:
-                quarantine.append({quarantine.key_field: k, **oc.extra, "reason": reason})
-        if quarantine is not None:
-            counts.quarantined += 1
+            quarantine.append({quarantine.key_field: k, **oc.extra, "reason": reason})
+        return None
 
     def run_batch(batch: list[tuple[str, Any]]) -> list[Outcome]:
         try:
@@ -156,40 +197,26 @@ def run_stage(
                 job.breaker.failure(reason)  # raises BackendDown when the failures run on
             return [Outcome.fail(batch[0][0], reason)]
 
-    pending: Iterable[tuple[str, Any]] = todo()
+    batches: Iterable[list[tuple[str, Any]]] = pending()
+    total = None
     if isinstance(items, Sequence):  # a list: count what is left up front, for the progress bar
-        pending = list(pending)
-    bar = tqdm(total=len(pending) if isinstance(pending, list) else None, desc=desc, unit="item", disable=not progress)
-    before = (counts.stored, counts.failed, counts.quarantined)
+        batches = list(batches)
+        total = sum(map(len, batches))
+    bar = tqdm(total=total, desc=desc, unit="item", disable=not progress)
     try:
-        for batch in batched(pending, batch_size):
+        for batch in batches:
             if job is not None:
                 job.breaker.check()
             by_key = {oc.key: oc for oc in run_batch(batch)}
-            for k, _ in batch:
-                commit(k, by_key.get(k) or Outcome.fail(k, "the stage returned no outcome for this item"))
-            _tell_job(job, counts, before)
-            before = (counts.stored, counts.failed, counts.quarantined)
+            down = [why for k, _ in batch
+                    if (why := commit(k, by_key.get(k) or Outcome.fail(k, "the stage returned no outcome for this item")))]
             bar.update(len(batch))
+            if down and counting:  # after the whole batch is committed: the breaker may stop the job
+                job.breaker.failure(down[-1], n=len(down))
     finally:
         bar.close()
-        for s in {id(s): s for s in (store, quarantine, *done) if s is not None}.values():
+        for s in {id(s): s for s in (store, quarantine, *done) if isinstance(s, JsonlStore)}.values():
             if not s.fsync:
                 s.sync()
     return counts
 
-
-def _tell_job(job: Any, counts: StageCounts, before: tuple[int, int, int]) -> None:
-    """Counts for the job's exit code and Ctrl-C report (an observing job counts commits itself)."""
-    if job is None:
-        return
-    stored, failed, quarantined = (counts.stored - before[0], counts.failed - before[1],
-                                   counts.quarantined - before[2])
-    job.quarantined += quarantined
-    if getattr(job, "observe", False):
-        return
-    job.done += stored
-    job.failed += failed - quarantined
-    if stored:
-        job.started()
-        job.breaker.success()
