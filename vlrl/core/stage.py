@@ -38,6 +38,10 @@ shape lives here once, and a stage supplies only what is its own:
   item, and, when it does not observe the backends itself, gets the run's counts and hears of every
   stored record (success) and backend failure (:meth:`Outcome.retry`); on Ctrl-C the loop closes its
   progress bar and the Job prints where it stopped.
+
+``vlrl caption`` (:mod:`vlrl.captioning.job`) keeps a loop of its own: its unit of commit is a
+Parquet/JSONL *part* with a manifest, it prefetches images on threads and can run on Ray, none of
+which a per-record JSONL store expresses.
 """
 
 from __future__ import annotations
