@@ -53,6 +53,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from vlrl.core.jobs import BackendDown, Job, current_job
 from vlrl.core.pipeline import JsonlStore, Quarantine, batched
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def run_stage(
     retry_quarantined: bool = False,
     stable_batches: bool = False,
     failure_log: str = DEFAULT_FAILURE_LOG,
-    job: Any = None,
+    job: Job | None = None,
     progress: bool = True,
 ) -> StageCounts:
     """Run ``process`` over every item whose key is not done yet; see the module docstring.
@@ -124,8 +125,6 @@ def run_stage(
     the format of the one warning line per failure (``{desc}``, ``{key}``, ``{label}``,
     ``{reason}``); a :class:`~vlrl.core.pipeline.Quarantine` logs its own line instead.
     """
-    from vlrl.core.jobs import BackendDown, current_job
-
     job = job if job is not None else current_job()
     counts = StageCounts()
     seen: set[str] = set()
@@ -156,7 +155,7 @@ def run_stage(
             if todo := list(fresh(cut)):
                 yield todo
 
-    counting = job is not None and not getattr(job, "observe", False)  # an observing job counts for itself
+    counting = job is not None and not job.observe  # an observing job counts for itself
 
     def commit(k: str, oc: Outcome) -> str | None:
         """Write one outcome; returns the reason of a backend failure (for the breaker)."""
