@@ -202,7 +202,7 @@ def test_a_backend_failure_is_never_written_and_is_retried_by_the_next_run(tmp_p
     assert sorted(r["id"] for r in _lines(tmp_path / "o.jsonl")) == ["a", "b"]
 
 
-def test_backend_failures_open_the_breaker_of_a_job_that_does_not_observe_after_the_batch_is_committed(tmp_path):
+def test_all_failed_batches_open_the_breaker_of_a_job_that_does_not_observe(tmp_path):
     sent: list[str] = []
 
     def process(batch):
@@ -212,8 +212,9 @@ def test_backend_failures_open_the_breaker_of_a_job_that_does_not_observe_after_
     job = Job("test", tmp_path, {"a": 1}, max_consecutive_failures=3)
     with pytest.raises(BackendDown, match="HTTP 503"), job, JsonlStore(tmp_path / "o.jsonl") as s:
         run_stage([str(i) for i in range(12)], key=str, process=process, store=s, batch_size=2, progress=False)
-    assert sent == ["0", "1", "2", "3"]  # stopped before the third batch was sent
-    assert [r["id"] for r in _lines(tmp_path / "o.jsonl")] == ["0"] and job.failed == 3
+    # batch 1 stored "0" (the backend is up: "1" does not count), batches 2 and 3 failed whole: 4 >= 3
+    assert sent == ["0", "1", "2", "3", "4", "5"]  # stopped before the fourth batch was sent
+    assert [r["id"] for r in _lines(tmp_path / "o.jsonl")] == ["0"] and job.failed == 5
 
 
 def test_stable_batches_resend_a_half_done_batch_with_its_first_run_boundaries(tmp_path):

@@ -36,7 +36,8 @@ shape lives here once, and a stage supplies only what is its own:
 * **The job.** The current :class:`~vlrl.core.jobs.Job` (``job`` or the one running) is asked
   before every batch whether its circuit breaker is open, hears about every exception-quarantined
   item, and, when it does not observe the backends itself, gets the run's counts and hears of every
-  stored record (success) and backend failure (:meth:`Outcome.retry`); on Ctrl-C the loop closes its
+  stored record (success) and of the backend failures (:meth:`Outcome.retry`) of each batch that
+  stored nothing; on Ctrl-C the loop closes its
   progress bar and the Job prints where it stopped.
 
 ``vlrl caption`` (:mod:`vlrl.captioning.job`) keeps a loop of its own: its unit of commit is a
@@ -211,10 +212,13 @@ def run_stage(
             if job is not None:
                 job.breaker.check()
             by_key = {oc.key: oc for oc in run_batch(batch)}
+            stored = counts.stored
             down = [why for k, _ in batch
                     if (why := commit(k, by_key.get(k) or Outcome.fail(k, "the stage returned no outcome for this item")))]
             bar.update(len(batch))
-            if down and counting:  # after the whole batch is committed: the breaker may stop the job
+            # a batch that stored anything shows the backend is up; only all-failed batches count towards
+            # the breaker, and only after the whole batch is committed (it may stop the job)
+            if down and counting and counts.stored == stored:
                 job.breaker.failure(down[-1], n=len(down))
     finally:
         bar.close()
