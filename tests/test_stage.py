@@ -142,6 +142,10 @@ def test_a_failure_without_quarantine_is_one_log_line_and_retried_next_run(tmp_p
     lines = [r.getMessage() for r in caplog.records]
     assert lines.count("judge: image 1: server said no") == 2
     assert (counts.failed, counts.quarantined, again.failed) == (2, 0, 2)
+    caplog.clear()
+    with JsonlStore(tmp_path / "o.jsonl") as s, caplog.at_level("WARNING"):
+        run_stage(["1"], key=str, process=fails, store=s, failure_log=None, progress=False)  # process logged it
+    assert not caplog.records
 
 
 def test_an_item_the_process_forgot_is_a_failure_not_a_silent_gap(tmp_path):

@@ -116,7 +116,7 @@ def run_stage(
     done: Sequence[Container[str]] = (),
     retry_quarantined: bool = False,
     stable_batches: bool = False,
-    failure_log: str = DEFAULT_FAILURE_LOG,
+    failure_log: str | None = DEFAULT_FAILURE_LOG,
     job: Job | None = None,
     progress: bool = True,
 ) -> StageCounts:
@@ -124,7 +124,8 @@ def run_stage(
 
     ``items`` may be a generator (it is consumed lazily, one batch at a time). ``failure_log`` is
     the format of the one warning line per failure (``{desc}``, ``{key}``, ``{label}``,
-    ``{reason}``); a :class:`~vlrl.core.pipeline.Quarantine` logs its own line instead.
+    ``{reason}``); a :class:`~vlrl.core.pipeline.Quarantine` logs its own line instead, and
+    ``None`` says ``process`` already logged each failure (one line per failure, not two).
     """
     job = job if job is not None else current_job()
     counts = StageCounts()
@@ -158,6 +159,10 @@ def run_stage(
 
     counting = job is not None and not job.observe  # an observing job counts for itself
 
+    def log(k: str, oc: Outcome, reason: str) -> None:
+        if failure_log is not None:
+            logger.warning(failure_log.format(desc=desc, key=k, label=oc.label or k, reason=reason))
+
     def commit(k: str, oc: Outcome) -> str | None:
         """Write one outcome; returns the reason of a backend failure (for the breaker)."""
         if oc.reason is None and oc.record is not None:
@@ -171,7 +176,7 @@ def run_stage(
         reason = oc.reason or "the stage returned no record"
         if oc.transient or quarantine is None:
             counts.failed += 1
-            logger.warning(failure_log.format(desc=desc, key=k, label=oc.label or k, reason=reason))
+            log(k, oc, reason)
             if counting:
                 job.failed += 1
             return reason if oc.transient else None
@@ -183,7 +188,7 @@ def run_stage(
         if isinstance(quarantine, Quarantine):
             quarantine.add(k, reason, **oc.extra)  # redacts the reason and logs its own line
         else:
-            logger.warning(failure_log.format(desc=desc, key=k, label=oc.label or k, reason=reason))
+            log(k, oc, reason)
             quarantine.append({quarantine.key_field: k, **oc.extra, "reason": reason})
         return None
 
