@@ -243,3 +243,17 @@ def test_done_may_be_any_container_of_keys(tmp_path):
     with JsonlStore(tmp_path / "o.jsonl") as s:
         run_stage(["a", "b"], key=str, process=_echo(calls), store=s, done=[{"a"}], progress=False)
     assert calls == [["b"]]
+
+
+def test_a_batch_is_committed_before_the_breaker_stops_the_job(tmp_path):
+    def process(batch):
+        if any(k.startswith("bad") for k in batch):
+            raise RuntimeError("decoder crashed")
+        return [Outcome.ok(k, {"id": k}) for k in batch]
+
+    job = Job("test", tmp_path, {"a": 1}, max_consecutive_failures=2)
+    with pytest.raises(BackendDown), job, JsonlStore(tmp_path / "o.jsonl") as s, JsonlStore(tmp_path / "q.jsonl") as q:
+        run_stage(["a", "bad1", "bad2", "bad3", "b"], key=str, process=process, store=s, quarantine=q,
+                  batch_size=4, progress=False)
+    assert [r["id"] for r in _lines(tmp_path / "o.jsonl")] == ["a"]  # its good item was not lost
+    assert [r["id"] for r in _lines(tmp_path / "q.jsonl")] == ["bad1", "bad2", "bad3"]

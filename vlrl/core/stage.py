@@ -192,6 +192,8 @@ def run_stage(
             quarantine.append({quarantine.key_field: k, **oc.extra, "reason": reason})
         return None
 
+    raised: list[str] = []  # the reasons of the items whose processing raised, in the current batch
+
     def run_batch(batch: list[tuple[str, Any]]) -> list[Outcome]:
         try:
             return list(process([item for _, item in batch]))
@@ -202,8 +204,7 @@ def run_stage(
                 logger.warning("%s: a batch of %d raised %s; retrying its items one by one", desc, len(batch), type(e).__name__)
                 return [oc for one in batch for oc in run_batch([one])]
             reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
-            if job is not None:
-                job.breaker.failure(reason)  # raises BackendDown when the failures run on
+            raised.append(reason)
             return [Outcome.fail(batch[0][0], reason)]
 
     batches: Iterable[list[tuple[str, Any]]] = pending()
@@ -225,6 +226,9 @@ def run_stage(
             # the breaker, and only after the whole batch is committed (it may stop the job)
             if down and counting and counts.stored == stored:
                 job.breaker.failure(down[-1], n=len(down))
+            if raised and job is not None:  # no backend result tells an observing job about these
+                job.breaker.failure(raised[-1], n=len(raised))
+            raised.clear()
     finally:
         bar.close()
         for s in {id(s): s for s in (store, quarantine, *done) if isinstance(s, JsonlStore)}.values():
