@@ -45,8 +45,9 @@ from typing import Any
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, backend_identity, preflight_all, resolve_source
 from vlrl.core.jobs import retry_quarantined as _retry_quarantined
-from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, read_jsonl
+from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, in_shard, read_jsonl
 from vlrl.core.prompts import render
+from vlrl.core.stage import Outcome, run_stage
 from vlrl.judge import chat_structured
 from vlrl.methods.caprl.filtering import text_only_filter, visual_filter
 from vlrl.methods.caprl.mcq import seeded_rng
@@ -141,8 +142,6 @@ def curate(
 
 def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard: tuple[int, int], progress: bool, job: Job,
             filter_vlm: Any = None) -> dict[str, Any]:
-    from tqdm import tqdm
-
     from vlrl.core.sources import load_any_dataset
 
     (out / "records").mkdir(parents=True, exist_ok=True)
@@ -180,47 +179,35 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
         filter_backend = text_backend
     else:
         filter_backend = load_backend(filter_vlm, cache=cache)
-    retry = 0
-    bar = tqdm(total=todo_total, desc="qa-curate", unit="img", disable=not progress)
+    def process(batch: list[str]) -> list[Outcome]:
+        outcomes, loaded = [], {}
+        for image_id in batch:
+            try:
+                loaded[image_id] = by_id[image_id].load(root=source.root, max_pixels=cfg.max_pixels,
+                                                        max_pixels_limit=cfg.max_image_pixels)
+            except Exception as e:  # noqa: BLE001 - ImageLoadError and anything a decoder throws
+                outcomes.append(Outcome.fail(image_id, getattr(e, "reason", str(e))))
+        records, failed = _process_batch(loaded, vlm_backend, text_backend, cfg, attempts=attempts,
+                                         filter_vlm=filter_backend)
+        outcomes += [Outcome.ok(rec["id"], rec) for rec in records]
+        for image_id, reason in failed:  # retried by the next run, until cfg.max_attempts
+            attempts[image_id] += 1
+            attempt_log.append({"id": image_id, "reason": reason})
+            outcomes.append(Outcome.retry(image_id, reason))
+        return outcomes
+
     try:
-        for batch in batched(mine, cfg.batch_size):  # fixed boundaries: resume redoes the same batch
-            todo = [i for i in batch if i not in done]
-            if not todo:
-                continue
-            loaded = {}
-            for image_id in todo:
-                try:
-                    loaded[image_id] = by_id[image_id].load(root=source.root, max_pixels=cfg.max_pixels,
-                                                            max_pixels_limit=cfg.max_image_pixels)
-                except Exception as e:  # noqa: BLE001 - ImageLoadError and anything a decoder throws
-                    job.started()
-                    quarantine.add(image_id, getattr(e, "reason", str(e)))
-                    job.quarantined += 1
-                    bar.update(1)
-            records, failed = _process_batch(loaded, vlm_backend, text_backend, cfg, attempts=attempts,
-                                             filter_vlm=filter_backend)
-            if records:
-                job.started()
-            for rec in records:
-                store.append(rec)
-            for image_id, reason in failed:
-                attempts[image_id] += 1
-                attempt_log.append({"id": image_id, "reason": reason})
-            job.done += len(records)
-            job.failed += len(failed)
-            retry += len(failed)
-            bar.update(len(records) + len(failed))
-            if records:
-                job.breaker.success()
-            elif failed:
-                job.breaker.failure(f"{len(failed)} image(s) failed in the batch", n=len(failed))
+        # fixed batch boundaries: a resumed run sends a half-done batch with the neighbours it had
+        counts = run_stage(mine, key=str, process=process, store=store, quarantine=quarantine, done=[done],
+                           batch_size=cfg.batch_size, stable_batches=True, desc="qa-curate", job=job,
+                           progress=progress, failure_log=None)  # _process_batch logs each failure
     finally:
-        bar.close()
         store.close()
         quarantine.close()
         attempt_log.close()
         for b in {id(x): x for x in (vlm_backend, text_backend, filter_backend)}.values():
             b.close()
+    retry = counts.failed
     if retry:
         logger.warning("%d image(s) hit a backend error and were not written; rerun the same command to retry them", retry)
     return {**finalize(out, all_ids, cfg, source_root=source.root, refs=by_id), "failed_this_run": retry}

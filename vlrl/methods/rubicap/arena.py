@@ -41,13 +41,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from vlrl.captioning.captioner import read_captions, unique_names
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
+from vlrl.core.pipeline import JsonlStore, atomic_write_json
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
+from vlrl.core.stage import Outcome, run_stage
 from vlrl.core.stats import bootstrap_mean, sign_test, wilson
 from vlrl.judge import chat_structured, extract_final_json
 from vlrl.judge.fence import fence_caption
@@ -186,43 +185,47 @@ def _judge_all(
         return
     backend = load_backend(judge, cache=out / "cache")
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    try:
-        for batch in tqdm(list(batched(units, batch_size)), desc="arena judge", unit="batch"):
-            requests, live = [], []
-            for key, it, b, order, a_text, b_text in batch:
-                try:
-                    image = it.open()
-                except Exception as e:
-                    logger.warning("arena: %s: %s", it.image_id, e)
-                    continue
-                ref = refs.get(it.image_id)
-                text = render(
-                    template, caption_a=a_text, caption_b=b_text, reference=ref,
-                    a=fence_caption(a_text), b=fence_caption(b_text), ref=fence_caption(ref or ""),
-                )
-                content = [{"type": "image", "image": image}, {"type": "text", "text": text}]
-                requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=key))
-                live.append((key, it, b, order))
-            results = chat_structured(
-                backend, requests, lambda t, i: parse_winner(t), max_retries=max_retries, raw_text=True,
-                reject_truncated=True,
+
+    def process(batch: list[tuple]) -> list[Outcome]:
+        requests, live, done = [], [], []
+        for key, it, b, order, a_text, b_text in batch:
+            try:
+                image = it.open()
+            except Exception as e:
+                done.append(Outcome.fail(key, f"bad image {it.image_id}: {e}"))
+                continue
+            ref = refs.get(it.image_id)
+            text = render(
+                template, caption_a=a_text, caption_b=b_text, reference=ref,
+                a=fence_caption(a_text), b=fence_caption(b_text), ref=fence_caption(ref or ""),
             )
-            for (key, it, b, order), res in zip(live, results, strict=True):
-                if res.ok:
-                    judgments.append(
-                        {
-                            "key": key,
-                            "image_id": it.image_id,
-                            "baseline": b,
-                            "order": order,
-                            "winner": res.value,
-                            "candidate": candidate_view(res.value, order),
-                            "attempts": res.attempts,
-                            "raw": res.raw[-1],
-                        }
-                    )
-                else:
-                    logger.warning("arena: judgment %s failed: %s", key, res.error)
+            content = [{"type": "image", "image": image}, {"type": "text", "text": text}]
+            requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=key))
+            live.append((key, it, b, order))
+        results = chat_structured(
+            backend, requests, lambda t, i: parse_winner(t), max_retries=max_retries, raw_text=True,
+            reject_truncated=True,
+        )
+        for (key, it, b, order), res in zip(live, results, strict=True):
+            if not res.ok:
+                done.append(Outcome.fail(key, res.error))
+                continue
+            done.append(Outcome.ok(key, {
+                "key": key,
+                "image_id": it.image_id,
+                "baseline": b,
+                "order": order,
+                "winner": res.value,
+                "candidate": candidate_view(res.value, order),
+                "attempts": res.attempts,
+                "raw": res.raw[-1],
+            }))
+        return done
+
+    try:
+        # a failed judgment is not stored: the next run asks again (its paid calls replay from the cache)
+        run_stage(units, key=lambda u: u[0], process=process, store=judgments, batch_size=batch_size,
+                  desc="arena judge", failure_log="arena: judgment {key} failed: {reason}")
     finally:
         backend.close()
 

@@ -28,11 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from vlrl.captioning.captioner import unique_names
 from vlrl.core.backends import Backend
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched
+from vlrl.core.pipeline import JsonlStore, atomic_write_json
+from vlrl.core.stage import Outcome, run_stage
 from vlrl.core.stats import bootstrap_mean
 from vlrl.methods.rubicap.captioner import collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
@@ -105,28 +104,30 @@ def run_caption_qa(
             for name in names
             for b in levels
             for it in items
-            if f"{name}::{b or 'full'}::{it.image_id}" not in store and it.image_id in caps[name]
+            if it.image_id in caps[name]
         ]
-        for batch in tqdm(list(batched(units, batch_size)), desc="caption-qa", unit="batch"):
+
+        def unit_key(unit: tuple[str, int | None, str]) -> str:
+            return f"{unit[0]}::{unit[1] or 'full'}::{unit[2]}"
+
+        def process(batch: list[tuple[str, int | None, str]]) -> list[Outcome]:
             texts = [truncate_words(caps[n][iid], b) for n, b, iid in batch]
             scores = reward.score(texts, questions=[questions[iid] for _, _, iid in batch])
+            done = []
             for (n, b, iid), text, s in zip(batch, texts, scores, strict=True):
+                key = unit_key((n, b, iid))
                 if s.value is None and s.details.get("errors"):
                     # the answerer failed (endpoint down): not a result, so the next run retries it
-                    logger.warning("caption-qa: %s at %s words, %s: %s; will retry on the next run",
-                                   n, b or "full", iid, s.details.get("reason", "answerer failed"))
+                    done.append(Outcome.fail(key, s.details.get("reason", "answerer failed"),
+                                             label=f"{n} at {b or 'full'} words, {iid}"))
                     continue
-                store.append(
-                    {
-                        "key": f"{n}::{b or 'full'}::{iid}",
-                        "captioner": n,
-                        "budget": b,
-                        "image_id": iid,
-                        "words": len(text.split()),
-                        "score": s.value,
-                        "details": s.details,
-                    }
-                )
+                done.append(Outcome.ok(key, {"key": key, "captioner": n, "budget": b, "image_id": iid,
+                                             "words": len(text.split()), "score": s.value, "details": s.details}))
+            return done
+
+        run_stage(units, key=unit_key, process=process, store=store,
+                  batch_size=batch_size, desc="caption-qa",
+                  failure_log="{desc}: {label}: {reason}; will retry on the next run")
         results = aggregate(list(store), names, levels, items, caps)
         results["settings"] = settings
     finally:

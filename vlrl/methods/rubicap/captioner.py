@@ -11,13 +11,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from vlrl.captioning.captioner import CaptionOutcome, caption_images, captions_from_file, is_captions_file
 from vlrl.core.backends import Backend, SamplingParams, load_backend
-from vlrl.core.pipeline import JsonlStore, batched
+from vlrl.core.pipeline import JsonlStore
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
+from vlrl.core.stage import Outcome, run_stage
 
 logger = logging.getLogger(__name__)
 
@@ -42,34 +41,41 @@ def caption_pairs(
     Each ``(image, name)`` pair ends as one row keyed ``image_id::name``: ``{"caption"}`` in
     ``captions`` or ``{"reason"}`` in ``failures``; ``field`` names the captioner column (``teacher``,
     ``model``). A captioner that cannot be loaded fails all its pairs and the others still run.
+    Failures are retried by the next run (the stage loop, :func:`vlrl.core.stage.run_stage`, is told
+    ``retry_quarantined``): a teacher that was down yesterday may answer today.
     """
 
-    def record(it: ImageItem, oc: CaptionOutcome) -> None:
-        row = {"key": f"{it.image_id}::{name}", "image_id": it.image_id, field: name}
-        if oc.caption is not None:
-            captions.append({**row, "caption": oc.caption})
-        else:
-            logger.warning("%s %s: %s: %s", role, name, it.image_id, oc.reason)
-            failures.append({**row, "reason": oc.reason})
+    def outcomes(batch: list[ImageItem], results: Sequence[CaptionOutcome]) -> list[Outcome]:
+        done = []
+        for it, oc in zip(batch, results, strict=True):
+            row = {"key": f"{it.image_id}::{name}", "image_id": it.image_id, field: name}
+            done.append(Outcome.ok(row["key"], {**row, "caption": oc.caption}) if oc.caption is not None
+                        else Outcome.fail(row["key"], oc.reason or "no caption", label=it.image_id,
+                                          image_id=it.image_id, **{field: name}))
+        return done
 
+    backend: Backend | None = None
     if is_captions_file(spec):
-        for it, oc in zip(todo, captions_from_file(spec, todo), strict=True):
-            record(it, oc)
-        return
+        def process(batch: list[ImageItem]) -> list[Outcome]:
+            return outcomes(batch, captions_from_file(spec, batch))
+    else:
+        try:
+            backend = load_backend(spec, cache=cache)
+        except Exception as e:  # this captioner is missing; the others still run
+            reason = f"{role} could not be loaded: {type(e).__name__}: {e}"
+            logger.error("%s %s: %s", role, name, reason)
+
+            def process(batch: list[ImageItem]) -> list[Outcome]:
+                return outcomes(batch, [CaptionOutcome(None, reason)] * len(batch))
+        else:
+            def process(batch: list[ImageItem]) -> list[Outcome]:
+                return outcomes(batch, caption_images(backend, batch, prompt, sampling, min_words=min_words))
     try:
-        backend = load_backend(spec, cache=cache)
-    except Exception as e:  # this captioner is missing; the others still run
-        reason = f"{role} could not be loaded: {type(e).__name__}: {e}"
-        logger.error("%s %s: %s", role, name, reason)
-        for it in todo:
-            record(it, CaptionOutcome(None, reason))
-        return
-    try:
-        for batch in tqdm(list(batched(todo, batch_size)), desc=f"{role} {name}", unit="batch"):
-            for it, oc in zip(batch, caption_images(backend, batch, prompt, sampling, min_words=min_words), strict=True):
-                record(it, oc)
+        run_stage(todo, key=lambda it: f"{it.image_id}::{name}", process=process, store=captions,
+                  quarantine=failures, retry_quarantined=True, batch_size=batch_size, desc=f"{role} {name}")
     finally:
-        backend.close()
+        if backend is not None:
+            backend.close()
 
 
 def collect_captions(

@@ -39,14 +39,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from vlrl.captioning.captioner import caption_images, captions_from_file, is_captions_file
 from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backend
 from vlrl.core.images import load_image
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
+from vlrl.core.stage import Outcome, run_stage
 from vlrl.judge.structured import chat_structured
 from vlrl.methods.rubicap.schema import validate_writer_output
 from vlrl.methods.rubicap.teachers import DEFAULT_PROMPT, read_teacher_dataset
@@ -94,14 +93,7 @@ def build_rubrics(
     student_caps = {rec["image_id"]: rec["caption"] for rec in students}
     try:
         todo = [r for r in rows if str(r["image_id"]) not in store and str(r["image_id"]) not in solved]
-        for r in [r for r in todo if len(r.get("teacher_captions") or {}) < min_teachers]:
-            n = len(r.get("teacher_captions") or {})
-            _reject(rejected,
-                {
-                    "image_id": str(r["image_id"]),
-                    "reason": f"only {n} teacher caption(s); consensus needs {min_teachers}",
-                }
-            )
+        few = [r for r in todo if len(r.get("teacher_captions") or {}) < min_teachers]
         todo = [r for r in todo if len(r.get("teacher_captions") or {}) >= min_teachers]
         if todo:
             stu_backend = (
@@ -112,22 +104,22 @@ def build_rubrics(
                 with_image = backend_is_vlm(wri_backend)
                 logger.info("rubric writer %s: %s", wri_backend.model,
                             "a VLM, it sees the image" if with_image else "text only (pass --with-image for a served VLM)")
-        for batch in tqdm(list(batched(todo, batch_size)), desc="rubrics", unit="batch"):
-            _student_captions(stu_backend, batch, student_prompt, student_max_tokens, students, student_caps, rejected)
+
+        def no_consensus(batch: list[dict]) -> list[Outcome]:  # rejected without a model call
+            return [Outcome.fail(str(r["image_id"]), f"only {len(r.get('teacher_captions') or {})} teacher "
+                                 f"caption(s); consensus needs {min_teachers}") for r in batch]
+
+        def process(batch: list[dict]) -> list[Outcome]:
+            failed = _student_captions(stu_backend, batch, student_prompt, student_max_tokens, students, student_caps)
             ready = [r for r in batch if str(r["image_id"]) in student_caps]
-            _write_rubrics(
-                wri_backend,
-                ready,
-                student_caps,
-                writer_template,
-                with_image,
-                writer_max_tokens,
-                max_retries,
-                store,
-                solved,
-                rejected,
-                seed,
-            )
+            return failed + _write_rubrics(wri_backend, ready, student_caps, writer_template, with_image,
+                                           writer_max_tokens, max_retries, store, solved, seed)
+
+        # rejected images are retried by every rerun (a deterministic reject replays from the cache)
+        stage = {"key": lambda r: str(r["image_id"]), "store": store, "done": [solved], "quarantine": rejected,
+                 "retry_quarantined": True, "batch_size": batch_size, "failure_log": "{key}: rejected: {reason}"}
+        run_stage(few, process=no_consensus, desc="no consensus", progress=False, **stage)
+        run_stage(todo, process=process, desc="rubrics", **stage)
         stats = _stats(rows, store, solved, rejected)
     finally:
         for b in (stu_backend, wri_backend):
@@ -148,23 +140,24 @@ def _student_captions(
     max_tokens: int,
     students: JsonlStore,
     student_caps: dict[str, str],
-    rejected: JsonlStore,
-) -> None:
+) -> list[Outcome]:
     need = [r for r in batch if str(r["image_id"]) not in student_caps]
     if not need:
-        return
+        return []
     items = [ImageItem.from_path(str(r["image_id"]), r["image"]) for r in need]
     if isinstance(backend, _StudentFile):
         outcomes = captions_from_file(backend.path, items)
     else:
         # min_words=1: a terse student caption is exactly what rubrics are for, not a failure.
         outcomes = caption_images(backend, items, prompt, SamplingParams(max_tokens=max_tokens), min_words=1)
+    failed = []
     for it, oc in zip(items, outcomes, strict=True):
         if oc.caption is not None:
             students.append({"image_id": it.image_id, "caption": oc.caption})
             student_caps[it.image_id] = oc.caption
         else:
-            _reject(rejected, {"image_id": it.image_id, "reason": f"student caption missing: {oc.reason}"})
+            failed.append(Outcome.fail(it.image_id, f"student caption missing: {oc.reason}"))
+    return failed
 
 
 class _StudentFile:
@@ -187,11 +180,12 @@ def _write_rubrics(
     max_retries: int,
     store: JsonlStore,
     solved: JsonlStore,
-    rejected: JsonlStore,
     seed: int = 0,
-) -> None:
+) -> list[Outcome]:
+    """One writer call per row (answers validated, retried with the error quoted); an outcome each."""
+    done: list[Outcome] = []
     if not rows:
-        return
+        return done
     requests, label_maps, live = [], [], []
     labels_of: dict[str, dict[str, str]] = {}
     for r in rows:
@@ -208,7 +202,7 @@ def _write_rubrics(
             try:
                 content.insert(0, {"type": "image", "image": load_image(r["image"], record=iid)})
             except Exception as e:
-                _reject(rejected, {"image_id": iid, "reason": f"bad image: {e}"})
+                done.append(Outcome.fail(iid, f"bad image: {e}"))
                 continue
         requests.append(
             ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=max_tokens), id=iid)
@@ -226,10 +220,8 @@ def _write_rubrics(
     for r, res in zip(live, results, strict=True):
         iid = str(r["image_id"])
         if not res.ok:
-            _reject(rejected,
-                {"image_id": iid, "reason": f"rubric writer: {res.error}", "attempts": res.attempts, "raw": res.raw,
-                 "prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens}
-            )
+            done.append(Outcome.fail(iid, f"rubric writer: {res.error}", attempts=res.attempts, raw=res.raw,
+                                     prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens))
             continue
         v = res.value
         row = {
@@ -248,13 +240,8 @@ def _write_rubrics(
         }
         for u in v["unlinked"]:
             logger.info("%s: deficiency %s dropped: %s", iid, u["id"], u["reason"])
-        (store if v["rubrics"] else solved).append(row)
-
-
-def _reject(rejected: JsonlStore, row: dict[str, Any]) -> None:
-    """Record a rejected image, with one log line naming it and the reason."""
-    logger.warning("%s: rejected: %s", row["image_id"], row["reason"])
-    rejected.append(row)
+        done.append(Outcome.ok(iid, row, to=store if v["rubrics"] else solved))
+    return done
 
 
 def teacher_labels(captions: dict[str, str], image_id: str, seed: int = 0) -> dict[str, str]:

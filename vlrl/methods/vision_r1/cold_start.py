@@ -46,8 +46,9 @@ from typing import Any
 
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, in_shard, parse_shard
 from vlrl.core.prompts import render
+from vlrl.core.stage import Outcome, run_stage
 
 logger = logging.getLogger(__name__)
 
@@ -116,26 +117,32 @@ def judge_sample(response: str, gold: Any, choices: Any = None) -> tuple[bool, b
 
 
 def _vlm_step(backend: Any, sampling: SamplingParams, items: list[dict], key: str, rejected: JsonlStore,
-              texts: list[str], retry: Counter, leak_check: bool = False) -> list[dict]:
+              texts: list[str], retry: Counter, done: list[Outcome], leak_check: bool = False) -> list[dict]:
     """One VLM stage over ``items`` (image + text each): the answer goes to ``it[key]``; the items
     that got a non-empty answer go on. A failed call is transient (counted in ``retry``, asked again
     on the next run); an empty answer (``empty_<key>``) or, with ``leak_check``, one that states the
-    answer (``answer_leak``) is rejected."""
+    answer (``answer_leak``) is rejected. The decided items' outcomes are added to ``done``."""
     outcomes = caption_images(backend, [it["img"] for it in items], texts, sampling, ids=[it["id"] for it in items],
                               min_words=None)
     live = []
     for it, oc in zip(items, outcomes, strict=True):
         text = (oc.caption or "").strip()
         if oc.caption is None:
-            retry["vlm_error"] += 1
+            done.append(_transient(retry, it["id"], "vlm_error", oc.reason))
         elif not text:
-            rejected.append({"id": it["id"], "reason": f"empty_{key}", "error": oc.reason})
+            done.append(Outcome.ok(it["id"], {"id": it["id"], "reason": f"empty_{key}", "error": oc.reason}, to=rejected))
         elif leak_check and answer_leak(text):
-            rejected.append({"id": it["id"], "reason": "answer_leak", key: text})
+            done.append(Outcome.ok(it["id"], {"id": it["id"], "reason": "answer_leak", key: text}, to=rejected))
         else:
             it[key] = text
             live.append(it)
     return live
+
+
+def _transient(retry: Counter, rid: str, kind: str, why: Any) -> Outcome:
+    """A failed model call: not a verdict on the sample, so it is written nowhere and retried by the next run."""
+    retry[kind] += 1
+    return Outcome.retry(rid, f"{kind}: {why or 'no answer'}")
 
 
 def cold_start(
@@ -157,8 +164,6 @@ def cold_start(
     """Build the cold-start SFT set from ``source`` records (``image``, ``question``, ``answer``,
     optional ``choices``, ``id``). ``vlm``/``reasoner`` (and the optional ``consistency_judge``) are
     backend specs or Backends."""
-    from tqdm import tqdm
-
     from vlrl.core.sources.rows import iter_source, open_record_image, record_image
 
     if isinstance(source, str) and not source.startswith("builtin:") and not Path(source).exists():
@@ -176,34 +181,32 @@ def cold_start(
     rsn_sp = SamplingParams(max_tokens=reasoner_max_tokens, temperature=temperature, seed=seed)
     root = image_root or (None if source.startswith("builtin:") else str(Path(source).parent))
 
-    def todo():
+    def records():
         n = 0
         for i, rec in enumerate(iter_source(source, cache_dir=out / "_data")):
             if max_samples is not None and n >= max_samples:
                 return
             rid = str(rec.get("id", i))
-            if not in_shard(rid, shard_t):
-                continue
-            n += 1
-            if rid in kept or rid in rejected or rid in quarantine:
-                continue
-            yield rid, rec
+            if in_shard(rid, shard_t):
+                n += 1
+                yield rid, rec
 
-    bar = tqdm(desc="cold start", unit="sample")
-    for batch in batched(todo(), batch_size):
+    def process(batch: list[tuple[str, dict]]) -> list[Outcome]:
+        nonlocal vlm_b, reasoner_b, judge_b
+        done: list[Outcome] = []
         items = []
         for rid, rec in batch:
             q, gold = rec.get("question"), rec.get("answer")
             if not isinstance(q, str) or not q.strip() or gold is None or str(gold).strip() == "":
-                quarantine.add(rid, "record needs a non-empty 'question' and 'answer'")
+                done.append(Outcome.fail(rid, "record needs a non-empty 'question' and 'answer'"))
                 continue
             img, why = open_record_image(rec, root, rid)
             if why is not None:
-                quarantine.add(rid, why)
+                done.append(Outcome.fail(rid, why))
                 continue
             items.append({"id": rid, "rec": rec, "img": img, "choices": choice_lines(rec.get("choices"))})
         if not items:
-            continue
+            return done
         if not backends:
             backends[:] = [load_backend(vlm, cache=out / "cache"), load_backend(reasoner, cache=out / "cache")]
             if consistency_judge is not None:
@@ -213,10 +216,10 @@ def cold_start(
 
         live = _vlm_step(vlm_b, vlm_sp, items, "pseudo_cot", rejected, [
             render("cold_start_pseudo_cot", question=it["rec"]["question"], answer=str(it["rec"]["answer"]),
-                   choices=it["choices"]) for it in items], retry)
+                   choices=it["choices"]) for it in items], retry, done)
         live2 = _vlm_step(vlm_b, vlm_sp, live, "description", rejected, [
             render("cold_start_description", question=it["rec"]["question"], pseudo_cot=it["pseudo_cot"]) for it in live],
-            retry, leak_check=True)
+            retry, done, leak_check=True)
         answers = reasoner_b.chat([
             ChatRequest([{"role": "user", "content": render("cold_start_reason", description=it["description"],
                                                             question=it["rec"]["question"], choices=it["choices"])}],
@@ -227,21 +230,22 @@ def cold_start(
         for it, res in zip(live2, answers, strict=True):
             rec = it["rec"]
             if not res.ok:
-                retry["reasoner_error"] += 1
+                done.append(_transient(retry, it["id"], "reasoner_error", res.error))
                 continue
             response = normalize_reasoner_output(res.text)
             truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
             fmt, ok, pred = judge_sample(response, rec["answer"], rec.get("choices"))
             base = {"id": it["id"], "question": rec["question"], "answer": rec["answer"], "pred": pred}
             if not fmt or truncated:
-                rejected.append({**base, "reason": "truncated" if truncated else "bad_format", "response": response})
+                done.append(Outcome.ok(it["id"], {**base, "reason": "truncated" if truncated else "bad_format",
+                                                  "response": response}, to=rejected))
             elif not ok:
-                rejected.append({**base, "reason": "wrong_answer", "response": response})
+                done.append(Outcome.ok(it["id"], {**base, "reason": "wrong_answer", "response": response}, to=rejected))
             else:
                 it["response"], it["base"] = response, base
                 verified.append(it)
         if judge_b is not None and verified:
-            verified = _consistent(judge_b, verified, rejected, retry)
+            verified = _consistent(judge_b, verified, rejected, retry, done)
         for it in verified:
             rec, base, response = it["rec"], it["base"], it["response"]
             img_ref = record_image(rec)
@@ -249,28 +253,33 @@ def cold_start(
                 img_ref = str((Path(root) / img_ref).resolve() if root and not Path(img_ref).is_absolute() else Path(img_ref))
             else:
                 img_ref = _save_image(it["img"], out / "images", it["id"])
-            kept.append({
+            done.append(Outcome.ok(it["id"], {
                 **base,
                 "image": img_ref,
                 **({"choices": rec["choices"]} if rec.get("choices") else {}),
                 "response": ground_wording(response),
                 "description": it["description"],
                 "pseudo_cot": it["pseudo_cot"],
-            })
-        bar.update(len(batch))
-    bar.close()
-    stats = _stats(out, kept, rejected, quarantine, retry)
-    for s in (kept, rejected, quarantine):
-        s.close()
-    for b in backends:
-        b.close()
+            }))
+        return done
+
+    try:
+        # kept -> sft.jsonl, decided rejections -> rejected.jsonl (both skipped on resume), bad records -> quarantine
+        run_stage(records(), key=lambda r: r[0], process=process, store=kept, done=[rejected], quarantine=quarantine,
+                  batch_size=batch_size, desc="cold start")
+        stats = _stats(out, kept, rejected, quarantine, retry)
+    finally:
+        for s in (kept, rejected, quarantine):
+            s.close()
+        for b in backends:
+            b.close()
     if retry:
         logger.warning("cold start: %d call(s) failed (%s); those samples are undecided — rerun the same command "
                        "to retry them", sum(retry.values()), dict(retry))
     return stats
 
 
-def _consistent(judge, items: list[dict], rejected: JsonlStore, retry: Counter) -> list[dict]:
+def _consistent(judge, items: list[dict], rejected: JsonlStore, retry: Counter, done: list[Outcome]) -> list[dict]:
     """Keep the items whose chain the judge finds logically consistent; judge failures are transient."""
     from vlrl.judge import chat_structured
 
@@ -285,10 +294,10 @@ def _consistent(judge, items: list[dict], rejected: JsonlStore, retry: Counter) 
     keep = []
     for it, verdict in zip(items, chat_structured(judge, reqs, parse), strict=True):
         if not verdict.ok:
-            retry["judge_error"] += 1
+            done.append(_transient(retry, it["id"], "judge_error", verdict.error))
         elif not verdict.value["consistent"]:
-            rejected.append({**it["base"], "reason": "inconsistent", "response": it["response"],
-                             "judge_reason": str(verdict.value.get("reason", ""))[:500]})
+            done.append(Outcome.ok(it["id"], {**it["base"], "reason": "inconsistent", "response": it["response"],
+                                              "judge_reason": str(verdict.value.get("reason", ""))[:500]}, to=rejected))
         else:
             keep.append(it)
     return keep

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, batched
+from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json
 from vlrl.core.prompts import render
+from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.vision_r1.cold_start import choice_lines
 
 logger = logging.getLogger(__name__)
@@ -109,8 +110,6 @@ def evaluate_reasoning(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Evaluate ``model`` (backend spec or Backend) on ``bench`` (JSONL/dataset/``builtin:tiny_math``)."""
-    from tqdm import tqdm
-
     from vlrl.core.sources.rows import iter_source, open_record_image, record_image
 
     out = Path(out)
@@ -122,26 +121,24 @@ def evaluate_reasoning(
     root = None if bench.startswith("builtin:") else str(Path(bench).parent)
     wanted: list[str] = []
 
-    def todo():
+    def items():
         for i, rec in enumerate(iter_source(bench, cache_dir=out / "_data")):
             if limit is not None and len(wanted) >= limit:
                 return
             rid = str(rec.get("id", rec.get("pid", i)))
             wanted.append(rid)
-            if rid not in preds and rid not in quarantine:
-                yield rid, rec
+            yield rid, rec
 
-    bar = tqdm(desc="eval reasoning", unit="item")
-    for batch in batched(todo(), batch_size):
-        reqs, metas = [], []
+    def process(batch: list[tuple[str, dict]]) -> list[Outcome]:
+        done, reqs, metas = [], [], []
         for rid, rec in batch:
             q = rec.get("question") or rec.get("query")
             if record_image(rec) is None or not isinstance(q, str) or rec.get("answer") is None:
-                quarantine.add(rid, "item needs an image, a question and an answer")
+                done.append(Outcome.fail(rid, "item needs an image, a question and an answer"))
                 continue
             img, why = open_record_image(rec, root, rid)
             if why is not None:
-                quarantine.add(rid, why)
+                done.append(Outcome.fail(rid, why))
                 continue
             text = render(prompt, question=q, choices=choice_lines(rec.get("choices")))
             reqs.append(ChatRequest([{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": text}]}],
@@ -149,18 +146,24 @@ def evaluate_reasoning(
             group = rec.get(group_by) if group_by else next((rec[f] for f in GROUP_FIELDS if rec.get(f) is not None), None)
             metas.append((rid, rec, group))
         for (rid, rec, group), res in zip(metas, backend.chat(reqs), strict=True):
+            # a backend error is a prediction with ``error`` set (it counts as wrong), not a quarantine
             truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
             verdict = score_output(res.text if res.ok else "", rec["answer"], rec.get("choices"), truncated)
-            preds.append({"id": rid, "answer": rec["answer"], "output": res.text if res.ok else None,
-                          "completion_tokens": res.completion_tokens, "group": group, "error": res.error, **verdict})
-        bar.update(len(batch))
-    bar.close()
-    keep = set(wanted)
-    rows = [r for r in preds if r["id"] in keep]
-    metrics = {**summarize(rows), "model": getattr(backend, "model", str(model)), "bench": bench,
-               "quarantined": len(quarantine), "max_tokens": max_tokens, "temperature": temperature}
-    atomic_write_json(out / "metrics.json", metrics)
-    preds.close()
-    quarantine.close()
-    backend.close()
+            done.append(Outcome.ok(rid, {"id": rid, "answer": rec["answer"], "output": res.text if res.ok else None,
+                                         "completion_tokens": res.completion_tokens, "group": group, "error": res.error,
+                                         **verdict}))
+        return done
+
+    try:
+        run_stage(items(), key=lambda x: x[0], process=process, store=preds, quarantine=quarantine,
+                  batch_size=batch_size, desc="eval reasoning")
+        keep = set(wanted)
+        rows = [r for r in preds if r["id"] in keep]
+        metrics = {**summarize(rows), "model": getattr(backend, "model", str(model)), "bench": bench,
+                   "quarantined": len(quarantine), "max_tokens": max_tokens, "temperature": temperature}
+        atomic_write_json(out / "metrics.json", metrics)
+    finally:
+        preds.close()
+        quarantine.close()
+        backend.close()
     return metrics
