@@ -374,7 +374,7 @@ def test_bench_caption_reports_the_five_numbers(tiny_vlm, tmp_path):
     res = bench_caption(model=tiny_vlm, n_images=4, batch_size=4, max_tokens=4, large_factor=2, workdir=tmp_path)
     assert set(res) == {"batched_images_per_s", "single_images_per_s", "speedup", "peak_rss_mb_small", "peak_rss_mb_large"}
     assert all(v > 0 for v in res.values())
-    assert res["speedup"] == pytest.approx(res["batched_images_per_s"] / res["single_images_per_s"], rel=0.01)
+    assert res["speedup"] == pytest.approx(res["batched_images_per_s"] / res["single_images_per_s"], rel=0.01, abs=0.005)  # the report rounds to 2 decimals
 
 
 def test_cli_bad_input_is_one_clear_line(folder, tmp_path):
