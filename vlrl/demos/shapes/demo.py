@@ -288,10 +288,12 @@ def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path) ->
                 "rounds": cfg.rounds,
                 "prompt": cfg.warm.answer_prompt,
                 "seed": cfg.seed,
-                # the settings the demo's reported results were measured with: the answerer's own
-                # distribution (T=1), the same draws every step, no letter-mass floor
+                # the answerer's own distribution (T=1), no letter-mass floor (its letters carry
+                # ~0.99 of the mass anyway), and fresh question draws every step: with draws frozen
+                # per image the policy is rewarded for the same few facts of each training image
+                # and held-out accuracy gains only ~+0.14 (seed 0, --quick) instead of ~+0.56
                 "temperature": 1.0,
-                "draws": "fixed",
+                "draws": "per_step",
                 "min_letter_mass": 0.0,
             },
             # Veto loops and run-ons: the longest honest caption of this world has 8 words per item.
