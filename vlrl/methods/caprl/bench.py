@@ -164,8 +164,8 @@ with tempfile.TemporaryDirectory(prefix="vlrl-bench-grpo-") as d:
     trainer.train()
     total = time.perf_counter() - t0
     close_rewards(trainer)
-print(json.dumps({"reward_seconds": round(spent[0], 3), "train_seconds": round(total, 3),
-                  "reward_share": spent[0] / total if total > 0 else None}))
+sys.stdout.write(json.dumps({"reward_seconds": round(spent[0], 3), "train_seconds": round(total, 3),
+                             "reward_share": spent[0] / total if total > 0 else None}) + "\n")
 """
 
 

@@ -29,7 +29,7 @@ records = [{"id": i, "questions": [{"question": "Which colour?", "options": ["re
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 _write_dataset(Path(args["dest"]), records, refs, source.root)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"rss_before_kb": before, "rss_peak_kb": after}))
+sys.stdout.write(json.dumps({"rss_before_kb": before, "rss_peak_kb": after}) + "\n")
 """
 
 

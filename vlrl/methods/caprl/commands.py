@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from vlrl.core.image_flags import RESIZE_MAX_PIXELS_HELP, MaxImagePixels, ResizeMaxPixels
+from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined
 
 
 def register(groups: dict[str, typer.Typer]) -> None:
@@ -40,7 +41,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
         max_image_pixels: MaxImagePixels = None,
         force: bool = typer.Option(False, "--force", help="Start over: remove this shard's records, the dataset and stats first."),
         retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
     ) -> None:
         import json
 
@@ -216,9 +217,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed of caption sampling."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the response cache in OUT/cache."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        force: Force = False,
+        retry_quarantined: RetryQuarantined = False,
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
         max_image_pixels: MaxImagePixels = None,
         resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from vlrl.core.image_flags import MaxImagePixels, ResizeMaxPixels
+from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined
 
 
 def register(groups: dict[str, typer.Typer]) -> None:
@@ -31,9 +32,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         temperature: float = typer.Option(0.0, "--temperature", help="Teacher sampling temperature (0 = greedy)."),
         min_words: int = typer.Option(3, "--min-words", help="Shorter answers count as missing captions."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
-        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        force: Force = False,
+        retry_quarantined: RetryQuarantined = False,
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
         max_image_pixels: MaxImagePixels = None,
         resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
@@ -76,9 +77,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         student_max_tokens: int = typer.Option(512, "--student-max-tokens", help="Student caption length limit in tokens."),
         writer_max_tokens: int = typer.Option(2048, "--writer-max-tokens", help="Rubric writer answer length limit in tokens."),
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
-        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        force: Force = False,
+        retry_quarantined: RetryQuarantined = False,
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
         max_image_pixels: MaxImagePixels = None,
         resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
@@ -118,9 +119,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         judge_prompt_file: str | None = typer.Option(None, "--judge-prompt-file", help="Judge prompt template."),
         batch_size: int = typer.Option(16, "--batch-size", help="Requests per backend call."),
         max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for unparseable verdicts."),
-        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        force: Force = False,
+        retry_quarantined: RetryQuarantined = False,
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
         max_image_pixels: MaxImagePixels = None,
         resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
@@ -159,9 +160,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         budgets: str = typer.Option("50,100,200,400", "--budgets", help="Comma-separated word budgets."),
         setting: list[str] = typer.Option([], "--set", help="caprl_qa setting KEY=VALUE (e.g. mode=exact, rounds=4); repeatable."),
         batch_size: int = typer.Option(32, "--batch-size", help="Captions per reward call."),
-        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        force: Force = False,
+        retry_quarantined: RetryQuarantined = False,
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
         max_image_pixels: MaxImagePixels = None,
         resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from vlrl.core.image_flags import MaxImagePixels, ResizeMaxPixels
+from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined
 
 
 def register(groups: dict[str, typer.Typer]) -> None:
@@ -30,9 +31,9 @@ def register(groups: dict[str, typer.Typer]) -> None:
         shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
         consistency_judge: str | None = typer.Option(None, "--consistency-judge", help="Backend spec of an LLM judge that "
                                                      "rejects logically inconsistent chains (optional)."),
-        force: bool = typer.Option(False, "--force", help="Start over: remove this job's earlier outputs in OUT first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process records quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(32, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
+        force: Force = False,
+        retry_quarantined: RetryQuarantined = False,
+        max_consecutive_failures: MaxConsecutiveFailures = 32,
         max_image_pixels: MaxImagePixels = None,
         resize_max_pixels: ResizeMaxPixels = None,
     ) -> None:
