@@ -1,32 +1,59 @@
-"""`vlrl demo`: the embedded default run (shapes world CapRL loop)."""
+"""`vlrl demo`: the shapes-world loops on a laptop CPU (CapRL by default, RubiCap, Vision-R1, and the
+reward comparison). Each runner lives in :mod:`vlrl.demos.shapes`; this module only parses flags,
+picks the runner and prints its headline metrics."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import typer
 
+# method -> (runner "module:function", headline keys printed after the run)
+RUNNERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "caprl": ("vlrl.demos.shapes.demo:run_demo",
+              ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed")),
+    "rubicap": ("vlrl.demos.shapes.rubicap:run_rubicap_demo",
+                ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "wall_seconds", "seed")),
+    "vision-r1": ("vlrl.demos.shapes.vision_r1:run_vision_r1_demo",
+                  ("acc_before", "acc_after", "format_before", "format_after", "mean_tokens_before",
+                   "mean_tokens_after", "single_stage_acc_after", "wall_seconds", "seed")),
+    "compare": ("vlrl.demos.shapes.compare:run_compare", ("acc_before", "rows", "wall_seconds", "seed")),
+}
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo", help="Run the shapes-world CapRL demo end to end on CPU (what `make demo` runs).")
+    @app.command("demo", help="Run a shapes-world demo end to end on CPU (`make demo` runs the CapRL one).")
     def demo(
-        out: Path = typer.Option(Path("runs/demo"), "--out", help="Output folder (metrics.json, report.html)."),
-        quick: bool = typer.Option(False, "--quick", help="60 GRPO steps and 60 eval scenes (what CI runs; under a minute with cached warm starts)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and GRPO."),
+        out: Path | None = typer.Option(None, "--out", help="Output folder (metrics.json, report.html); default runs/demo[-METHOD]."),
+        method: str = typer.Option("caprl", "--method", help="Which loop: caprl (default), rubicap or vision-r1."),
+        compare: bool = typer.Option(False, "--compare", help="Train the same warm start with each reward design and compare them."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer GRPO steps and eval scenes (what CI runs)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and training."),
         force: bool = typer.Option(False, "--force", help="Overwrite a finished or different demo run in --out."),
         cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Warm-start cache (default ~/.cache/vlrl/demo)."),
     ) -> None:
         import json
 
-        from vlrl.demos.shapes.demo import DemoError, run_demo
+        from vlrl.demos.shapes.demo import DemoError
 
+        if compare and method != "caprl":
+            typer.echo("vlrl demo: --compare runs every reward itself; do not combine it with --method", err=True)
+            raise typer.Exit(2)
+        name = "compare" if compare else method
+        if name not in RUNNERS or name == "compare" and not compare:
+            typer.echo(f"vlrl demo: unknown --method {method!r}; choose caprl, rubicap or vision-r1", err=True)
+            raise typer.Exit(2)
+        target, keys = RUNNERS[name]
+        out = out or Path("runs/demo" if name == "caprl" else f"runs/demo-{name}")
+        module, func = target.split(":")
+        run = getattr(importlib.import_module(module), func)
         try:
-            metrics = run_demo(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir)
+            metrics = run(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir)
         except DemoError as e:
             typer.echo(f"vlrl demo: {e}", err=True)
             raise typer.Exit(2) from None
         if metrics.get("reused"):
             typer.echo(f"{out} already holds a finished demo run (use --force to redo it); its metrics:")
-        keys = ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed")
         typer.echo(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
         typer.echo(f"report: {out / 'report.html'}")
