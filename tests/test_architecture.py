@@ -46,3 +46,19 @@ def test_rewards_are_found_without_a_list():
     assert rows["caprl_qa"]["module"] == "vlrl.methods.caprl.reward"
     assert rows["caprl_qa"]["required_columns"] == ["questions"]
     assert rows["rubicap_rubric"]["required_columns"] == ["rubrics"]
+
+
+def test_docs_name_only_files_that_exist():
+    """Every repository path the README and docs name in backticks exists (files move with the layout;
+    a doc pointing at an old place sends a reader nowhere), and no doc links outside the repository."""
+    import re
+
+    tops = sorted(p.name for p in ROOT.iterdir() if not p.name.startswith(".") and p.name not in ("runs", ".venv"))
+    named = re.compile(r"`((?:" + "|".join(map(re.escape, tops)) + r")(?:/[A-Za-z0-9_.\-/]*)?)`")
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = [f"{doc.name}: {m.group(1)}" for doc in docs for m in named.finditer(doc.read_text(encoding="utf-8"))
+               if not (ROOT / m.group(1).rstrip("/")).exists()]
+    outside = [f"{doc.name}: {m.group(0)}" for doc in docs
+               for m in re.finditer(r"\]\((?:\.\./|/)[^)]*\)", doc.read_text(encoding="utf-8"))]
+    assert not missing, missing
+    assert not outside, outside

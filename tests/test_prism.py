@@ -254,3 +254,46 @@ def test_reasoning_answerer_boxes_its_answer(tmp_path):
     assert preds["q4"]["prediction"] == r"\frac{25}{2}" and preds["q4"]["score"] == 1.0  # 12.5 vs 12.4: within 5%
     assert preds["q5"]["score"] == 0.0
     assert res["answer_mode"] == "reason" and min(reasoner.max_tokens) == 1024
+
+
+class FlakyCaptioner(Captioner):
+    """Fails on the blue image once, then answers; counts the images it was asked to caption."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked: list[str] = []
+        self.failed_once = False
+
+    def _chat(self, requests):
+        out = []
+        for ok in super()._chat(requests):
+            colour = "red" if "red" in ok.texts[0] else "blue"
+            self.asked.append(colour)
+            if colour == "blue" and not self.failed_once:
+                self.failed_once = True
+                out.append(ChatResult(error="HTTP 503: overloaded"))
+            else:
+                out.append(ok)
+        return out
+
+
+def test_captions_are_committed_once_and_failures_are_asked_again(tmp_path):
+    """The caption step runs on the keyed stage loop: a rerun (a resumed job) captions nothing that is
+    stored, asks again what the captioner failed on (a failure is never kept), and leaves an
+    unreadable image quarantined with its reason; ``captions.jsonl`` still has one line per image."""
+    bench = make_bench(tmp_path)
+    cap = FlakyCaptioner()
+    first = evaluate_prism(cap, Reader(), bench, tmp_path / "out", progress=False, cache=False)
+    assert sorted(cap.asked) == ["blue", "red"]
+    assert first["errors"] == 4  # q2, q3, q6 (blue: captioner down this run) and q7 (bad image)
+    lines = {c["image"]: c for c in map(json.loads, (tmp_path / "out" / "captions.jsonl").read_text().splitlines())}
+    assert lines["img/blue.png"]["error"].startswith("captioner: backend error: HTTP 503") and lines["img/blue.png"]["caption"] is None
+    assert lines["img/bad.png"]["error"].startswith("image:")
+
+    cap.asked.clear()
+    again = evaluate_prism(cap, Reader(), bench, tmp_path / "out", progress=False, cache=False)
+    assert cap.asked == ["blue"]  # red was committed; the bad image stays quarantined
+    assert again["errors"] == 1 and again["overall"] == pytest.approx(4 / 7)
+    state = [json.loads(x) for x in (tmp_path / "out" / "state" / "captions.jsonl").read_text().splitlines()]
+    assert sorted(r["image"] for r in state) == ["img/blue.png", "img/red.png"]
+    assert len((tmp_path / "out" / "captions.jsonl").read_text().splitlines()) == 3

@@ -40,7 +40,8 @@ shape lives here once, and a stage supplies only what is its own:
   stored nothing; on Ctrl-C the loop closes its
   progress bar and the Job prints where it stopped.
 
-``vlrl caption`` (:mod:`vlrl.captioning.job`) keeps a loop of its own: its unit of commit is a
+Its users: teacher captions, rubric synthesis, the arena, caption-QA, the cold start and Prism's
+caption step. ``vlrl caption`` (:mod:`vlrl.captioning.job`) keeps a loop of its own: its unit of commit is a
 Parquet/JSONL *part* with a manifest, it prefetches images on threads and can run on Ray, none of
 which a per-record JSONL store expresses.
 """

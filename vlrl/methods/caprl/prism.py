@@ -37,12 +37,16 @@ from typing import Any
 
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.core.pipeline import atomic_write_json
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl
 from vlrl.core.prompts import render
+from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
 
 logger = logging.getLogger(__name__)
+
+STATE_CAPTIONS = "state/captions.jsonl"
+STATE_BAD_IMAGES = "state/bad_images.jsonl"
 
 _NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?|[-+]?\.\d+", re.I)
 
@@ -265,8 +269,6 @@ def evaluate_prism(
     answers every question once per caption (mean and best-of-N are reported); one caption is
     greedy. ``answer_mode="reason"`` lets the answerer reason and box its final answer.
     """
-    from tqdm import tqdm
-
     if answer_mode not in ("direct", "reason"):
         raise ValueError(f"answer mode {answer_mode!r}: use direct or reason")
     if captions_per_image < 1:
@@ -279,32 +281,51 @@ def evaluate_prism(
     cap_b = load_backend(captioner, cache=cache_dir)
     ans_b = load_backend(answerer, cache=cache_dir)
 
-    # 1. captions per distinct image (greedy; or N samples)
+    # 1. captions per distinct image (greedy; or N samples), through the keyed stage loop: each
+    # caption is committed as it comes (state/captions.jsonl), so a killed run resumes without
+    # captioning an image twice even with --no-cache; an unreadable image is quarantined (bad
+    # input: --retry-quarantined tries it again); a captioner failure is never stored, so the next
+    # run asks again.
     first_row: dict[str, int] = {}
     for i, row in enumerate(rows):
         first_row.setdefault(_image_key(row, i), i)
-    captions: dict[str, list[str]] = {}
-    truncated: dict[str, list[bool]] = {}
-    errors: dict[str, str] = {}
     keys = list(first_row)
     prompt = render("caption_default")
     n = captions_per_image
     sampling = SamplingParams(max_tokens=caption_max_tokens, temperature=caption_temperature if n > 1 else 0.0, n=n,
                               seed=seed if n > 1 else None)
-    for start in tqdm(range(0, len(keys), 32), desc="captions", disable=not progress):
-        chunk = keys[start : start + 32]
+    done = JsonlStore(out / STATE_CAPTIONS, key_field="image")
+    bad = JsonlStore(out / STATE_BAD_IMAGES, key_field="image")
+    errors: dict[str, str] = {}
+
+    def caption_batch(chunk: list[str]) -> list[Outcome]:
         loaders = [lambda k=k: load_row_image(first_row[k]) for k in chunk]
+        outcomes = []
         for k, oc in zip(chunk, caption_images(cap_b, loaders, prompt, sampling, ids=chunk, min_words=None), strict=True):
             if oc.caption is not None:
-                captions[k] = list(oc.captions) if oc.captions else [oc.caption]
-                truncated[k] = list(oc.truncations) if oc.truncations else [oc.truncated]
-                if any(truncated[k]):
-                    logger.warning("%s: %d caption(s) stopped at the %d-token limit (truncated)", k, sum(truncated[k]),
+                caps = list(oc.captions) if oc.captions else [oc.caption]
+                truncs = list(oc.truncations) if oc.truncations else [oc.truncated]
+                if any(truncs):
+                    logger.warning("%s: %d caption(s) stopped at the %d-token limit (truncated)", k, sum(truncs),
                                    caption_max_tokens)
-                continue
-            bad_image = oc.reason.startswith("bad image: ")
-            errors[k] = f"image: {oc.reason.removeprefix('bad image: ')}" if bad_image else f"captioner: {oc.reason}"
-            logger.warning("%s: %s", k, errors[k])
+                outcomes.append(Outcome.ok(k, {"image": k, "captions": caps, "truncations": truncs}))
+            elif oc.reason.startswith("bad image: "):
+                outcomes.append(Outcome.fail(k, f"image: {oc.reason.removeprefix('bad image: ')}"))
+            else:
+                errors[k] = f"captioner: {oc.reason}"
+                outcomes.append(Outcome.retry(k, errors[k]))
+        return outcomes
+
+    run_stage(keys, key=str, process=caption_batch, store=done, quarantine=bad, batch_size=32, desc="captions",
+              stable_batches=True, failure_log="{label}: {reason}", progress=progress)
+    done.close()
+    bad.close()
+    captions: dict[str, list[str]] = {}
+    truncated: dict[str, list[bool]] = {}
+    for rec in read_jsonl(out / STATE_CAPTIONS, on_error="skip"):
+        captions[rec["image"]], truncated[rec["image"]] = rec["captions"], rec["truncations"]
+    for rec in read_jsonl(out / STATE_BAD_IMAGES, on_error="skip"):
+        errors.setdefault(rec["image"], rec["reason"])
     with open(out / "captions.jsonl", "w", encoding="utf-8") as fh:
         for k in keys:
             caps = captions.get(k) or [None]
