@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from vlrl.core.image_flags import RESIZE_MAX_PIXELS_HELP, MaxImagePixels, ResizeMaxPixels
-from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined
+from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined, command_errors, job_command
 
 
 def register(groups: dict[str, typer.Typer]) -> None:
@@ -45,25 +45,18 @@ def register(groups: dict[str, typer.Typer]) -> None:
     ) -> None:
         import json
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code
+        from vlrl.core.jobs import EXIT_FAILED, exit_code
         from vlrl.core.pipeline import parse_shard
-        from vlrl.core.redact import redact
         from vlrl.methods.caprl.curate import CurateConfig, curate
 
         cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max,
                            batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
                            max_attempts=max_attempts,
                            **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))
-        try:
+        with command_errors("data qa-curate"):
             stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=force,
                            retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures,
                            filter_vlm=filter_vlm)
-        except BackendDown as e:
-            typer.echo(f"vlrl data qa-curate: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl data qa-curate: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
         typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
         failed = stats.get("failed_this_run", 0)
         if not stats["images_pending"] and not stats["kept"]:
@@ -227,25 +220,16 @@ def register(groups: dict[str, typer.Typer]) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
-        from vlrl.core.redact import redact
         from vlrl.methods.caprl.prism import evaluate_prism
 
-        try:
-            res = run_command_job(
-                "eval prism", out, params, lambda: evaluate_prism(
-                    captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
-                    cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
-                    caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
-                ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl", "state/*.jsonl"],
-                quarantine=["state/bad_images.jsonl"],
-            )
-        except BackendDown as e:
-            typer.echo(f"vlrl eval prism: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl eval prism: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        res = job_command(
+            "eval prism", out, params, lambda: evaluate_prism(
+                captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
+                cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
+                caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
+            ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl", "state/*.jsonl"],
+            quarantine=["state/bad_images.jsonl"],
+        )
         table = Table(title=f"Prism-style accuracy ({res['n']} questions, {res['images']} images)")
         for col in ("benchmark", "n", "accuracy", "best-of-N", "by type", "errors"):
             table.add_column(col)

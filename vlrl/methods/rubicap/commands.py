@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from vlrl.core.image_flags import MaxImagePixels, ResizeMaxPixels
-from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined
+from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined, command_errors, job_command
 
 
 def register(groups: dict[str, typer.Typer]) -> None:
@@ -41,24 +41,15 @@ def register(groups: dict[str, typer.Typer]) -> None:
         params = dict(locals())
         import json
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
-        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.teachers import run_teacher_committee
 
-        try:
-            stats = run_command_job(
-                "data teacher-captions", out, params, lambda: run_teacher_committee(
-                    images, teacher, out, prompt_file=prompt_file, batch_size=batch_size, max_tokens=max_tokens,
-                    temperature=temperature, min_words=min_words, shard=shard,
-                ), specs=teacher, ignore=("shard",), quarantine=["failures.jsonl"], tolerate_dead=True,
-                outputs=["captions.jsonl", "failures.jsonl", "teacher_captions.jsonl", "stats.json", "meta.json"],
-            )
-        except BackendDown as e:
-            typer.echo(f"vlrl data teacher-captions: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl data teacher-captions: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        stats = job_command(
+            "data teacher-captions", out, params, lambda: run_teacher_committee(
+                images, teacher, out, prompt_file=prompt_file, batch_size=batch_size, max_tokens=max_tokens,
+                temperature=temperature, min_words=min_words, shard=shard,
+            ), specs=teacher, ignore=("shard",), quarantine=["failures.jsonl"], tolerate_dead=True,
+            outputs=["captions.jsonl", "failures.jsonl", "teacher_captions.jsonl", "stats.json", "meta.json"],
+        )
         typer.echo(json.dumps(stats, indent=2))
 
 
@@ -86,25 +77,16 @@ def register(groups: dict[str, typer.Typer]) -> None:
         params = dict(locals())
         import json
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
-        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.synthesis import build_rubrics
 
-        try:
-            stats = run_command_job(
-                "data rubrics", out, params, lambda: build_rubrics(
-                    teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
-                    writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
-                    student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens, seed=seed,
-                ), specs=[student, writer], ignore=("shard", "max_retries"), quarantine=["rejected.jsonl"],
-                outputs=["rubrics.jsonl", "rejected.jsonl", "student.jsonl", "stats.json"],
-            )
-        except BackendDown as e:
-            typer.echo(f"vlrl data rubrics: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl data rubrics: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        stats = job_command(
+            "data rubrics", out, params, lambda: build_rubrics(
+                teachers, student, writer, out, with_image=with_image, student_prompt_file=student_prompt_file,
+                writer_prompt_file=writer_prompt_file, batch_size=batch_size, max_retries=max_retries, shard=shard,
+                student_max_tokens=student_max_tokens, writer_max_tokens=writer_max_tokens, seed=seed,
+            ), specs=[student, writer], ignore=("shard", "max_retries"), quarantine=["rejected.jsonl"],
+            outputs=["rubrics.jsonl", "rejected.jsonl", "student.jsonl", "stats.json"],
+        )
         typer.echo(json.dumps(stats, indent=2))
 
 
@@ -128,24 +110,15 @@ def register(groups: dict[str, typer.Typer]) -> None:
         params = dict(locals())
         from rich.console import Console
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
-        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.arena import results_table, run_arena
 
-        try:
-            results = run_command_job(
-                "eval arena", out, params, lambda: run_arena(
-                    candidate, baseline, judge, images, out, reference=reference, judge_prompt_file=judge_prompt_file,
-                    batch_size=batch_size, max_retries=max_retries,
-                ), specs=[candidate, *baseline, judge], ignore=("max_retries",),
-                outputs=["results.json", "captions.jsonl", "judgments.jsonl"],
-            )
-        except BackendDown as e:
-            typer.echo(f"vlrl eval arena: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl eval arena: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        results = job_command(
+            "eval arena", out, params, lambda: run_arena(
+                candidate, baseline, judge, images, out, reference=reference, judge_prompt_file=judge_prompt_file,
+                batch_size=batch_size, max_retries=max_retries,
+            ), specs=[candidate, *baseline, judge], ignore=("max_retries",),
+            outputs=["results.json", "captions.jsonl", "judgments.jsonl"],
+        )
         Console().print(results_table(results))
         typer.echo(f"results -> {out}/results.json")
 
@@ -169,25 +142,17 @@ def register(groups: dict[str, typer.Typer]) -> None:
         params = dict(locals())
         from rich.console import Console
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, run_command_job
-        from vlrl.core.redact import redact
         from vlrl.methods.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa
         from vlrl.rewards.scoring import parse_setting_pairs
 
-        try:
+        with command_errors("eval caption-qa"):
             settings = parse_setting_pairs(setting)
-            results = run_command_job(
-                "eval caption-qa", out, params, lambda: run_caption_qa(
-                    qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
-                    reward_settings=settings, batch_size=batch_size,
-                ), specs=[answerer, *captioner], outputs=["results.json", "scores.jsonl", "captions.jsonl"],
-            )
-        except BackendDown as e:
-            typer.echo(f"vlrl eval caption-qa: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl eval caption-qa: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        results = job_command(
+            "eval caption-qa", out, params, lambda: run_caption_qa(
+                qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
+                reward_settings=settings, batch_size=batch_size,
+            ), specs=[answerer, *captioner], outputs=["results.json", "scores.jsonl", "captions.jsonl"],
+        )
         Console().print(results_table(results))
         typer.echo(f"results -> {out}/results.json, plot -> {out}/accuracy_vs_budget.png")
 

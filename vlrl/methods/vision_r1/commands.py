@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from vlrl.core.image_flags import MaxImagePixels, ResizeMaxPixels
-from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined
+from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined, job_command
 
 
 def register(groups: dict[str, typer.Typer]) -> None:
@@ -40,25 +40,17 @@ def register(groups: dict[str, typer.Typer]) -> None:
         params = dict(locals())
         import json
 
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code, run_command_job
-        from vlrl.core.redact import redact
+        from vlrl.core.jobs import exit_code
         from vlrl.methods.vision_r1.cold_start import cold_start
 
-        try:
-            stats = run_command_job(
-                "data cold-start", out, params, lambda: cold_start(
-                    input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
-                    vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
-                    temperature=temperature, shard=shard, consistency_judge=consistency_judge,
-                ), specs=[vlm, reasoner, *([consistency_judge] if consistency_judge else [])], ignore=("shard",),
-                quarantine=["quarantine.jsonl"], outputs=["sft.jsonl", "rejected.jsonl", "quarantine.jsonl", "stats.json"],
-            )
-        except BackendDown as e:
-            typer.echo(f"vlrl data cold-start: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (OSError, ValueError) as e:
-            typer.echo(f"vlrl data cold-start: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        stats = job_command(
+            "data cold-start", out, params, lambda: cold_start(
+                input, vlm, reasoner, out, batch_size=batch_size, max_samples=max_samples,
+                vlm_max_tokens=vlm_max_tokens, reasoner_max_tokens=reasoner_max_tokens,
+                temperature=temperature, shard=shard, consistency_judge=consistency_judge,
+            ), specs=[vlm, reasoner, *([consistency_judge] if consistency_judge else [])], ignore=("shard",),
+            quarantine=["quarantine.jsonl"], outputs=["sft.jsonl", "rejected.jsonl", "quarantine.jsonl", "stats.json"],
+        )
         typer.echo(json.dumps(stats, indent=2))
         if stats.get("failed_this_run"):
             typer.echo(f"{stats['failed_this_run']} record(s) failed in a backend; rerun the same command to retry them", err=True)
