@@ -399,7 +399,12 @@ class HFBackend(Backend):
             items.append((i, text, images, tokens))
 
         def finish(i: int, row: Any, tokens: list[list[int]]) -> None:
-            p = [float(row[ids].sum()) for ids in tokens]
+            # one gather per row (not one per choice): a row is a whole-vocabulary distribution
+            flat = row[torch.tensor([t for ids in tokens for t in ids], device=row.device)].tolist()
+            p, k = [], 0
+            for ids in tokens:
+                p.append(sum(flat[k : k + len(ids)]))
+                k += len(ids)
             mass = sum(p)
             choices = requests[i].choices
             norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=True)}
