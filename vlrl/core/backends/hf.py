@@ -411,7 +411,8 @@ class HFBackend(Backend):
             results[i] = ChoiceResult(probs=norm, method="logits", mass=min(mass, 1.0))
 
         if not self.is_vlm and len(items) > 1:
-            # QA asks share a long prefix (instructions + caption): run it once per group
+            # QA asks share a long prefix (instructions + caption): run it once per group, and the
+            # prefixes of several groups in one forward pass (up to batch_size asks per pass)
             from vlrl.core.backends.prefix_share import shared_prefix_probs
 
             done, rest = shared_prefix_probs(self.net, self.tokenizer, [it[1] for it in items], self.device,
