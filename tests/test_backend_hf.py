@@ -252,3 +252,60 @@ def test_cache_keys_image_paths_by_file_content(tiny_vlm, tmp_path):
     _img("red").save(img)
     assert ask().cached
     b.close()
+
+
+def _packed_asks():
+    """QA-style asks: three captions of different lengths (prefixes pad differently), three
+    questions each (suffixes of different lengths), two temperatures."""
+    captions = ["A small red circle.", "Two large blue squares and a green star on a white page. " * 3,
+                "A tiny yellow heart near the top left corner of an otherwise empty image. " * 2]
+    questions = ["What colour is it? A. red B. blue C. green D. cannot answer",
+                 "Which shape? A. circle B. square C. star D. heart E. cannot answer",
+                 "Size? A. tiny B. large C. cannot answer"]
+    reqs = []
+    for c, caption in enumerate(captions):
+        for q, question in enumerate(questions):
+            letters = [chr(ord("A") + k) for k in range(question.count(". "))]
+            reqs.append(ChoiceRequest(
+                [{"role": "user", "content": f"Read the caption, then answer.\nCaption: {caption}\nQuestion: {question}"}],
+                letters, prefix="The answer is", temperature=0.6 if c != 1 else 1.0, id=f"cap{c}/q{q}"))
+    return reqs
+
+
+@pytest.mark.parametrize("sliding", [False, True], ids=["full-attention", "sliding-window-cache"])
+def test_packed_prefix_scoring_matches_one_request_at_a_time(tmp_path, monkeypatch, sliding):
+    """Several captions' prefixes in one forward pass give the letter probabilities of scoring each
+    request alone (a plain forward over its whole prompt). Weights are drawn wide so the letters
+    depend on the context: a wrong position, mask or padding would move them."""
+    import vlrl.core.backends.prefix_share as ps
+    from vlrl.core.tiny import make_tiny
+
+    extra = {"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["sliding_attention"] * 2} if sliding else {}
+    path = make_tiny("qwen2", tmp_path / "lm", seed=3, initializer_range=0.5, **extra)
+    b = load_backend(f"hf:{path}?device=cpu&dtype=float32&batch_size=16")
+    packs = []
+    real = ps.last_token_probs_packed
+
+    def spy(net, prefixes, *a, **k):
+        out = real(net, prefixes, *a, **k)
+        packs.append((len(prefixes), out is not None))
+        return out
+
+    monkeypatch.setattr(ps, "last_token_probs_packed", spy)
+    reqs = _packed_asks()
+    together = b.score_choices(reqs)
+    if sliding:  # the cache keeps sliding-window layers: padded prefixes are refused, one prefix per pass
+        assert (3, False) in packs and all(n == 1 for n, ok in packs if ok)
+    else:
+        assert packs == [(3, True)]  # all three captions in one prefix pass
+    packs.clear()
+    alone = [b.score_choices([r])[0] for r in reqs]
+    assert packs == []  # a single request takes the plain path: the reference
+    spread = []
+    for r, t, a in zip(reqs, together, alone, strict=True):
+        assert t.ok and a.ok, (t.error, a.error)
+        assert t.mass == pytest.approx(a.mass, abs=1e-5), r.id
+        for letter in r.choices:
+            assert t.probs[letter] == pytest.approx(a.probs[letter], abs=1e-4), (r.id, letter)
+        spread.append(a.probs["A"])
+    assert max(spread) - min(spread) > 0.05  # the letters do depend on the prompt: the check has teeth

@@ -192,6 +192,19 @@ def test_bench_reward_cli(tmp_path):
     assert any(line.startswith("rounds_1 throughput ratio") for line in r.stdout.splitlines())
 
 
+@pytest.mark.slow
+def test_grpo_reward_share_times_the_reward_inside_a_real_tiny_grpo_run():
+    """The training layer measures it (methods sit below training); both modes run the tiny recipe."""
+    from vlrl.training.bench import grpo_reward_share
+
+    res = grpo_reward_share(1)
+    assert res["steps"] == 1
+    for mode in ("exact", "sample"):
+        r = res[mode]
+        assert 0 < r["reward_seconds"] <= r["train_seconds"]  # the reward was called inside train()
+        assert r["reward_share"] == pytest.approx(r["reward_seconds"] / r["train_seconds"], abs=0.01)
+
+
 def test_group_by_prefix_keeps_captions_together():
     from vlrl.core.backends.prefix_share import group_by_prefix
 

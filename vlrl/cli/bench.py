@@ -33,3 +33,47 @@ def bench_caption_cmd(
     grow = res["peak_rss_mb_large"] / res["peak_rss_mb_small"] - 1
     typer.echo(f"peak RSS: {res['peak_rss_mb_small']:.0f} MB small, {res['peak_rss_mb_large']:.0f} MB on 10x the images ({grow:+.1%})")
     typer.echo(f"speedup: {res['speedup']:.2f}x")
+
+
+# Here rather than in vlrl/methods/caprl/commands.py: besides CapRL's own bench it runs a tiny GRPO
+# trainer (the reward's share of a step), and only the CLI layer may use both methods and training.
+@app.command("reward", help="caprl_qa throughput and spread: sample mode (N=4) vs exact mode on the same backend.")
+def bench_reward_cmd(
+    json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+    answerer: str | None = typer.Option(None, "--answerer", help="Answerer backend spec (default: build a tiny Qwen2, hf: backend)."),
+    captions: int = typer.Option(16, "--captions", help="Captions scored per repeat."),
+    repeats: int = typer.Option(3, "--repeats", help="Repeats per mode (interleaved)."),
+    questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
+    rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question (measured beside the shipped recipe's N=1)."),
+    grpo_steps: int = typer.Option(3, "--grpo-steps", min=0, help="Steps of the tiny GRPO recipe timed for the reward's share of a step (0: skip)."),
+) -> None:
+    import json as _json
+    from pathlib import Path as _Path
+
+    from vlrl.methods.caprl.bench import bench_reward
+
+    try:
+        res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
+                           rounds=rounds)
+        if grpo_steps > 0:
+            from vlrl.training.bench import grpo_reward_share
+
+            res["grpo_step_share"] = grpo_reward_share(grpo_steps)
+    except (OSError, ValueError, RuntimeError) as e:
+        typer.echo(f"vlrl bench reward: {e}", err=True)
+        raise typer.Exit(2) from None
+    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+    for key, block in res["by_rounds"].items():
+        for mode in ("sample", "exact"):
+            r = block[mode]
+            std, mean = r["reward_std_across_repeats"], r["mean_reward"]
+            typer.echo(f"{key} {mode:>6}: {r['captions_per_s']:.2f} captions/s, reward std across seeds "
+                       f"{'n/a' if std is None else f'{std:.4f}'}, mean reward {'n/a' if mean is None else f'{mean:.3f}'}")
+        sr = block["spread_ratio"]
+        typer.echo(f"{key} throughput ratio (exact/sample): {block['throughput_ratio']:.2f}x, spread ratio "
+                   f"{'n/a' if sr is None else f'{sr:.3f}'}")
+    for mode, g in (res.get("grpo_step_share") or {}).items():
+        if isinstance(g, dict):
+            typer.echo(f"tiny GRPO ({mode}): reward {g['reward_seconds']}s of {g['train_seconds']}s "
+                       f"({g['reward_share']:.0%})")

@@ -399,14 +399,20 @@ class HFBackend(Backend):
             items.append((i, text, images, tokens))
 
         def finish(i: int, row: Any, tokens: list[list[int]]) -> None:
-            p = [float(row[ids].sum()) for ids in tokens]
+            # one gather per row (not one per choice): a row is a whole-vocabulary distribution
+            flat = row[torch.tensor([t for ids in tokens for t in ids], device=row.device)].tolist()
+            p, k = [], 0
+            for ids in tokens:
+                p.append(sum(flat[k : k + len(ids)]))
+                k += len(ids)
             mass = sum(p)
             choices = requests[i].choices
             norm = {c: (v / mass if mass > 0 else 1.0 / len(choices)) for c, v in zip(choices, p, strict=True)}
             results[i] = ChoiceResult(probs=norm, method="logits", mass=min(mass, 1.0))
 
         if not self.is_vlm and len(items) > 1:
-            # QA asks share a long prefix (instructions + caption): run it once per group
+            # QA asks share a long prefix (instructions + caption): run it once per group, and the
+            # prefixes of several groups in one forward pass (up to batch_size asks per pass)
             from vlrl.core.backends.prefix_share import shared_prefix_probs
 
             done, rest = shared_prefix_probs(self.net, self.tokenizer, [it[1] for it in items], self.device,

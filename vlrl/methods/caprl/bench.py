@@ -11,8 +11,9 @@ both, and the sampled answers of sample mode. A fixed seed would give exact mode
 construction. The spread therefore compares what a training run sees: sample mode's is draws plus
 sampling noise, exact mode's is draws alone.
 
-It runs at the shipped recipe's ``rounds: 1`` and at N=4 (``--rounds``), side by side, and, unless
-``grpo_steps=0``, times a few steps of the tiny GRPO recipe to report the reward's share of a step.
+It runs at the shipped recipe's ``rounds: 1`` and at N=4 (``--rounds``), side by side. The
+reward's share of a tiny GRPO step (``vlrl bench reward --grpo-steps``) is measured by the training
+layer (:mod:`vlrl.training.bench`), which this method's code sits below.
 
 No response cache is used: every repeat pays for its calls.
 """
@@ -63,7 +64,6 @@ def bench_reward(
     questions_per_caption: int = 8,
     rounds: int = 4,
     rounds_list: tuple[int, ...] | None = None,
-    grpo_steps: int = 0,
 ) -> dict[str, Any]:
     """Run the bench; with no ``answerer`` a tiny random Qwen2 is built and served in-process.
 
@@ -94,8 +94,6 @@ def bench_reward(
                        "captions": n_captions, "repeats": repeats, "questions_per_caption": questions_per_caption,
                        "rounds": rounds, "rounds_measured": settings_list, "sample_temperature": 0.6,
                        "sample_max_tokens": 10, "seeds": "repeat r uses seed r+1 in both modes"}
-    if grpo_steps > 0:
-        out["grpo_step_share"] = grpo_reward_share(grpo_steps)
     return out
 
 
@@ -136,61 +134,4 @@ def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list
     out["throughput_ratio"] = out["exact"]["captions_per_s"] / out["sample"]["captions_per_s"]
     s_std, e_std = out["sample"]["reward_std_across_repeats"], out["exact"]["reward_std_across_repeats"]
     out["spread_ratio"] = (e_std / s_std) if s_std and e_std is not None else None
-    return out
-
-
-_GRPO_CHILD = r"""
-import json, sys, tempfile, time
-args = json.loads(sys.argv[1])
-from vlrl.training.grpo import build_trainer, close_rewards, prepare
-from vlrl.training.recipe import load_recipe
-with tempfile.TemporaryDirectory(prefix="vlrl-bench-grpo-") as d:
-    recipe = prepare(load_recipe(args["recipe"], [f"output_dir={d}", f"max_steps={args['steps']}", "save_steps=1000",
-                                                  "log_completions=false", "logging_steps=1000"]))
-    recipe.rewards[0].settings["mode"] = args["mode"]
-    trainer, _ = build_trainer(recipe)
-    spent = [0.0]
-    for f in trainer.reward_funcs:
-        if hasattr(f, "score"):
-            inner = f.score
-            def timed(*a, _inner=inner, **k):
-                t = time.perf_counter()
-                try:
-                    return _inner(*a, **k)
-                finally:
-                    spent[0] += time.perf_counter() - t
-            f.score = timed
-    t0 = time.perf_counter()
-    trainer.train()
-    total = time.perf_counter() - t0
-    close_rewards(trainer)
-sys.stdout.write(json.dumps({"reward_seconds": round(spent[0], 3), "train_seconds": round(total, 3),
-                             "reward_share": spent[0] / total if total > 0 else None}) + "\n")
-"""
-
-
-def grpo_reward_share(steps: int = 3) -> dict[str, Any]:
-    """Seconds in the ``caprl_qa`` reward vs the whole ``trainer.train()``, over ``steps`` steps of
-    the tiny CapRL recipe (``train/recipes/tiny/caprl_tiny.yaml``: tiny VLM policy, tiny text
-    answerer), once per mode; model loading is outside the timing.
-
-    Each run is a child Python process driving the training layer (this method's code sits below
-    training in the import order, so it runs a trainer the way a user does: as a separate program).
-    """
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    recipe_path = Path(__file__).resolve().parents[3] / "train" / "recipes" / "tiny" / "caprl_tiny.yaml"
-    if not recipe_path.is_file():
-        raise ValueError(f"tiny CapRL recipe not found at {recipe_path}")
-    out: dict[str, Any] = {"steps": steps}
-    for mode in ("exact", "sample"):
-        arg = json.dumps({"recipe": str(recipe_path), "steps": steps, "mode": mode})
-        proc = subprocess.run([sys.executable, "-c", _GRPO_CHILD, arg], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"tiny GRPO run ({mode}) failed: {tail}")
-        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out

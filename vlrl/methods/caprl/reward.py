@@ -197,18 +197,20 @@ class CapRLQAReward(Reward):
         else:
             draws = [rng.randrange(len(valid)) for _ in range(self.questions_per_caption)]
         asks = []
+        # (presentation, prompt text) per (question, round): round r of a question always shows the
+        # same order, so a question drawn again reuses its rendered prompt
         orders: dict[tuple[int, int], Any] = {}
         for j, qi in enumerate(draws):
             mcq = valid[qi]
             for r in range(self.rounds):
-                if (qi, r) not in orders:  # round r of a question always shows the same order
+                if (qi, r) not in orders:
                     order_rng = (seeded_rng("caprl_qa/order", self.seed, epoch, mcq.key, r, *([who] if who else []))
                                  if self.shuffle else None)
-                    orders[qi, r] = present(mcq, order_rng, self.cannot_answer)
-                pres = orders[qi, r]
+                    pres = present(mcq, order_rng, self.cannot_answer)
+                    orders[qi, r] = pres, render(self.prompt, caption=caption, question=mcq.question, options=pres.lines(),
+                                                 choices=list(zip(pres.letters, pres.options, strict=True)))
+                pres, text = orders[qi, r]
                 sample_seed = rng.getrandbits(31)  # each sample-mode ask is an independent draw
-                text = render(self.prompt, caption=caption, question=mcq.question, options=pres.lines(),
-                              choices=list(zip(pres.letters, pres.options, strict=True)))
                 asks.append(Ask([{"role": "user", "content": text}], pres, seed=sample_seed, id=f"q{qi}/draw{j}/round{r}"))
         return asks, details
 
