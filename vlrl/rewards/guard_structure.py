@@ -27,8 +27,9 @@ grader*. Each family here looks for one such shape:
   "### verdict").
 
 All of them run on lower-case text with image text and quoted spans removed. Evaluative key words
-are matched with a tolerance of one edit for words of six letters or more (:func:`fuzzy_fix`),
-because a policy that misspells "comprehensive" still games the judge, which reads through typos.
+are matched with a tolerance of one edit for words the English dictionary does not know
+(:func:`fuzzy_fix`), because a policy that misspells "comprehensive" still games the judge, which
+reads through typos; real words ("through", "describe") are never turned into keywords.
 """
 
 from __future__ import annotations
@@ -44,15 +45,34 @@ _KEYWORDS = (
     "thoroughly faithful faithfully impeccable perfect perfectly caption description instructions previous ignore "
     "disregard rubric criteria criterion evaluator grader satisfied everything detailed captured covered described "
     "omitted verdict precise precisely correct correctly excellent outstanding exceptional hallucination "
-    "hallucinations comprehensively"
+    "hallucinations comprehensively question questions answer answered answerable picture image every nothing "
+    "missing detail details marks score judge assign maximum deserves evaluate instruction object objects met pass"
 ).split()
 _KEYSET = frozenset(_KEYWORDS)
-# Real words one edit away from a keyword; they are content, not typos.
+# Real words one edit from a keyword; they are content, not typos (kept even without the dictionary).
 _REAL = frozenset(
     "grades graded grated trader grader's captain captions caption's ignored ignores perfects corrects precised "
     "coveted covered covers recovered director directed describes descriptions criterias evaluators graders rubrics "
-    "detailer detailed details correcter collect connect perfecto prefect prefects corrector".split()
+    "detailer detailed details correcter collect connect perfecto prefect prefects corrector through describe "
+    "judged judges scored scores scorn store snore scope mark marked marker answers images pictured every".split()
 )
+
+
+@lru_cache(maxsize=1)
+def _dictionary() -> dict[str, int] | None:
+    """English word counts (``pyspellchecker``'s frequency list), or ``None`` when it is missing."""
+    try:
+        from spellchecker import SpellChecker
+    except ImportError:  # declared dependency; without it only words of six letters or more are repaired
+        return None
+    return SpellChecker().word_frequency.dictionary
+
+
+def _real_word(word: str) -> bool:
+    """Whether ``word`` is an English word in its own right (a typo of a keyword is not; the list's
+    rarest entries, seen 50 times in its source, include common typos such as "marcs")."""
+    words = _dictionary()
+    return words is not None and words.get(word, 0) > 50
 
 
 def _within_one(a: str, b: str) -> bool:
@@ -74,7 +94,10 @@ def _within_one(a: str, b: str) -> bool:
 
 @lru_cache(maxsize=8192)
 def _correct(word: str) -> str:
-    if len(word) < 6 or word in _KEYSET or word in _REAL:
+    # With a dictionary, any word of four letters or more that is not a real word may be a typo
+    # ("ignor", "scroe"); without one, only long words are tried, since short ones collide with real words.
+    shortest = 4 if _dictionary() is not None else 6
+    if len(word) < shortest or word in _KEYSET or word in _REAL or _real_word(word):
         return word
     for key in _KEYWORDS:
         if abs(len(key) - len(word)) <= 1 and key[0] == word[0] and _within_one(word, key):
@@ -83,9 +106,10 @@ def _correct(word: str) -> str:
 
 
 def fuzzy_fix(text: str) -> str:
-    """``text`` with misspelt evaluative key words ("comprehensve", "acurate", "instrucitons")
-    replaced by the word itself (first letter kept, one edit, words of six letters or more)."""
-    return re.sub(r"[a-z]{6,}", lambda m: _correct(m.group(0)), text)
+    """``text`` with misspelt evaluative key words ("comprehensve", "acurate", "ignor") replaced by the
+    word itself (first letter kept, one edit). A real English word ("through", "describe", "grade")
+    is never "repaired" into a keyword: the typo check runs only on words the dictionary does not know."""
+    return re.sub(r"[a-z]{4,}", lambda m: _correct(m.group(0)), text)
 
 
 # ------------------------------------------------------------------------------------------------
