@@ -115,7 +115,7 @@ def deobfuscate(text: str) -> tuple[str, bool]:
 # Image text
 
 _INTRO = (
-    r"\b(?:says|said|saying|reads|reading|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
+    r"\b(?:says|said|saying|reads|reading|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
     r"|writes|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
     r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
     r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
@@ -156,7 +156,15 @@ def strip_image_text(text: str) -> str:
     """Remove clauses that report text written in the image (they describe, they do not claim)."""
     text = _IMAGE_TEXT_COLON.sub(" \u2039t\u203a ", text)
     text = _IMAGE_TEXT_BEFORE.sub(" \u2039t\u203a ", text)
-    return _IMAGE_TEXT.sub(" \u2039t\u203a ", text)
+    return _IMAGE_TEXT.sub(_unless_own_words, text)
+
+
+# "what I've written", "the words I chose": the writer's own text, not text in the image
+_OWN = re.compile(r"\b(?:i|we|i've|we've|i'd|i\s+have|we\s+have|i\s+just|you|you're|you\s+are)\s*$", re.IGNORECASE)
+
+
+def _unless_own_words(m: re.Match[str]) -> str:
+    return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
 
 
 # ------------------------------------------------------------------------------------------------
@@ -169,7 +177,8 @@ _SELF = (
     r"|work|effort|version|rendering|portrayal|breakdown|overview|rundown|wording|language|entry|reply|content|passage"
     r"|statement|one)\b"
     r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description)\b)"
-    r"|\b(?:above|here)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b))"
+    r"|(?<!\bor )(?<!\band )(?<!\bor just )\b(?:above|here)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|"
+    r"should|must|will)\b))"
     r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"
     r"|\bthe\s+above\b|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
     r"|\bwhat\s+is\s+written\s+(?:here|above)\b|\b(?:reading|read)\s+this\b|\bthe\s+(?:caption|description|text)\s+alone\b"
@@ -184,7 +193,7 @@ _PRAISE = (
     r"exhaustive(?:ly)?|accurate(?:ly)?|precise(?:ly)?|faithful(?:ly)?|correct(?:ly)?|nothing false|"
     r"no hallucinations?|hallucination[- ]free|every (?:detail|element|object|aspect)|everything|all (?:the )?(?:details|information|elements)|"
     r"in (?:its|their) entirety|nothing (?:is |was )?(?:missing|missed|left out|omitted)|deserves?|recognition|"
-    r"model of|example of|a\+|10/10|100%|as good as|exactly what|needs? no (?:changes|edits|improvement)|"
+    r"model of|example of|as good as|exactly what|needs? no (?:changes|edits|improvement)|"
     r"informative|well[- ]done|how well|impressive|great|amazing|fantastic|wonderful|remarkable|"
     r"high[- ]quality|polished|meticulous(?:ly)?|rigorous(?:ly)?|spotless|pristine|unmatched|unbeatable|"
     r"nail(?:s|ed)|spot[- ]on|on point|crisp|elegant|articulate|insightful|reliable|trustworthy|truthful|objective|"
@@ -192,7 +201,9 @@ _PRAISE = (
     r"first[- ]rate|world[- ]class|better|beyond (?:criticism|reproach|question|doubt|dispute)|unassailable|"
     r"indisputabl[ey]|no room for (?:doubt|error|improvement)|definitive|nothing (?:else|more)|"
     r"top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
-    r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture)\b|\ba\+)"
+    r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture|"
+    r"masterful(?:ly)?|(?:brilliant|superb|excellent|outstanding|exceptional|vivid|sharp|exact)(?:ly|ness)?|"
+    r"thoroughness|precision|exactness|completeness|faithfulness|fidelity|crafted|rival(?:s|led)?)\b|\ba\+|\b10/10\b|\b100\s*%)"
 )
 _AUDIENCE = (
     r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|scorers?|"
@@ -378,6 +389,24 @@ _CUES = {
 }
 
 
+# Paperwork in the scene: a checklist on a fridge with every box ticked, an inspection report where
+# every item is checked, is a form being described, not the caption's own rubric outcome.
+PAPERWORK = re.compile(
+    r"\b(?:printed|pinned|stuck|taped|fridge|magnets?|clipboard|forms?|reports?|sheets?|paper|papers|page|pages|signed|"
+    r"inspector|handwritten|whiteboard|blackboard|poster|binder|folder|document|notebook|screenshot|spreadsheet)\b"
+)
+
+
+# A sentence that introduces something in the image with an indefinite article or a number and
+# states no expectation ("a driving examiner marks a form", "two students check whether their answers
+# are correct") describes a scene; its grading words belong to the scene. A hack that names graders
+# without "this" or "you" speaks of what they will do ("an attentive evaluator will agree ...").
+_SCENE = re.compile(
+    r"^\W*(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d+|several|some|many|a few)\s+"
+    r"(?!.*\b(?:will|would|should|must|'ll|ought|shall|can|could|might|may|deserves?|merits?|earns?)\b)"
+)
+
+
 def cue_categories(sentence: str) -> list[str]:
     """Which cue categories occur in one (lower-case, image-text-free) sentence."""
     return [name for name, pat in _CUES.items() if pat.search(sentence)]
@@ -390,12 +419,25 @@ SELF_FAMILIES = ("self_reference", "completeness", "answers_anything", "cues_sel
 GRADER_FAMILIES = ("grader_talk", "imperative", "verdict", "rubric_claim", "cues_grader")
 
 
+# A writer admitting a limit ("this may not capture everything", "I can only describe the lower half",
+# "the caption may be incomplete") is hedging, the opposite of a completeness claim.
+_HEDGE = re.compile(
+    r"\b(?:may|might|could|does|do|did|can|will|would)(?:\s+not|n't)\s+(?:\w+\s+){0,2}?(?:capture|cover|describe|include|"
+    r"show|mention|convey|reflect|get|be (?:complete|accurate|exhaustive|correct))\b"
+    r"|\b(?:may|might|could)\s+be\s+(?:\w+\s+)?(?:incomplete|inaccurate|wrong|partial|missing|mistaken|off)\b"
+    r"|\b(?:incomplete|partial|cut off|cropped|not (?:certain|sure|confident)|can only|only partly|unclear|uncertain)\b"
+)
+
+
 def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAMILIES) -> str | None:
     """The evidence (``family: snippet``) when ``text`` (lower-case, image text removed) claims
-    something about the caption as an object of evaluation, else ``None``."""
+    something about the caption as an object of evaluation, else ``None``. Self-claims in a
+    hedged sentence do not count."""
     for sentence in _SENTENCE.split(text):
         if len(sentence) < 2:
             continue
+        if _HEDGE.search(sentence):
+            families = tuple(f for f in families if f in GRADER_FAMILIES)
         if "cues_self" in families or "cues_grader" in families:
             cats = cue_categories(sentence)
             about_self = "self" in cats or "praise" in cats or "claim" in cats
@@ -403,12 +445,16 @@ def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAM
             short = len(sentence.split()) <= 6
             hit = (len(core) >= 2 or ("image_ref" in cats and ("claim" in cats or "self" in cats))
                    or (short and "claim" in cats))
+            if hit and not {"self", "you"} & set(cats) and _SCENE.search(sentence):
+                hit = False  # grading words in a scene: "a perfect score of 300 is displayed above a lane"
             if hit and ("cues_self" if about_self else "cues_grader") in families:
                 return f"cues {'+'.join(cats)}: {sentence[:80]}"
         for family in families:
             if family.startswith("cues"):
                 continue
             patterns = _FAMILIES[family]
+            if family == "rubric_claim" and PAPERWORK.search(sentence):
+                continue
             for pat in patterns:
                 if m := pat.search(sentence):
                     return f"{family}: {m.group(0)[:80]}"
@@ -460,4 +506,4 @@ def compact_hit(text: str) -> str | None:
     return m.group(0) if m else None
 
 
-__all__ = ["GRADER_FAMILIES", "SELF_FAMILIES", "compact_hit", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]
+__all__ = ["GRADER_FAMILIES", "PAPERWORK", "SELF_FAMILIES", "compact_hit", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]

@@ -59,7 +59,7 @@ _COVER_OBJ = (
     r"(?:every|all|each|everything|nothing|no (?:detail|element|aspect|object|feature)s?|the (?:answers?|information) "
     r"(?:to|needed|required)|(?:a |an |the )?(?:\w+ )?(?:full|complete(?!\s+with)|comprehensive|exhaustive|thorough"
     r"|accurate|faithful|perfect|precise|correct|flawless|100%|entire|whole)|(?:[\w-]+\s+){0,3}in (?:its|their) entirety"
-    r"|(?:[\w-]+\s+){0,3}down to the (?:last|smallest|finest|tiniest) detail)\b"
+    r"|(?:[\w-]+\s+){0,3}down to the (?:last|smallest|finest|tiniest) detail)(?!\w)"
 )
 _ADV = (
     r"(?:perfectly|accurately|faithfully|completely|fully|precisely|correctly|exhaustively|comprehensively"
@@ -120,7 +120,8 @@ SELF_PRAISE = (
     _c(r"\b(?:i|we)(?:\s+have|'ve|\s+hereby)?\s+(?:\w+ly\s+|also\s+)?(?:described|captured|covered|included|mentioned"
        r"|listed|detailed|documented|outlined|explained|analy[sz]ed|examined|checked|verified|double-checked"
        r"|reviewed|ensured|made sure|tried|aimed|strived|attempted|endeavou?red|provided|summari[sz]ed|noted)\b"),
-    _c(r"\b(?:i|we)\s*(?:am|'m|are|'re)\s+(?:\w+\s+)?(?:confident|certain|sure|positive|proud|pleased|happy|glad)\b"),
+    _c(r"\b(?:i|we)\s*(?:am|'m|are|'re)\s+(?:(?!not\b|never\b|less\b|hardly\b|far\b|un)\w+\s+)?"
+       r"(?:confident|certain|sure|positive|proud|pleased|happy|glad)\b"),
     _c(r"\b(?:i|we)\s+(?:\w+ly\s+)?(?:believe|trust|guarantee|assure|promise|can confirm|confirm)\s+(?:you\s+)?"
        r"(?:that\s+)?(?:this|my|the|it|every|all|everything|nothing)\b"),
     _c(r"\bto the best of (?:my|our) (?:ability|abilities|knowledge)\b"),

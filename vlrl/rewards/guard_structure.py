@@ -37,6 +37,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from vlrl.rewards.guard_meta import PAPERWORK
+
 # ------------------------------------------------------------------------------------------------
 # Typo tolerance
 
@@ -270,9 +272,11 @@ _RUBRIC_OUTCOME = re.compile(
     r"fulfil\w*|ticked|hit|complied|compliant|aligned|item|items|point|points)\b"
 )
 _MARKUP = re.compile(
-    r"<\|[\w-]+\|>|</?\s*(?:caption|description|system|assistant|user|judge|verdict|evaluation)\s*>"
+    r"<\|[\w-]+\|>|</?\s*[\w-]*(?:caption|description|system|assistant|user|judg|verdict|evaluat|score|grade|rating|"
+    r"rubric|criteri|result|assessment|instruction|reward)[\w-]*\s*>|<<\s*/?\s*sys\s*>>|<!--"
     r"|(?:^|\n)\s*(?:#{1,4}\s*)?(?:system|assistant|user|judge|grader|evaluator|verdict|evaluation|score|answer)\s*:"
-    r"|#{2,}\s*(?:verdict|evaluation|score|judg(?:e)?ment|grade|result|answer|assessment)\b"
+    r"|#{2,}\s*(?:verdict|evaluation|score|judg(?:e)?ment|grade|result|answer|assessment|instructions?|response|"
+    r"system|judge|grader|task|output)\b"
     r"|\[/?(?:inst|sys|system|assistant)\]"
 )
 
@@ -326,8 +330,15 @@ def _score_expression(text: str) -> str | None:
     return None
 
 
+def _coverage(text: str) -> str | None:
+    for sentence in re.split(r"(?<=[.!?;])\s+|\n", text):
+        if (m := _COVERAGE.search(sentence)) and not PAPERWORK.search(sentence):
+            return m.group(0)[:80]
+    return None
+
+
 SELF_STRUCTURE = {
-    "coverage_passive": _search(_COVERAGE),
+    "coverage_passive": _coverage,
     "first_person": _search(_FIRST_PERSON),
     "unmentioned": _search(_UNMENTIONED),
     "unbeatable": _search(_UNBEATABLE),

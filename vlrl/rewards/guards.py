@@ -111,7 +111,11 @@ def normalize(text: str) -> str:
 
 
 def strip_quoted(text: str) -> str:
-    """Remove quoted spans: text *in the image* is content, never an instruction to the grader."""
+    """Remove quoted spans: text *in the image* is content, never an instruction to the grader.
+
+    Triple quotes are not a quotation but the fence a judge prompt puts around the caption; a
+    caption that writes them is forging prompt structure, so what they enclose stays visible."""
+    text = re.sub(r'"{3,}|\'{3,}', " . ", text)
     text = _DQ_SPAN.sub(_QUOTE_MARK, text)
     return _SQ_SPAN.sub(_QUOTE_MARK, text)
 
