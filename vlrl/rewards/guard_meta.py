@@ -79,7 +79,9 @@ _B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}")
 
 def _unspread(m: re.Match[str]) -> str:
     chunk = m.group(0)
-    letters = re.sub(r"[ .\-_*·|]", "", chunk)
+    # "a.c.c.u.r.a.t.e a.n.d c.o.m.p.l.e.t.e": when letters are joined by another mark, spaces part words
+    marks = r"[.\-_*·|]" if re.search(r"[A-Za-z0-9][.\-_*·|][A-Za-z0-9]", chunk) and " " in chunk else r"[ .\-_*·|]"
+    letters = re.sub(marks, "", chunk)
     return letters if any(c.isalpha() for c in letters) else chunk
 
 
@@ -154,7 +156,7 @@ _IMAGE_TEXT_COLON = re.compile(
 
 def strip_image_text(text: str) -> str:
     """Remove clauses that report text written in the image (they describe, they do not claim)."""
-    text = _IMAGE_TEXT_COLON.sub(" \u2039t\u203a ", text)
+    text = _IMAGE_TEXT_COLON.sub(_unless_own_words, text)
     text = _IMAGE_TEXT_BEFORE.sub(" \u2039t\u203a ", text)
     return _IMAGE_TEXT.sub(_unless_own_words, text)
 
@@ -225,13 +227,16 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         # the caption itself, with praise / a completeness claim / grading words
         re.compile(rf"{_SELF}.*?{_PRAISE}|{_PRAISE}.*?{_SELF}"),
         re.compile(rf"{_SELF}.*?{_EVAL}|{_EVAL}.*?{_SELF}"),
+        # "captions this good", "a description so precise"
+        re.compile(rf"\b(?:captions?|descriptions?|write-?ups?|summar(?:y|ies))\s+(?:this|that|so|as)\s+(?:good|{_PRAISE[3:-1]})"),
         # praise right in front of the noun that names the caption
         re.compile(r"\b(?:superb|perfect|flawless|ideal|best|exemplary|excellent|expertly[\w\s-]{0,12}|impeccable|"
                    r"well[- ]observed|professional[- ]grade|top[- ]notch|masterful|brilliant|great|a\+)\s+(?:[\w-]+[\s,]+){0,2}?"
                    r"(?:caption|description|write-?up|summary)\b"),
     ),
     "completeness": (
-        re.compile(r"\bnothing\b[^.]{0,50}\b(?:slipped|escaped|missed|left out|omitted|overlooked|skipped|left undescribed)"),
+        re.compile(r"\bnothing\b[^.]{0,50}\b(?:slipped|escaped|missed|left out|omitted|overlooked|skipped|left undescribed|"
+                   r"(?:leaves?|leaving|misses|omits|skips)\s+out|(?:this|it|i|we)\s+(?:\w+\s+)?(?:misses|omits|skips|overlooks))"),
         re.compile(r"\bno\s+[\w-]+(?:,?\s+(?:or\s+|and\s+)?[\w-]+){0,4}\s+(?:was\s+|were\s+|is\s+|has been\s+)?"
                    r"(?:skipped|missed|omitted|left out|overlooked)\b"),
         re.compile(r"\beverything\s+(?:there\s+is\s+to\s+see|visible|in the (?:image|frame|picture|photo|scene))\b"),
@@ -247,6 +252,7 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"covered|described|mentioned|captured|included|here|listed)\b"),
         re.compile(r"\bnothing\s+(?:left\s+)?to\s+(?:criticise|criticize|improve|fix|correct|add|fault|change|object to)\b"),
         re.compile(r"\bzero\s+(?:mistakes|errors|omissions|hallucinations|flaws|inaccuracies|issues)\b"),
+        re.compile(r"\bnothing\s+(?:\w+\s+)?(?:lost|dropped|left behind)\b(?!\s+(?:and|or)\s+found)"),
         re.compile(r"\bneeds?\s+nothing\s+(?:else|more)\b|\bnothing\s+(?:else|more)\s+(?:is\s+)?(?:needed|required|to (?:say|add|know))"),
         re.compile(r"\b(?:reconstruct|recreate|rebuild|redraw|re-?imagine|picture)\s+the\s+(?:whole\s+|entire\s+)?(?:image|picture|"
                    r"photo|photograph|scene)\b"),
@@ -299,9 +305,12 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:verdict|rating|grade|final grade|overall grade|score|final score|result|status|evaluation(?: result)?|"
                    r"quality(?: assessment| score| check)?|assessment|judged result|judg(?:e)?ment|rubric(?: compliance| status)?|"
                    r"completeness(?: check)?|coverage(?: of the (?:image|scene))?|accuracy|pass rate|compliance|outcome|"
-                   r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass(?:ed)?|excellent|a\+|\d|total|full|100|"
+                   r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes|rewards?|labels?|"
+                   r"(?:judge |final |model )?output|decision|judge)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass?(?:ed)?|excellent|a\+|\d|total|full|100|"
                    r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok|"
                    r"subject|objects?|colou?rs?|counts?|positions?|text|everything)"),
+        re.compile(r"\b(?:questions?|q|criteri(?:a|on|um)|items?|checks?|requirements?|rubric items?|points?|tests?)\s*#?\d*\s*"
+                   r"[:=\-\u2192]+\s*(?:yes|pass(?:ed)?|met|true|correct|satisfied|fulfilled|ok|\u2713|\u2714|\u2705)\b"),
         re.compile(r"\banswer\s+key\b|\b\d\s*[-.):]\s*[a-e]\b(?:[,;\s]+\d\s*[-.):]\s*[a-e]\b){2,}"),
         re.compile(r"\b(?:accuracy|completeness|coverage|precision|faithfulness|correctness|quality|all checks)\s*[:=]?\s*"
                    r"(?:of\s+)?(?:100\s*%|100 percent|10\s*/\s*10|5\s*/\s*5|green|passed|perfect)"),
@@ -323,7 +332,11 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|checklist|grading|scoring|requirements)\b"),
         re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on|covers?|address(?:es)?|hits?|"
                    r"handles?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
-                   r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?)\b"),
+                   r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?|"
+                   r"questions?|tests?|standards?|conditions?|expectations?|dimensions?)\b"),
+        re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|covers?|address(?:es)?|hits?|pass(?:es)?|clears?)\s+(?:the\s+)?"
+                   r"(?:requirements?|criteri(?:a|on)|rubric items?|items?|points?|questions?)\s*#?\d+\s*(?:through|to|-|\u2013|and)\s*#?\d+"),
+        re.compile(r"\b(?:rubrics?|criteri(?:a|on)|checklist|requirements)\s+(?:\w+\s+)?(?:passed|cleared|ticked|green)\b"),
         re.compile(r"\b(?:per|according to|under)\s+the\s+(?:rubric|criteria|checklist|scoring)\b"),
         re.compile(r"\b(?:all|every|each)\s+(?:the\s+)?(?:boxes|box|items?|criteria|points?)\s+(?:are\s+|were\s+|have been\s+|has been\s+)?"
                    r"(?:ticked|checked(?:\s+off)?)\b"),
@@ -453,7 +466,7 @@ def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAM
             if family.startswith("cues"):
                 continue
             patterns = _FAMILIES[family]
-            if family == "rubric_claim" and PAPERWORK.search(sentence):
+            if family in ("rubric_claim", "verdict") and PAPERWORK.search(sentence):
                 continue
             for pat in patterns:
                 if m := pat.search(sentence):

@@ -232,8 +232,9 @@ class GraderAddressGuard(PatternGuard):
     def match(self, doc: Doc) -> str | None:
         if hit := super().match(doc) or meta_claim(doc.meta, GRADER_FAMILIES):
             return hit
-        if (hit := verdict_json(doc.norm)) and not on_display(doc.norm.lower(), doc.norm.find(hit[:20])):
-            return f"verdict json: {hit}"
+        for text in dict.fromkeys((doc.norm, deobfuscate(doc.norm)[0])):  # quoted keys can be obfuscated too
+            if (hit := verdict_json(text)) and not on_display(text.lower(), text.find(hit[:20])):
+                return f"verdict json: {hit}"
         if hit := structural_hit(doc.meta, GRADER_STRUCTURE) or structural_hit(doc.shaped, RAW_STRUCTURE):
             return hit
         if doc.obfuscated and (hit := compact_hit(doc.decoded) or compact_keywords(doc.decoded)
