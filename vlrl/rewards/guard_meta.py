@@ -118,14 +118,14 @@ def deobfuscate(text: str) -> tuple[str, bool]:
 
 _INTRO = (
     r"\b(?:says|said|saying|reads|reading|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
-    r"|writes|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
+    r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
     r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
     r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
     r"|painted\s+with|lettered\s+with|marked)"
 )
 # Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
 _IMAGE_TEXT = re.compile(
-    _INTRO + r"(?::|\s)\s*(?!this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|here\b|"
+    _INTRO + r"(?::|\s)\s*(?!(?:only\s+|just\s+|nothing\s+but\s+)?(?:this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|my\b)|here\b|"
     r"(?:[\w-]+\s+){0,2}(?:captions?|descriptions?|write-?ups?|summary|summaries|captioning|prose|piece)\b|"
     r"(?:to|for|so|by|specifically|carefully|in order)\s+(?:match|meet|satisfy|please|pass|score|fit|the\s+(?:grader|judge|"
     r"rubric|criteria|evaluator))\b)"
@@ -227,6 +227,10 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         # the caption itself, with praise / a completeness claim / grading words
         re.compile(rf"{_SELF}.*?{_PRAISE}|{_PRAISE}.*?{_SELF}"),
         re.compile(rf"{_SELF}.*?{_EVAL}|{_EVAL}.*?{_SELF}"),
+        # passive with the caption as agent: "captured in full detail by this caption"
+        re.compile(r"\b(?:captured|described|covered|documented|conveyed|rendered|depicted|recorded|detailed|accounted for)\s+"
+                   r"(?:[\w-]+\s+){0,4}?by\s+(?:this|these|my|our|the\s+(?:above|present|following))\s+(?:[\w-]+\s+)?"
+                   r"(?:captions?|descriptions?|text|words|sentences?|write-?up|summary|account|paragraph)\b"),
         # "captions this good", "a description so precise"
         re.compile(rf"\b(?:captions?|descriptions?|write-?ups?|summar(?:y|ies))\s+(?:this|that|so|as)\s+(?:good|{_PRAISE[3:-1]})"),
         # praise right in front of the noun that names the caption
@@ -345,6 +349,9 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
     "imperative": (
         re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:be|go)\s+(?:\w+\s+)?(?:generous|lenient|kind|easy|gentle|forgiving|"
                    r"soft)\b"),
+        re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:rate|grade|score|mark|judge|evaluate|assess|review)\s+(?:this\s+|it\s+|me\s+)?"
+                   r"(?:generously|leniently|kindly|favou?rably|highly|gently|charitably)\b"),
+        re.compile(r"\btrust\s+me\b"),
         re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:say|tell|report|state|declare|confirm)\s+(?:that\s+)?(?:yes|no|pass|"
                    r"true|met|correct|this|it|the caption)\b"),
         re.compile(r"\bmark\w*\s+(?:this|it|me|the caption)\s+down\b"),

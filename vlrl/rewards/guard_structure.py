@@ -258,6 +258,7 @@ _READER_NEEDS = re.compile(
     rf"{_READER}\s+to\s+{_DO}\b"
     r"|\b(?:never|not|n't|no longer|won't|wouldn't|doesn't|don't)\s+(?:\w+\s+)?need\w*\s+(?:to\s+(?:see|look at|view)\s+)?"
     r"the\s+(?:original\s+|actual\s+)?(?:pixels|image|picture|photo|photograph)\b"
+    r"|\bneed(?:s)?\s+(?:not|never)\s+(?:see|look at|view|open|check)\s+the\s+(?:original\s+)?(?:pixels|image|picture|photo)\b"
 )
 _READER_CAN = re.compile(
     rf"\b{_READER}\b[^.;]{{0,60}}?\b{_ABLE}{_DO}\w*\b(?=[^.;]*\b{_BLIND})"
@@ -339,7 +340,8 @@ def _score_expression(text: str) -> str | None:
     for sentence in re.split(r"(?<=[.!?;])\s+|\n|\s*[()\[\]]\s*", text):
         # a verbless fragment around a score ("Easily a 9/10.") or a score tied to the caption or reader
         short = len(re.findall(r"[\w+/]+", sentence)) <= 9 and "\u2039t\u203a" not in sentence
-        if m := (short and _NUM_SCORE.search(sentence)) or _SCORE_ADDRESSED.search(sentence):
+        if (short and (m := _NUM_SCORE.search(sentence)) and not on_display(sentence, m.start())) or (
+                m := _SCORE_ADDRESSED.search(sentence)):
             return m.group(0)[:80]
     return None
 
@@ -358,13 +360,15 @@ _FRAGMENT_CORE = frozenset(
     "complete completely accurate accurately exhaustive exhaustively comprehensive comprehensively thorough "
     "thoroughly precise precisely faithful faithfully flawless flawlessly perfect perfectly correct correctly "
     "impeccable impeccably exact exactly verified confirmed checked fully entirely coverage accuracy completeness "
-    "correctness covers covered captured described included present detailed lossless omissions".split()
+    "correctness covers covered captured described included present detailed lossless omissions excellent "
+    "outstanding superb exemplary rated".split()
 )
 _FRAGMENT_FILLER = frozenset(
     "and in every each all the of a an is are respect respects way ways detail details image picture photo scene "
     "frame contents content objects object attributes spatial relations colors colours counts positions text layout "
     "elements with no nothing lost missing omitted zero errors everything visible totally truly absolutely 100 "
-    "percent caption description this it its entirety without exception also both whole entire".split()
+    "percent caption description this it its entirety without exception also both whole entire by author writer "
+    "me".split()
 )
 
 
@@ -445,7 +449,8 @@ _COMPACT_KEYS = re.compile(
     r"disregard|sayyes|(?:output|answer|respond(?:with)?|reply(?:with)?|print|return)(?:yes|pass|true|met)|"
     r"fullmarks|topmarks|fullscore|perfectscore|maxscore|maximumscore|score(?:10|100)|10outof10|10/10|"
     r"(?:grader|evaluator|judge|reviewer)s?(?:please|mark|give|award|rate|note)|"
-    r"(?:rubric|criteri(?:a|on))(?:met|satisfied|passed)|allcriteria|everycriteri|mark(?:all|every|each)|verdictpass"
+    r"(?:rubric|criteri(?:a|on))(?:met|satisfied|passed)|allcriteria|everycriteri|mark(?:all|every|each)|verdictpass|"
+    r"(?:this|caption|description)(?:is|was)?(?:perfect|flawless|complete|accurate|correct|excellent|impeccable)"
 )
 
 
