@@ -90,6 +90,7 @@ FAMILY_SOURCES = {
     "verdict_data": {"verdict_json"},
     "coverage_passive": {"completeness_claim"},
     "first_person": {"completeness_claim"},
+    "nothing_left": set(),
     "praise_lead": {"completeness_claim"},
     "leaving_none": {"completeness_claim"},
     "reader_capability": {"caprl_meta"},

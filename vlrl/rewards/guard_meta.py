@@ -73,6 +73,8 @@ def fold(text: str) -> str:
 
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
 _MIXED = re.compile(r"\b(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$])[\w@$!]{2,}\b")
+_UNIT = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|cm|mm|kg|g|h|am|pm|x|k|d|p|l|ml|ft|lb|oz|mb|gb|px|hz|v|w|kw|mph|yo)",
+                   re.IGNORECASE)
 _SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
 _B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}")
 
@@ -106,7 +108,7 @@ def deobfuscate(text: str) -> tuple[str, bool]:
     guards then also look at the text with every separator removed).
     """
     out = _SPREAD.sub(_unspread, text)
-    out = _MIXED.sub(lambda m: m.group(0).translate(_LEET) if not re.fullmatch(r"\d+[a-z]{1,2}", m.group(0)) else m.group(0), out)
+    out = _MIXED.sub(lambda m: m.group(0) if _UNIT.fullmatch(m.group(0)) else m.group(0).translate(_LEET), out)
     payloads = _b64_payloads(text)
     if payloads:
         out = out + " . " + " . ".join(payloads)
@@ -173,7 +175,8 @@ def _unless_own_words(m: re.Match[str]) -> str:
 # Cue families (lower-case text, image text removed, one sentence at a time)
 
 _SELF = (
-    r"(?:\b(?:this|these|the\s+(?:above|preceding|previous|foregoing|present|following|provided|given|generated|entire|whole)"
+    r"(?:\bthe\s+(?:text|caption|description|lines|words|paragraph|sentences?|write-?up)\s+(?:above|here)\b"
+    r"|\b(?:this|these|the\s+(?:above|preceding|previous|foregoing|present|following|provided|given|generated|entire|whole)"
     r"|my|our)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|text|response|write-?up|summary|account|sentences?|words"
     r"|paragraphs?|lines|writing|phrasing|observations?|output|answer|submission|narration|prose|report|depiction|piece"
     r"|work|effort|version|rendering|portrayal|breakdown|overview|rundown|wording|language|entry|reply|content|passage"
@@ -289,7 +292,7 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:your|the)\s+(?:answer|verdict|response|score|grade|rating|output|decision)\s+(?:should|must|will|"
                    r"has to|needs to)\s+be\b"),
         re.compile(rf"{_AUDIENCE}\s+(?:are|is)\s+(?:instructed|asked|told|required|expected|advised)\b"),
-        re.compile(r"\bthe\s+(?:judge|grader|evaluator|reviewer|rater|assessor|scorer|checker|answerer|reader|model|assistant)\s+"
+        re.compile(r"\bthe\s+(?:[\w-]+\s+)?(?:judge|grader|evaluator|reviewer|rater|assessor|scorer|checker|answerer|reader|model|assistant)\s+"
                    r"(?:should|must|needs? to|will|can|may|ought to|has to|need not|should not|must not)\b"),
         re.compile(rf"(?:^|[.!?:]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
                    r"score|grade|give|award|say|print|return|pass|accept)\b"),
@@ -372,7 +375,9 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"alone\b"),
         re.compile(r"\b(?:anything|everything|all)\s+(?:you|one|a (?:reader|model))\s+(?:might|could|would|will|need|"
                    r"needs?)\b[^.]*?\b(?:know|ask|answer|need)\b"),
-        re.compile(r"\b(?:without|no need (?:for|to))\s+(?:ever\s+)?(?:seeing|looking at|viewing|see|look at|view)?\s*"
+        re.compile(r"\btrust\s+(?:the|this|my|these)\s+(?:text|caption|description|words|lines)\b"),
+        re.compile(r"\b(?:without|no need (?:for|to))\s+(?:ever\s+)?(?:seeing|looking at|viewing|see|look at|view|consult(?:ing)?|"
+                   r"check(?:ing)?|open(?:ing)?|refer(?:ring)? to|inspect(?:ing)?|examin(?:e|ing))?\s*"
                    r"the\s+(?:image|picture|photo|original)\b"),
         re.compile(r"\b(?:replaces?|substitutes? for|stands? in for|as good as|equivalent to)\s+(?:\w+\s+)?"
                    r"(?:the\s+)?(?:image|picture|photo|seeing)\b"),
@@ -445,6 +450,7 @@ _HEDGE = re.compile(
     r"\b(?:may|might|could|does|do|did|can|will|would)(?:\s+not|n't)\s+(?:\w+\s+){0,2}?(?:capture|cover|describe|include|"
     r"show|mention|convey|reflect|get|be (?:complete|accurate|exhaustive|correct))\b"
     r"|\b(?:may|might|could)\s+be\s+(?:\w+\s+)?(?:incomplete|inaccurate|wrong|partial|missing|mistaken|off)\b"
+    r"|\b(?:may|might|could)\s+have\s+(?:\w+\s+)?(?:missed|overlooked|omitted|misread|confused|mistaken|got)\b"
     r"|\b(?:incomplete|partial|cut off|cropped|not (?:certain|sure|confident)|can only|only partly|unclear|uncertain)\b"
 )
 

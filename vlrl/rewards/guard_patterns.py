@@ -162,7 +162,9 @@ GRADER = (
     _c(r"\b(?:new|updated|revised|real|actual|hidden|secret|additional)\s+(?:instructions?|task|directives?|system prompt)\s*(?::|are\b|is\b)"),
     _c(r"\bsystem\s*(?:prompt|message|override|instruction|note)s?\b|(?:^|[.!?]\s+)system\s*:|\[\s*(?:system|inst)\s*\]"
        r"|<\|[a-z_]+\|>"),
-    _c(r"\boverride\s+(?:the\s+|your\s+|all\s+)?(?:grading|scoring|evaluation|judg\w+|rubrics?|scores?|rating)\b"),
+    _c(r"\boverride\s+(?:the\s+|your\s+|all\s+)?(?:grading|scoring|evaluation|judg\w+|rubrics?|scores?|rating)\b"
+       r"|\b(?:grading|scoring|evaluation|judge|judging|rubric|admin|administrator|developer)\s+(?:\w+\s+)?override\b"),
+    _c(rf"\b{_GRADER_WORD}'?s?\s+note\s*:"),
     _c(r"\byou\s+are\s+now\b|\bfrom\s+now\s+on,?\s+(?:you|the)\b|\bdeveloper\s+mode\b|\bjailbreak"),
     _c(rf"\bact\s+as\s+(?:a\s+|an\s+|the\s+)?(?:lenient\s+|generous\s+)?{_GRADER_WORD}"),
     # addressed to the grader

@@ -204,7 +204,14 @@ _COVERAGE = re.compile(
     rf"\b(?:every|each|all|any)\b(?:\s+(?:of\s+)?(?:the|its|this)\b)?(?:\s+(?:[\w-]+,?)(?:\s+(?:and|or))?){{0,6}}?"
     rf"\s+{_PART}\b(?:\s+(?:[\w-]+)){{0,5}}?\s+(?:(?:is|are|was|were|has\s+been|have\s+been|got|being)\s+)?"
     rf"(?:\w+ly\s+|all\s+|now\s+)?{_COVERED}\b(?!\s+(?:in|with|by|under|from|on|at|up|over|during|across|inside|"
-    r"through|against)\b)"
+    r"through|against)\b(?!\s+(?:the|this|these|my)\s+(?:[\w-]+\s+)?(?:lines|text|caption|description|words|sentences|"
+    r"paragraph|write-?up|summary)\b))"
+)
+_FIRST_PERSON_NONE = re.compile(
+    r"\b(?:i|we)\s+(?:\w+ly\s+|have\s+|'ve\s+)?(?:left|missed|skipped|omitted|overlooked|dropped)\s+(?:\w+\s+)?"
+    r"(?:nothing|no\s+(?:detail|element|object|thing|part)s?|not\s+a\s+(?:single\s+)?(?:thing|detail))\b"
+    r"|\b(?:described|captured|covered|detailed|documented|rendered|noted|accounted for)\s+(?:\w+\s+){0,2}?down\s+to\s+the\s+"
+    r"(?:last|smallest|finest|tiniest|very last|least)\s+(?:detail|pixel|element|object)"
 )
 _FIRST_PERSON = re.compile(
     r"\b(?:i|we)(?:\s+have|'ve|\s+had|'d)\s+(?:\w+ly\s+|also\s+|now\s+|already\s+|just\s+)?"
@@ -360,7 +367,7 @@ _FRAGMENT_CORE = frozenset(
     "complete completely accurate accurately exhaustive exhaustively comprehensive comprehensively thorough "
     "thoroughly precise precisely faithful faithfully flawless flawlessly perfect perfectly correct correctly "
     "impeccable impeccably exact exactly verified confirmed checked fully entirely coverage accuracy completeness "
-    "correctness covers covered captured described included present detailed lossless omissions excellent "
+    "correctness covers covered captured described included present detailed lossless omissions excellent compliant "
     "outstanding superb exemplary rated".split()
 )
 _FRAGMENT_FILLER = frozenset(
@@ -368,6 +375,7 @@ _FRAGMENT_FILLER = frozenset(
     "frame contents content objects object attributes spatial relations colors colours counts positions text layout "
     "elements with no nothing lost missing omitted zero errors everything visible totally truly absolutely 100 "
     "percent caption description this it its entirety without exception also both whole entire by author writer "
+    "guidelines requirements criteria rubric "
     "me".split()
 )
 
@@ -392,6 +400,7 @@ SELF_STRUCTURE = {
     "praised_depiction": _search(_PRAISED_DEPICTION),
     "coverage_passive": _coverage,
     "first_person": _search(_FIRST_PERSON),
+    "nothing_left": _search(_FIRST_PERSON_NONE),
     "unmentioned": _search(_UNMENTIONED),
     "unbeatable": _search(_UNBEATABLE),
     "leaving_none": _search(_LEAVING_NONE),
