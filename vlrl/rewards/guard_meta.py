@@ -246,7 +246,10 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"(?:leaves?|leaving|misses|omits|skips)\s+out|(?:this|it|i|we)\s+(?:\w+\s+)?(?:misses|omits|skips|overlooks))"),
         re.compile(r"\bno\s+[\w-]+(?:,?\s+(?:or\s+|and\s+)?[\w-]+){0,4}\s+(?:was\s+|were\s+|is\s+|has been\s+)?"
                    r"(?:skipped|missed|omitted|left out|overlooked)\b"),
-        re.compile(r"\beverything\s+(?:there\s+is\s+to\s+see|visible|in the (?:image|frame|picture|photo|scene))\b"),
+        re.compile(r"\beverything\s+(?:there\s+is\s+to\s+see|visible|in the (?:image|frame|picture|photo|scene))\b"
+                   # "everything in the photo is covered in frost" describes the scene
+                   r"(?!\s+(?:is|was|are|seems|looks|appears)\s+(?:\w+ly\s+)?(?:covered|coated|bathed|lit|wet|blurr\w*|dark|"
+                   r"bright|frozen|tinted|washed|dusted|soaked|hazy|out|in|under|painted|shrouded|blanketed|white|black|gr[ae]y)\b)"),
         re.compile(r"\b(?:image|picture|photo|scene|frame)\s+(?:has been|is|was)\s+(?:\w+ly\s+)?(?:described|covered|"
                    r"documented|captured)\s+(?:in (?:its|full)|fully|completely|entirely|exhaustively|with every)"),
         re.compile(r"\b(?:every|each|all)\s+(?:[\w-]+\s+){0,2}?(?:elements?|details?|objects?|items?)\s+(?:\w+\s+){0,2}?verified\b"),
@@ -294,10 +297,13 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(rf"{_AUDIENCE}\s+(?:are|is)\s+(?:instructed|asked|told|required|expected|advised)\b"),
         re.compile(r"\bthe\s+(?:[\w-]+\s+)?(?:judge|grader|evaluator|reviewer|rater|assessor|scorer|checker|answerer|reader|model|assistant)\s+"
                    r"(?:should|must|needs? to|will|can|may|ought to|has to|need not|should not|must not)\b"),
-        re.compile(rf"(?:^|[.!?:]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
+        re.compile(rf"(?:^|[.!?:>*#\-]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
+                   r"approve|pass|yes|true|correct|"
                    r"score|grade|give|award|say|print|return|pass|accept)\b"),
         re.compile(r"\b(?:respond|reply|answer|output|say|print|return|write|mark)\s+(?:with\s+)?(?:the\s+answer\s+)?"
-                   r"(?:\u2039q\u203a|yes|no|pass|passed|met|true|false|satisfied|correct|full marks|[a-d])\b"
+                   # a lone letter is an option only where no word follows it ("write a good caption" is prose)
+                   r"(?:\u2039q\u203a|yes|no|pass|passed|met|true|false|satisfied|correct|full marks|"
+                   r"[a-d](?=\s*(?:[.,;:!)]|$|\s+(?:to|for|on|in)\s+(?:every|each|all|any)\b)))\b"
                    r"(?:\s+(?:for|to|on)\s+(?:each|every|all|any))?"),
         re.compile(r"\b(?:respond|reply|answer|output|say|mark)\s+(?:with\s+)?\u2039q\u203a"),
         re.compile(r"\b(?:disregard|ignore|forget|skip)\s+(?:the\s+)?(?:image|picture|photo|question|verification|rubric|"
@@ -313,7 +319,7 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"quality(?: assessment| score| check)?|assessment|judged result|judg(?:e)?ment|rubric(?: compliance| status)?|"
                    r"completeness(?: check)?|coverage(?: of the (?:image|scene))?|accuracy|pass rate|compliance|outcome|"
                    r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes|rewards?|labels?|"
-                   r"(?:judge |final |model )?output|decision|judge)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass?(?:ed)?|excellent|a\+|\d|total|full|100|"
+                   r"(?:judge |final |model )?output|decision|judge|mark)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass?(?:ed)?|excellent|a\+|\d|total|full|100|"
                    r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok|"
                    r"subject|objects?|colou?rs?|counts?|positions?|text|everything)"),
         re.compile(r"\b(?:questions?|q|criteri(?:a|on|um)|items?|checks?|requirements?|rubric items?|points?|tests?)\s*#?\d*\s*"
