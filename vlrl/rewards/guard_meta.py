@@ -151,7 +151,8 @@ _IMAGE_TEXT_COLON = re.compile(
     r"\b[^.:\n]{0,40}:\s*[^.\n]*"
     # a sign or label in the scene followed by its text ("a hotel sign: 9.2 out of 10 guest rating")
     r"|\b(?:sign|signs|label|banner|poster|plaque|sticker|placard|scoreboard|billboard|headline|t-shirt|mug|"
-    r"chalkboard|whiteboard|blackboard)\s*:\s*(?:[^.\n]|\.(?=\d))*",
+    r"chalkboard|whiteboard|blackboard|(?<!hidden )(?<!secret )(?<!special )(?<!important )message|fortune|motto|slogan|"
+    r"tagline|inscription)\s*:\s*(?:[^.\n]|\.(?=\d))*",
     re.IGNORECASE,
 )
 
@@ -181,7 +182,8 @@ _SELF = (
     r"|paragraphs?|lines|writing|phrasing|observations?|output|answer|submission|narration|prose|report|depiction|piece"
     r"|work|effort|version|rendering|portrayal|breakdown|overview|rundown|wording|language|entry|reply|content|passage"
     r"|statement|one)\b"
-    r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description)\b)"
+    r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description|nails|"
+    r"nailed|hits|ticks|satisfies|aces|gets\s+(?:it|everything|every|all))\b)"
     r"|(?<!\bor )(?<!\band )(?<!\bor just )\b(?:above|here)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|"
     r"should|must|will)\b))"
     r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"

@@ -135,8 +135,13 @@ _MAX_VALUE = re.compile(r"^(?:10\s*/\s*10|5\s*/\s*5|100\s*(?:/\s*100|%|percent)|
                         r"outstanding|exceptional|full|impeccable|a\+|max(?:imum)?|top)$")
 
 
+# the same pair written value first: "5/5 for accuracy, 5/5 for detail"
+_VALUE_DIM = re.compile(rf"(?:^|[^\w'])(\d+(?:\.\d+)?\s*/\s*\d+|\d+(?:\.\d+)?\s*(?:%|percent))\s+(?:for|on|in)\s+({_DIMENSION})\b")
+
+
 def _dimension_scores(text: str) -> str | None:
     pairs = [(m.group(1), m.group(2)) for m in _DIM_PAIR.finditer(text)]
+    pairs += [(m.group(2), m.group(1)) for m in _VALUE_DIM.finditer(text)]
     if len(pairs) >= 2 or any(_MAX_VALUE.match(v) for _, v in pairs):
         return "; ".join(f"{k} {v}" for k, v in pairs)[:80]
     return None
