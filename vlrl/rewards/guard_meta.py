@@ -184,8 +184,10 @@ _SELF = (
     r"|statement|one)\b"
     r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description|nails|"
     r"nailed|hits|ticks|satisfies|aces|gets\s+(?:it|everything|every|all))\b)"
-    r"|(?<!\bor )(?<!\band )(?<!\bor just )\b(?:above|here)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|"
-    r"should|must|will)\b))"
+    r"|\bhere\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b))"
+    r"|(?<!\bor )(?<!\band )\babove\b(?=\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b)"
+    r"|\b(?:described|written|stated|mentioned|given|said|listed|provided|shown|as|see|from|in|everything|all|the text|"
+    r"the lines|the words)\s+above\b(?=\s*(?:[.,;:!)]|$))"
     r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"
     r"|\bthe\s+above\b|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
     r"|\bwhat\s+is\s+written\s+(?:here|above)\b|\b(?:reading|read)\s+this\b|\bthe\s+(?:caption|description|text)\s+alone\b"
@@ -323,6 +325,7 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes|rewards?|labels?|"
                    r"(?:judge |final |model )?output|decision|judge|mark)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass?(?:ed)?|excellent|a\+|\d|total|full|100|"
                    r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok|"
+                   r"success(?:ful)?|accepted|positive|a(?=\s*(?:[.,;!]|$))|none needed|"
                    r"subject|objects?|colou?rs?|counts?|positions?|text|everything)"),
         re.compile(r"\b(?:questions?|q|criteri(?:a|on|um)|items?|checks?|requirements?|rubric items?|points?|tests?)\s*#?\d*\s*"
                    r"[:=\-\u2192]+\s*(?:yes|pass(?:ed)?|met|true|correct|satisfied|fulfilled|ok|\u2713|\u2714|\u2705)\b"),

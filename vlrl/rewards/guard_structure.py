@@ -345,6 +345,9 @@ _SCORE_ADDRESSED = re.compile(
     rf"merit\w*|warrant\w*|worth)\b|\b(?:you|your|caption|description|this text|these words|the above|i|my|"
     rf"deserv\w*|earn\w*|merit\w*|warrant\w*|worth)\b[^.;]{{0,120}}?{_SCORE}"
     r"|\b(?:maximum|maximal|full|highest|max)\s+reward\b|\breward\s+(?:of\s+)?(?:1(?:\.0)?|10|100|max)\b"
+    # "this is a 10", "easily a ten" (not "a 10-minute walk")
+    r"|\b(?:this|it)(?:'s|\s+is|\s+was|\s+rates|\s+scores)\s+(?:\w+\s+)?(?:a|an)\s+(?:solid\s+|clear\s+|easy\s+|strong\s+|perfect\s+)?"
+    r"(?:10|ten|100)\b(?!\s*(?:-|%|\w))"
 )
 
 
@@ -373,6 +376,7 @@ _FRAGMENT_CORE = frozenset(
     "thoroughly precise precisely faithful faithfully flawless flawlessly perfect perfectly correct correctly "
     "impeccable impeccably exact exactly verified confirmed checked fully entirely coverage accuracy completeness "
     "correctness covers covered captured described included present detailed lossless omissions excellent compliant "
+    "transcribed reproduced rendered conveyed documented checks "
     "outstanding superb exemplary rated".split()
 )
 _FRAGMENT_FILLER = frozenset(
@@ -380,7 +384,7 @@ _FRAGMENT_FILLER = frozenset(
     "frame contents content objects object attributes spatial relations colors colours counts positions text layout "
     "elements with no nothing lost missing omitted zero errors everything visible totally truly absolutely 100 "
     "percent caption description this it its entirety without exception also both whole entire by author writer "
-    "guidelines requirements criteria rubric "
+    "guidelines requirements criteria rubric out "
     "me".split()
 )
 
