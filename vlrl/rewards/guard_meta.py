@@ -72,7 +72,7 @@ def fold(text: str) -> str:
 
 
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
-_MIXED = re.compile(r"\b(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$])[\w@$!]{2,}\b")
+_MIXED = re.compile(r"(?<![\w@$!])(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$]|[\w@$]*![\w@$])[\w@$!]*[\w@$](?![\w@$])")
 _UNIT = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|cm|mm|kg|g|h|am|pm|x|k|d|p|l|ml|ft|lb|oz|mb|gb|px|hz|v|w|kw|mph|yo)",
                    re.IGNORECASE)
 _SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
@@ -443,6 +443,9 @@ _SCENE = re.compile(
 )
 
 
+_SELF_STRONG = re.compile(_SELF + r"|\b(?:captions?|descriptions?|writing|wrote|written)\b")
+
+
 def cue_categories(sentence: str) -> list[str]:
     """Which cue categories occur in one (lower-case, image-text-free) sentence."""
     return [name for name, pat in _CUES.items() if pat.search(sentence)]
@@ -480,7 +483,8 @@ def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAM
             about_self = "self" in cats or "praise" in cats or "claim" in cats
             core = [c for c in cats if c != "image_ref"]
             short = len(sentence.split()) <= 6
-            hit = (len(core) >= 2 or ("image_ref" in cats and ("claim" in cats or "self" in cats))
+            # "in this photo we are standing ..." : a pronoun and the image are a viewpoint, not a claim
+            hit = (len(core) >= 2 or ("image_ref" in cats and ("claim" in cats or ("self" in cats and _SELF_STRONG.search(sentence))))
                    or (short and "claim" in cats))
             if hit and not {"self", "you"} & set(cats) and _SCENE.search(sentence):
                 hit = False  # grading words in a scene: "a perfect score of 300 is displayed above a lane"
