@@ -212,7 +212,8 @@ _PRAISE = (
     r"top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
     r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture|"
     r"masterful(?:ly)?|(?:brilliant|superb|excellent|outstanding|exceptional|vivid|sharp|exact)(?:ly|ness)?|"
-    r"thoroughness|precision|exactness|completeness|faithfulness|fidelity|crafted|rival(?:s|led)?)\b|\ba\+|\b10/10\b|\b100\s*%)"
+    r"thoroughness|precision|exactness|completeness|faithfulness|fidelity|crafted|rival(?:s|led)?|lossless(?:ly)?|"
+    r"(?:100|ten|10|five|5)[- ](?:point|star|out[- ]of[- ](?:ten|10|five|5)))\b|\ba\+|\b10/10\b|\b100\s*%)"
 )
 _AUDIENCE = (
     r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|scorers?|"
@@ -271,7 +272,11 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:reconstruct|recreate|rebuild|redraw|re-?imagine|picture)\s+the\s+(?:whole\s+|entire\s+)?(?:image|picture|"
                    r"photo|photograph|scene)\b"),
         re.compile(r"\b(?:captur|describ|cover|depict|render|convey)\w*\s+(?:the|this)\s+(?:image|picture|photo|photograph|scene)"
-                   r"\s+(?:\w+\s+)?(?:100\s*%|fully|completely|perfectly|entirely|in full|exactly|accurately|faithfully|in (?:its|every))"),
+                   r"\s+(?:\w+\s+)?(?:100\s*%|fully|completely|perfectly|entirely|in full|exactly|accurately|faithfully|in (?:its|every)|"
+                   r"losslessly|without (?:any )?loss)"),
+        # a verbless "no deficiencies." / "zero issues" fragment
+        re.compile(r"^\W*(?:no|zero|without)\s+(?:\w+\s+)?(?:deficienc\w+|flaws|errors|issues|problems|omissions|mistakes|"
+                   r"inaccuracies|hallucinations|gaps|weaknesses)\W*$"),
         re.compile(r"\b(?:this|it)\s+(?:\w+ly\s+)(?:describes|captures|covers|depicts|conveys|represents)\s+the\s+(?:whole\s+|entire\s+)?"
                    r"(?:image|picture|photo|photograph|scene)\b"),
         re.compile(r"\bhallucinat(?:ed|ion|ions|e|es|ing)\b"),
@@ -409,7 +414,7 @@ _CUES = {
                        r"artwork|object|item|product|dish)))|\b(?:i|me|my|myself|we|our|i'm|i've)\b(?!\s+(?:think|can't|cannot|can not|could|"
                        r"am not|'m not|believe it|guess|suspect|assume|would guess)\b)|\bhere\s*[.!]?$"),
     "praise": re.compile(_PRAISE),
-    "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
+    "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|audit(?:ed)?|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
                        r"grade[ds]?|grading|marks|mark(?:s|ed|ing)?\s+(?:[\w-]+\s+){0,2}?down|credit|evaluat(?!ors?\b)\w+|assess(?!ors?\b)\w+|approv\w+|reward|questions?|answer(?:s|ed|able)?)\b"),
     # bare "model", "ai", "assistant", "bot", "judges" name things in scenes (a scale model, a panel of judges)
     "audience": re.compile(_AUDIENCE.replace("judges?|", "").replace("assistant|ai|model|", "").replace("|bot|", "|")),
