@@ -24,7 +24,11 @@ is *in the image* is removed: quoted spans, and the clause after words that intr
 * claims the caption can answer any question about the image (the meta-commentary CapRL-3B learned).
 
 A caption's description of graders, scores or rubrics *in the scene* (a panel of judges, a score
-sheet, a printed rubric) has no self-reference, no second person and no claim, and stays clean.
+sheet, a printed rubric) has no self-reference, no second person and no claim, and stays clean. Three
+checks keep it so: a sentence that introduces something with an article or a number and states no
+expectation is a scene ("a perfect score of 300 is displayed above a lane"); paperwork in the scene
+(a checklist on a fridge with every box ticked) is not a rubric outcome; and a hedged sentence ("this
+may not capture everything", "I'm not sure") is never a completeness claim.
 """
 
 from __future__ import annotations

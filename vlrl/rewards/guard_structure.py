@@ -24,7 +24,12 @@ grader*. Each family here looks for one such shape:
   outcome ("each rubric dimension", "no rubric item fails"), unless it is a physical object in the
   scene (printed, pinned, on a slide);
 * ``markup`` — chat-template and role tokens at a line start ("assistant:", "</caption>",
-  "### verdict").
+  "### verdict"), and tags named after judging ("<judge_verdict>", "<score>");
+* ``evaluative_fragment`` — a verbless fragment made only of evaluation words ("Fully exhaustive.",
+  "Exhaustive coverage confirmed."): it says nothing about the image;
+* ``praised_depiction`` — praise of a rendering *of the photo* ("a flawless rendering of the photo");
+* ``reader_needs`` / ``nothing_left`` — "all details needed for a language model to answer", "would
+  never need the original pixels"; "I left nothing out", "described down to the smallest detail".
 
 All of them run on lower-case text with image text and quoted spans removed. Evaluative key words
 are matched with a tolerance of one edit for words the English dictionary does not know
