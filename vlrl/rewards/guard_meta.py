@@ -80,7 +80,8 @@ _MIXED = re.compile(r"(?<![\w@$!])(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$]|[\w@$]*
 _UNIT = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|cm|mm|kg|g|h|am|pm|x|k|d|p|l|ml|ft|lb|oz|mb|gb|px|hz|v|w|kw|mph|yo)",
                    re.IGNORECASE)
 _SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
-_B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}")
+# long runs, or short ones closed by "=" padding (a deliberate encoding: "cGFzcw==" is "pass")
+_B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}|\b[A-Za-z0-9+/]{4,15}={1,2}(?![\w=])")
 
 
 def _unspread(m: re.Match[str]) -> str:
@@ -100,7 +101,8 @@ def _b64_payloads(text: str) -> list[str]:
             s = raw.decode("utf-8")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             continue
-        if len(s) >= 8 and sum(c.isalpha() or c == " " for c in s) / len(s) > 0.85:
+        shortest = 8 if not tok.endswith("=") else 4
+        if len(s) >= shortest and sum(c.isalpha() or c == " " for c in s) / len(s) > 0.85:
             out.append(s)
     return out
 
