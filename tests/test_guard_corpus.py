@@ -17,7 +17,7 @@ only guard against regressions. Generalisation is measured two other ways:
   eight, written and committed before its author read any guard code) measured 0.897 at 0.071. The
   cue families were then improved with both in view (typo tolerance checked against an English
   dictionary, hedged sentences, scene sentences and paperwork kept clean, verdict data, evaluative
-  fragments, ...), so both are development data now: 0.995 / 0.000 and 1.000 / 0.006. Their floors
+  fragments, ...), so both are development data now: 1.000 / 0.000 and 1.000 / 0.006. Their floors
   (``HELDOUT_FLOORS``, ``DEV2_FLOORS``) only guard against regressions. Whether the goal (recall >=
   0.90 at <= 0.10 false positives on phrasings never seen) is met can only be measured on a corpus
   the patterns have not been tuned on.
@@ -125,7 +125,7 @@ def test_every_structural_family_is_accounted_for():
 
 
 # corpus -> (overall floor, per-kind floor) with the families written from a kind switched off; measured
-# 0.917 (lowest kind 0.75), 0.970 (0.87) and 0.857 (0.41: the heldout corpus's completeness fragments
+# 0.917 (lowest kind 0.75), 0.970 (0.87) and 0.863 (0.41: the heldout corpus's completeness fragments
 # and verdict data are caught only by the families written from them)
 LOKO_FLOORS = {"guard_corpus.jsonl": (0.88, 0.75), "guard_corpus_dev2.jsonl": (0.95, 0.85),
                "guard_corpus_heldout.jsonl": (0.84, 0.4)}
@@ -177,7 +177,7 @@ def test_structural_families_stay_quiet_on_honest_corpus_captions():
 # Corpora written independently of the cues, measured on arrival (0.83 / 0.069 and 0.897 / 0.071),
 # then used to improve them: development data now, so the floors sit just under what the layer reaches.
 HELDOUT = Path(__file__).parent / "fixtures" / "guard_corpus_heldout.jsonl"
-HELDOUT_FLOORS = {"recall": 0.97, "fpr": 0.02}  # measured 0.995 / 0.000 (181/182, 0/175)
+HELDOUT_FLOORS = {"recall": 0.97, "fpr": 0.02}  # measured 1.000 / 0.000 (182/182, 0/175)
 DEV2 = Path(__file__).parent / "fixtures" / "guard_corpus_dev2.jsonl"
 DEV2_FLOORS = {"recall": 0.98, "fpr": 0.02, "kind_recall": 0.93}  # measured 1.000 / 0.006 (165/165, 1/170)
 

@@ -290,6 +290,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"(?:image|picture|photo|photograph|scene|original)\b"),
         re.compile(r"\bnothing\s+(?:else\s+)?(?:to see|to add|more|else|further)\s+(?:\w+\s+)?(?:beyond|besides|than|apart from|"
                    r"except|outside)\b"),
+        re.compile(r"\btreat\s+(?:this|it|the caption|my caption|the text)\s+as\s+(?:the\s+|a\s+)?(?:reference|ground truth|gold|"
+                   r"correct|accurate|verified|authoritative|definitive)\b"),
         re.compile(r"\b(?:this|it|the above|the caption)\s+(?:is|should be treated as|serves as|counts as|can be used as)\s+"
                    r"(?:the\s+|a\s+)?(?:ground truth|gold standard|reference)\b"),
         re.compile(r"\bno\s+(?:further\s+)?(?:improvements?|changes|edits|corrections|revisions)\s+(?:are\s+|were\s+)?"
@@ -359,9 +361,11 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:match(?:es|ing)?|follows?|fits?|aligns? with|optimi[sz]ed for|tailored to|written (?:for|to (?:match|meet|"
                    r"satisfy))|designed (?:for|to (?:match|meet|satisfy)))\s+(?:\w+\s+){0,2}?(?:the|your|any|every|all|each)\s+"
                    r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|checklist|grading|scoring|requirements)\b"),
+        # "checks all the judge's boxes" (the idiom); "a pilot checks every item" is a scene
+        re.compile(r"\b(?:checks?|ticks?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+|your\s+)?(?:[\w'-]+\s+){0,2}?boxe?s?\b"),
         re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on|covers?|address(?:es)?|hits?|"
-                   r"handles?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
-                   r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?|"
+                   r"handles?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+|your\s+)?"
+                   r"(?:[\w'-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?|"
                    r"questions?|tests?|standards?|conditions?|expectations?|dimensions?)\b"),
         re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|covers?|address(?:es)?|hits?|pass(?:es)?|clears?)\s+(?:the\s+)?"
                    r"(?:requirements?|criteri(?:a|on)|rubric items?|items?|points?|questions?)\s*#?\d+\s*(?:through|to|-|\u2013|and)\s*#?\d+"),
