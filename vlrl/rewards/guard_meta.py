@@ -195,7 +195,7 @@ _SELF = (
     r"|\b(?:described|written|stated|mentioned|given|said|listed|provided|shown|as|see|from|in|everything|all|the text|"
     r"the lines|the words)\s+above\b(?=\s*(?:[.,;:!)]|$))"
     r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"
-    r"|\bthe\s+above\b|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
+    r"|\bthe\s+above\b|\bthe\s+(?:preceding|foregoing)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|should|has)\b))|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
     r"|\bwhat\s+is\s+written\s+(?:here|above)\b|\b(?:reading|read)\s+this\b|\bthe\s+(?:caption|description|text)\s+alone\b"
     r"|\bin\s+(?:this|my)\s+(?:[\w-]+\s+){0,2}(?:caption|description)\b|\b(?:you\s+are|you're)\s+(?:now\s+)?reading\b|"
     r"\bpiece\s+of\s+(?:captioning|writing|description)\b|\bcaptioning\b|\b(?:is|are)\s+(?:all\s+)?(?:here|in here)\b"
