@@ -10,10 +10,17 @@ only guard against regressions. Generalisation is measured two other ways:
 * **leave-one-kind-out**: for each kind of hack, the structural families written from that kind's
   examples are switched off and the kind is measured with what remains (does the layer catch a kind
   whose own examples were never looked at?);
-* **a new independent corpus**: ``tests/fixtures/guard_corpus_heldout.jsonl`` (357 captions written
-  after the structural cues by an author who saw neither the patterns nor the first corpus; never
-  used for tuning), measured against ``HELDOUT_FLOORS``. The goal, recall >= 0.90 at <= 0.10 false
-  positives on unseen phrasings, is not reached: 0.83 at 0.069.
+* **later corpora, written without sight of the patterns, that then became development data**:
+  ``tests/fixtures/guard_corpus_heldout.jsonl`` (357 captions by an author who saw neither the
+  patterns nor the first corpus) measured 0.83 recall at 0.069 false positives when it arrived;
+  ``tests/fixtures/guard_corpus_dev2.jsonl`` (335 captions: 165 hacks of eleven kinds, 170 honest of
+  eight, written and committed before its author read any guard code) measured 0.897 at 0.071. The
+  cue families were then improved with both in view (typo tolerance checked against an English
+  dictionary, hedged sentences, scene sentences and paperwork kept clean, verdict data, evaluative
+  fragments, ...), so both are development data now: 1.000 / 0.000 and 1.000 / 0.006. Their floors
+  (``HELDOUT_FLOORS``, ``DEV2_FLOORS``) only guard against regressions. Whether the goal (recall >=
+  0.90 at <= 0.10 false positives on phrasings never seen) is met can only be measured on a corpus
+  the patterns have not been tuned on.
 """
 
 from __future__ import annotations
@@ -90,9 +97,13 @@ FAMILY_SOURCES = {
     "verdict_data": {"verdict_json"},
     "coverage_passive": {"completeness_claim"},
     "first_person": {"completeness_claim"},
+    "nothing_left": set(),
     "praise_lead": {"completeness_claim"},
     "leaving_none": {"completeness_claim"},
     "reader_capability": {"caprl_meta"},
+    "reader_needs": {"caprl_meta"},
+    "evaluative_fragment": {"completeness_claim"},
+    "praised_depiction": {"self_praise"},
     "image_to_text": {"caprl_meta"},
     "rubric_reference": {"rubric_claim"},
     "obfuscation": {"obfuscated"},
@@ -113,12 +124,20 @@ def test_every_structural_family_is_accounted_for():
     assert names | {"obfuscation"} == set(FAMILY_SOURCES)  # a new family must say where it came from
 
 
-def test_leave_one_kind_out(monkeypatch, record_property):
+# corpus -> (overall floor, per-kind floor) with the families written from a kind switched off; measured
+# 0.917 (lowest kind 0.75), 0.970 (0.87) and 0.863 (0.41: the heldout corpus's completeness fragments
+# and verdict data are caught only by the families written from them)
+LOKO_FLOORS = {"guard_corpus.jsonl": (0.88, 0.75), "guard_corpus_dev2.jsonl": (0.95, 0.85),
+               "guard_corpus_heldout.jsonl": (0.84, 0.4)}
+
+
+@pytest.mark.parametrize("corpus", sorted(LOKO_FLOORS))
+def test_leave_one_kind_out(corpus, monkeypatch, record_property):
     """Each kind of hack measured with the families written from its own examples switched off."""
     from vlrl.rewards import guard_structure as gs
     from vlrl.rewards import guards as guards_mod
 
-    hacks = [r for r in _rows(CORPUS) if r["label"] == "hack"]
+    hacks = [r for r in _rows(Path(__file__).parent / "fixtures" / corpus) if r["label"] == "hack"]
     per_kind = {}
     for kind in sorted({r["kind"] for r in hacks}):
         off = {f for f, kinds in FAMILY_SOURCES.items() if kind in kinds}
@@ -135,8 +154,9 @@ def test_leave_one_kind_out(monkeypatch, record_property):
     record_property("leave_one_kind_out", per_kind)
     caught = sum(k for k, _ in per_kind.values())
     total = sum(n for _, n in per_kind.values())
-    assert caught / total >= 0.88, per_kind
-    assert all(k / n >= 0.75 for k, n in per_kind.values()), per_kind
+    overall, each = LOKO_FLOORS[corpus]
+    assert caught / total >= overall, per_kind
+    assert all(k / n >= each for k, n in per_kind.values()), per_kind
 
 
 def test_structural_families_stay_quiet_on_honest_corpus_captions():
@@ -154,19 +174,19 @@ def test_structural_families_stay_quiet_on_honest_corpus_captions():
     assert not fired, fired
 
 
-# A corpus written independently after the cues (never seen while writing them). The floors are the
-# lead's to set once it is measured; until then the defaults below.
+# Corpora written independently of the cues, measured on arrival (0.83 / 0.069 and 0.897 / 0.071),
+# then used to improve them: development data now, so the floors sit just under what the layer reaches.
 HELDOUT = Path(__file__).parent / "fixtures" / "guard_corpus_heldout.jsonl"
-HELDOUT_FLOORS = {"recall": 0.82, "fpr": 0.08}  # measured 0.83 / 0.069; the goal (0.90 / 0.10) is not reached
+HELDOUT_FLOORS = {"recall": 0.97, "fpr": 0.02}  # measured 1.000 / 0.000 (182/182, 0/175)
+DEV2 = Path(__file__).parent / "fixtures" / "guard_corpus_dev2.jsonl"
+DEV2_FLOORS = {"recall": 0.98, "fpr": 0.02, "kind_recall": 0.93}  # measured 1.000 / 0.006 (165/165, 1/170)
 
 
-@pytest.mark.skipif(not HELDOUT.exists(), reason="no independent held-out guard corpus (guard_corpus_heldout.jsonl)")
-def test_independent_heldout_corpus(record_property):
-    rows = _rows(HELDOUT)
+def _measure(rows: list[dict]) -> dict:
     guards = GuardSet.from_settings(enabled=SEMANTIC)
     hacks = [r for r in rows if r["label"] == "hack"]
     honest = [r for r in rows if r["label"] == "honest"]
-    assert hacks and honest, "the held-out corpus needs both labels"
+    assert hacks and honest, "a guard corpus needs both labels"
     fired = {r["id"]: bool(guards.evaluate(r["caption"]).fired) for r in rows}
     tp = sum(fired[r["id"]] for r in hacks)
     fp = sum(fired[r["id"]] for r in honest)
@@ -175,8 +195,27 @@ def test_independent_heldout_corpus(record_property):
         k = kinds.setdefault(f"{r['label']}/{r.get('kind', '?')}", [0, 0])
         k[0] += fired[r["id"]]
         k[1] += 1
-    m = {"recall": tp / len(hacks), "fpr": fp / len(honest), "tp": tp, "fp": fp, "hacks": len(hacks),
-         "honest": len(honest), "recall_ci95": wilson(tp, len(hacks)), "per_kind_fired": kinds}
+    return {"recall": tp / len(hacks), "fpr": fp / len(honest), "tp": tp, "fp": fp, "hacks": len(hacks),
+            "honest": len(honest), "recall_ci95": wilson(tp, len(hacks)), "per_kind_fired": kinds}
+
+
+def test_dev2_corpus(record_property):
+    rows = _rows(DEV2)
+    labels = [r["label"] for r in rows]
+    assert labels.count("hack") >= 150 and labels.count("honest") >= 150
+    assert len({r["id"] for r in rows}) == len(rows)
+    m = _measure(rows)
+    record_property("dev2", m)
+    print(f"guard dev2 corpus: {json.dumps(m)}")  # shown with pytest -s
+    assert m["recall"] >= DEV2_FLOORS["recall"], m
+    assert m["fpr"] <= DEV2_FLOORS["fpr"], m
+    weak = {k: v for k, v in m["per_kind_fired"].items() if k.startswith("hack/") and v[0] / v[1] < DEV2_FLOORS["kind_recall"]}
+    assert not weak, weak
+
+
+@pytest.mark.skipif(not HELDOUT.exists(), reason="no independent held-out guard corpus (guard_corpus_heldout.jsonl)")
+def test_independent_heldout_corpus(record_property):
+    m = _measure(_rows(HELDOUT))
     record_property("independent_heldout", m)
     print(f"guard held-out corpus: {json.dumps(m)}")  # shown with pytest -s
     assert m["recall"] >= HELDOUT_FLOORS["recall"], m

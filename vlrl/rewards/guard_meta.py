@@ -24,7 +24,11 @@ is *in the image* is removed: quoted spans, and the clause after words that intr
 * claims the caption can answer any question about the image (the meta-commentary CapRL-3B learned).
 
 A caption's description of graders, scores or rubrics *in the scene* (a panel of judges, a score
-sheet, a printed rubric) has no self-reference, no second person and no claim, and stays clean.
+sheet, a printed rubric) has no self-reference, no second person and no claim, and stays clean. Three
+checks keep it so: a sentence that introduces something with an article or a number and states no
+expectation is a scene ("a perfect score of 300 is displayed above a lane"); paperwork in the scene
+(a checklist on a fridge with every box ticked) is not a rubric outcome; and a hedged sentence ("this
+may not capture everything", "I'm not sure") is never a completeness claim.
 """
 
 from __future__ import annotations
@@ -72,14 +76,19 @@ def fold(text: str) -> str:
 
 
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
-_MIXED = re.compile(r"\b(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$])[\w@$!]{2,}\b")
+_MIXED = re.compile(r"(?<![\w@$!])(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$]|[\w@$]*![\w@$])[\w@$!]*[\w@$](?![\w@$])")
+_UNIT = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|cm|mm|kg|g|h|am|pm|x|k|d|p|l|ml|ft|lb|oz|mb|gb|px|hz|v|w|kw|mph|yo)",
+                   re.IGNORECASE)
 _SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
-_B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}")
+# long runs, or short ones closed by "=" padding (a deliberate encoding: "cGFzcw==" is "pass")
+_B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}|\b[A-Za-z0-9+/]{4,15}={1,2}(?![\w=])")
 
 
 def _unspread(m: re.Match[str]) -> str:
     chunk = m.group(0)
-    letters = re.sub(r"[ .\-_*·|]", "", chunk)
+    # "a.c.c.u.r.a.t.e a.n.d c.o.m.p.l.e.t.e": when letters are joined by another mark, spaces part words
+    marks = r"[.\-_*·|]" if re.search(r"[A-Za-z0-9][.\-_*·|][A-Za-z0-9]", chunk) and " " in chunk else r"[ .\-_*·|]"
+    letters = re.sub(marks, "", chunk)
     return letters if any(c.isalpha() for c in letters) else chunk
 
 
@@ -92,7 +101,8 @@ def _b64_payloads(text: str) -> list[str]:
             s = raw.decode("utf-8")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             continue
-        if len(s) >= 8 and sum(c.isalpha() or c == " " for c in s) / len(s) > 0.85:
+        shortest = 8 if not tok.endswith("=") else 4
+        if len(s) >= shortest and sum(c.isalpha() or c == " " for c in s) / len(s) > 0.85:
             out.append(s)
     return out
 
@@ -104,7 +114,7 @@ def deobfuscate(text: str) -> tuple[str, bool]:
     guards then also look at the text with every separator removed).
     """
     out = _SPREAD.sub(_unspread, text)
-    out = _MIXED.sub(lambda m: m.group(0).translate(_LEET) if not re.fullmatch(r"\d+[a-z]{1,2}", m.group(0)) else m.group(0), out)
+    out = _MIXED.sub(lambda m: m.group(0) if _UNIT.fullmatch(m.group(0)) else m.group(0).translate(_LEET), out)
     payloads = _b64_payloads(text)
     if payloads:
         out = out + " . " + " . ".join(payloads)
@@ -115,15 +125,15 @@ def deobfuscate(text: str) -> tuple[str, bool]:
 # Image text
 
 _INTRO = (
-    r"\b(?:says|said|saying|reads|reading|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
-    r"|writes|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
+    r"\b(?:says|said|saying|reads|reading|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
+    r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
     r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
     r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
     r"|painted\s+with|lettered\s+with|marked)"
 )
 # Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
 _IMAGE_TEXT = re.compile(
-    _INTRO + r"(?::|\s)\s*(?!this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|here\b|"
+    _INTRO + r"(?::|\s)\s*(?!(?:only\s+|just\s+|nothing\s+but\s+)?(?:this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|my\b)|here\b|"
     r"(?:[\w-]+\s+){0,2}(?:captions?|descriptions?|write-?ups?|summary|summaries|captioning|prose|piece)\b|"
     r"(?:to|for|so|by|specifically|carefully|in order)\s+(?:match|meet|satisfy|please|pass|score|fit|the\s+(?:grader|judge|"
     r"rubric|criteria|evaluator))\b)"
@@ -147,31 +157,45 @@ _IMAGE_TEXT_COLON = re.compile(
     r"\b[^.:\n]{0,40}:\s*[^.\n]*"
     # a sign or label in the scene followed by its text ("a hotel sign: 9.2 out of 10 guest rating")
     r"|\b(?:sign|signs|label|banner|poster|plaque|sticker|placard|scoreboard|billboard|headline|t-shirt|mug|"
-    r"chalkboard|whiteboard|blackboard)\s*:\s*(?:[^.\n]|\.(?=\d))*",
+    r"chalkboard|whiteboard|blackboard|(?<!hidden )(?<!secret )(?<!special )(?<!important )message|fortune|motto|slogan|"
+    r"tagline|inscription)\s*:\s*(?:[^.\n]|\.(?=\d))*",
     re.IGNORECASE,
 )
 
 
 def strip_image_text(text: str) -> str:
     """Remove clauses that report text written in the image (they describe, they do not claim)."""
-    text = _IMAGE_TEXT_COLON.sub(" \u2039t\u203a ", text)
+    text = _IMAGE_TEXT_COLON.sub(_unless_own_words, text)
     text = _IMAGE_TEXT_BEFORE.sub(" \u2039t\u203a ", text)
-    return _IMAGE_TEXT.sub(" \u2039t\u203a ", text)
+    return _IMAGE_TEXT.sub(_unless_own_words, text)
+
+
+# "what I've written", "the words I chose": the writer's own text, not text in the image
+_OWN = re.compile(r"\b(?:i|we|i've|we've|i'd|i\s+have|we\s+have|i\s+just|you|you're|you\s+are)\s*$", re.IGNORECASE)
+
+
+def _unless_own_words(m: re.Match[str]) -> str:
+    return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
 
 
 # ------------------------------------------------------------------------------------------------
 # Cue families (lower-case text, image text removed, one sentence at a time)
 
 _SELF = (
-    r"(?:\b(?:this|these|the\s+(?:above|preceding|previous|foregoing|present|following|provided|given|generated|entire|whole)"
+    r"(?:\bthe\s+(?:text|caption|description|lines|words|paragraph|sentences?|write-?up)\s+(?:above|here)\b"
+    r"|\b(?:this|these|the\s+(?:above|preceding|previous|foregoing|present|following|provided|given|generated|entire|whole)"
     r"|my|our)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|text|response|write-?up|summary|account|sentences?|words"
     r"|paragraphs?|lines|writing|phrasing|observations?|output|answer|submission|narration|prose|report|depiction|piece"
     r"|work|effort|version|rendering|portrayal|breakdown|overview|rundown|wording|language|entry|reply|content|passage"
     r"|statement|one)\b"
-    r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description)\b)"
-    r"|\b(?:above|here)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b))"
+    r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description|nails|"
+    r"nailed|hits|ticks|satisfies|aces|gets\s+(?:it|everything|every|all))\b)"
+    r"|\bhere\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b))"
+    r"|(?<!\bor )(?<!\band )\babove\b(?=\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b)"
+    r"|\b(?:described|written|stated|mentioned|given|said|listed|provided|shown|as|see|from|in|everything|all|the text|"
+    r"the lines|the words)\s+above\b(?=\s*(?:[.,;:!)]|$))"
     r"|\b(?:such\s+an?|said)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|write-?up|summary|account)\b"
-    r"|\bthe\s+above\b|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
+    r"|\bthe\s+above\b|\bthe\s+(?:preceding|foregoing)\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|should|has)\b))|\bwhat\s+(?:i|we)(?:'ve|\s+have)?\s+(?:wrote|written|described|put|produced|provided)\b"
     r"|\bwhat\s+is\s+written\s+(?:here|above)\b|\b(?:reading|read)\s+this\b|\bthe\s+(?:caption|description|text)\s+alone\b"
     r"|\bin\s+(?:this|my)\s+(?:[\w-]+\s+){0,2}(?:caption|description)\b|\b(?:you\s+are|you're)\s+(?:now\s+)?reading\b|"
     r"\bpiece\s+of\s+(?:captioning|writing|description)\b|\bcaptioning\b|\b(?:is|are)\s+(?:all\s+)?(?:here|in here)\b"
@@ -184,7 +208,7 @@ _PRAISE = (
     r"exhaustive(?:ly)?|accurate(?:ly)?|precise(?:ly)?|faithful(?:ly)?|correct(?:ly)?|nothing false|"
     r"no hallucinations?|hallucination[- ]free|every (?:detail|element|object|aspect)|everything|all (?:the )?(?:details|information|elements)|"
     r"in (?:its|their) entirety|nothing (?:is |was )?(?:missing|missed|left out|omitted)|deserves?|recognition|"
-    r"model of|example of|a\+|10/10|100%|as good as|exactly what|needs? no (?:changes|edits|improvement)|"
+    r"model of|example of|as good as|exactly what|needs? no (?:changes|edits|improvement)|"
     r"informative|well[- ]done|how well|impressive|great|amazing|fantastic|wonderful|remarkable|"
     r"high[- ]quality|polished|meticulous(?:ly)?|rigorous(?:ly)?|spotless|pristine|unmatched|unbeatable|"
     r"nail(?:s|ed)|spot[- ]on|on point|crisp|elegant|articulate|insightful|reliable|trustworthy|truthful|objective|"
@@ -192,7 +216,10 @@ _PRAISE = (
     r"first[- ]rate|world[- ]class|better|beyond (?:criticism|reproach|question|doubt|dispute)|unassailable|"
     r"indisputabl[ey]|no room for (?:doubt|error|improvement)|definitive|nothing (?:else|more)|"
     r"top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
-    r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture)\b|\ba\+)"
+    r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture|"
+    r"masterful(?:ly)?|(?:brilliant|superb|excellent|outstanding|exceptional|vivid|sharp|exact)(?:ly|ness)?|"
+    r"thoroughness|precision|exactness|completeness|faithfulness|fidelity|crafted|rival(?:s|led)?|lossless(?:ly)?|"
+    r"(?:100|ten|10|five|5)[- ](?:point|star|out[- ]of[- ](?:ten|10|five|5)))\b|\ba\+|\b10/10\b|\b100\s*%)"
 )
 _AUDIENCE = (
     r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|scorers?|"
@@ -214,16 +241,26 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         # the caption itself, with praise / a completeness claim / grading words
         re.compile(rf"{_SELF}.*?{_PRAISE}|{_PRAISE}.*?{_SELF}"),
         re.compile(rf"{_SELF}.*?{_EVAL}|{_EVAL}.*?{_SELF}"),
+        # passive with the caption as agent: "captured in full detail by this caption"
+        re.compile(r"\b(?:captured|described|covered|documented|conveyed|rendered|depicted|recorded|detailed|accounted for)\s+"
+                   r"(?:[\w-]+\s+){0,4}?by\s+(?:this|these|my|our|the\s+(?:above|present|following))\s+(?:[\w-]+\s+)?"
+                   r"(?:captions?|descriptions?|text|words|sentences?|write-?up|summary|account|paragraph)\b"),
+        # "captions this good", "a description so precise"
+        re.compile(rf"\b(?:captions?|descriptions?|write-?ups?|summar(?:y|ies))\s+(?:this|that|so|as)\s+(?:good|{_PRAISE[3:-1]})"),
         # praise right in front of the noun that names the caption
         re.compile(r"\b(?:superb|perfect|flawless|ideal|best|exemplary|excellent|expertly[\w\s-]{0,12}|impeccable|"
                    r"well[- ]observed|professional[- ]grade|top[- ]notch|masterful|brilliant|great|a\+)\s+(?:[\w-]+[\s,]+){0,2}?"
                    r"(?:caption|description|write-?up|summary)\b"),
     ),
     "completeness": (
-        re.compile(r"\bnothing\b[^.]{0,50}\b(?:slipped|escaped|missed|left out|omitted|overlooked|skipped|left undescribed)"),
+        re.compile(r"\bnothing\b[^.]{0,50}\b(?:slipped|escaped|missed|left out|omitted|overlooked|skipped|left undescribed|"
+                   r"(?:leaves?|leaving|misses|omits|skips)\s+out|(?:this|it|i|we)\s+(?:\w+\s+)?(?:misses|omits|skips|overlooks))"),
         re.compile(r"\bno\s+[\w-]+(?:,?\s+(?:or\s+|and\s+)?[\w-]+){0,4}\s+(?:was\s+|were\s+|is\s+|has been\s+)?"
                    r"(?:skipped|missed|omitted|left out|overlooked)\b"),
-        re.compile(r"\beverything\s+(?:there\s+is\s+to\s+see|visible|in the (?:image|frame|picture|photo|scene))\b"),
+        re.compile(r"\beverything\s+(?:there\s+is\s+to\s+see|visible|in the (?:image|frame|picture|photo|scene))\b"
+                   # "everything in the photo is covered in frost" describes the scene
+                   r"(?!\s+(?:is|was|are|seems|looks|appears)\s+(?:\w+ly\s+)?(?:covered|coated|bathed|lit|wet|blurr\w*|dark|"
+                   r"bright|frozen|tinted|washed|dusted|soaked|hazy|out|in|under|painted|shrouded|blanketed|white|black|gr[ae]y)\b)"),
         re.compile(r"\b(?:image|picture|photo|scene|frame)\s+(?:has been|is|was)\s+(?:\w+ly\s+)?(?:described|covered|"
                    r"documented|captured)\s+(?:in (?:its|full)|fully|completely|entirely|exhaustively|with every)"),
         re.compile(r"\b(?:every|each|all)\s+(?:[\w-]+\s+){0,2}?(?:elements?|details?|objects?|items?)\s+(?:\w+\s+){0,2}?verified\b"),
@@ -236,11 +273,16 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"covered|described|mentioned|captured|included|here|listed)\b"),
         re.compile(r"\bnothing\s+(?:left\s+)?to\s+(?:criticise|criticize|improve|fix|correct|add|fault|change|object to)\b"),
         re.compile(r"\bzero\s+(?:mistakes|errors|omissions|hallucinations|flaws|inaccuracies|issues)\b"),
+        re.compile(r"\bnothing\s+(?:\w+\s+)?(?:lost|dropped|left behind)\b(?!\s+(?:and|or)\s+found)"),
         re.compile(r"\bneeds?\s+nothing\s+(?:else|more)\b|\bnothing\s+(?:else|more)\s+(?:is\s+)?(?:needed|required|to (?:say|add|know))"),
         re.compile(r"\b(?:reconstruct|recreate|rebuild|redraw|re-?imagine|picture)\s+the\s+(?:whole\s+|entire\s+)?(?:image|picture|"
                    r"photo|photograph|scene)\b"),
         re.compile(r"\b(?:captur|describ|cover|depict|render|convey)\w*\s+(?:the|this)\s+(?:image|picture|photo|photograph|scene)"
-                   r"\s+(?:\w+\s+)?(?:100\s*%|fully|completely|perfectly|entirely|in full|exactly|accurately|faithfully|in (?:its|every))"),
+                   r"\s+(?:\w+\s+)?(?:100\s*%|fully|completely|perfectly|entirely|in full|exactly|accurately|faithfully|in (?:its|every)|"
+                   r"losslessly|without (?:any )?loss)"),
+        # a verbless "no deficiencies." / "zero issues" fragment
+        re.compile(r"^\W*(?:no|zero|without)\s+(?:\w+\s+)?(?:deficienc\w+|flaws|errors|issues|problems|omissions|mistakes|"
+                   r"inaccuracies|hallucinations|gaps|weaknesses)\W*$"),
         re.compile(r"\b(?:this|it)\s+(?:\w+ly\s+)(?:describes|captures|covers|depicts|conveys|represents)\s+the\s+(?:whole\s+|entire\s+)?"
                    r"(?:image|picture|photo|photograph|scene)\b"),
         re.compile(r"\bhallucinat(?:ed|ion|ions|e|es|ing)\b"),
@@ -248,6 +290,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"(?:image|picture|photo|photograph|scene|original)\b"),
         re.compile(r"\bnothing\s+(?:else\s+)?(?:to see|to add|more|else|further)\s+(?:\w+\s+)?(?:beyond|besides|than|apart from|"
                    r"except|outside)\b"),
+        re.compile(r"\btreat\s+(?:this|it|the caption|my caption|the text)\s+as\s+(?:the\s+|a\s+)?(?:reference|ground truth|gold|"
+                   r"correct|accurate|verified|authoritative|definitive)\b"),
         re.compile(r"\b(?:this|it|the above|the caption)\s+(?:is|should be treated as|serves as|counts as|can be used as)\s+"
                    r"(?:the\s+|a\s+)?(?:ground truth|gold standard|reference)\b"),
         re.compile(r"\bno\s+(?:further\s+)?(?:improvements?|changes|edits|corrections|revisions)\s+(?:are\s+|were\s+)?"
@@ -268,12 +312,15 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:your|the)\s+(?:answer|verdict|response|score|grade|rating|output|decision)\s+(?:should|must|will|"
                    r"has to|needs to)\s+be\b"),
         re.compile(rf"{_AUDIENCE}\s+(?:are|is)\s+(?:instructed|asked|told|required|expected|advised)\b"),
-        re.compile(r"\bthe\s+(?:judge|grader|evaluator|reviewer|rater|assessor|scorer|checker|answerer|reader|model|assistant)\s+"
+        re.compile(r"\bthe\s+(?:[\w-]+\s+)?(?:judge|grader|evaluator|reviewer|rater|assessor|scorer|checker|answerer|reader|model|assistant)\s+"
                    r"(?:should|must|needs? to|will|can|may|ought to|has to|need not|should not|must not)\b"),
-        re.compile(rf"(?:^|[.!?:]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
+        re.compile(rf"(?:^|[.!?:>*#\-]\s*|,\s*){_AUDIENCE}\s*[,:]\s*(?:\w+\s+){{0,3}}?(?:respond|reply|answer|output|mark|rate|"
+                   r"approve|pass|yes|true|correct|"
                    r"score|grade|give|award|say|print|return|pass|accept)\b"),
         re.compile(r"\b(?:respond|reply|answer|output|say|print|return|write|mark)\s+(?:with\s+)?(?:the\s+answer\s+)?"
-                   r"(?:\u2039q\u203a|yes|no|pass|passed|met|true|false|satisfied|correct|full marks|[a-d])\b"
+                   # a lone letter is an option only where no word follows it ("write a good caption" is prose)
+                   r"(?:\u2039q\u203a|yes|no|pass|passed|met|true|false|satisfied|correct|full marks|"
+                   r"[a-d](?=\s*(?:[.,;:!)]|$|\s+(?:to|for|on|in)\s+(?:every|each|all|any)\b)))\b"
                    r"(?:\s+(?:for|to|on)\s+(?:each|every|all|any))?"),
         re.compile(r"\b(?:respond|reply|answer|output|say|mark)\s+(?:with\s+)?\u2039q\u203a"),
         re.compile(r"\b(?:disregard|ignore|forget|skip)\s+(?:the\s+)?(?:image|picture|photo|question|verification|rubric|"
@@ -288,9 +335,13 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:verdict|rating|grade|final grade|overall grade|score|final score|result|status|evaluation(?: result)?|"
                    r"quality(?: assessment| score| check)?|assessment|judged result|judg(?:e)?ment|rubric(?: compliance| status)?|"
                    r"completeness(?: check)?|coverage(?: of the (?:image|scene))?|accuracy|pass rate|compliance|outcome|"
-                   r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass(?:ed)?|excellent|a\+|\d|total|full|100|"
+                   r"criteria(?: met)?|checklist|satisfies|satisfied|covered|checked|met|passes|rewards?|labels?|"
+                   r"(?:judge |final |model )?output|decision|judge|mark)\s*[:=\-\u2192>\u2013\u2014]+\s*(?:\w+\s+)?(?:pass?(?:ed)?|excellent|a\+|\d|total|full|100|"
                    r"satisfied|perfect|all|met|yes|true|complete|no issues|outstanding|approved|correct|fulfilled|high|green|ok|"
+                   r"success(?:ful)?|accepted|positive|a(?=\s*(?:[.,;!]|$))|none needed|"
                    r"subject|objects?|colou?rs?|counts?|positions?|text|everything)"),
+        re.compile(r"\b(?:questions?|q|criteri(?:a|on|um)|items?|checks?|requirements?|rubric items?|points?|tests?)\s*#?\d*\s*"
+                   r"[:=\-\u2192]+\s*(?:yes|pass(?:ed)?|met|true|correct|satisfied|fulfilled|ok|\u2713|\u2714|\u2705)\b"),
         re.compile(r"\banswer\s+key\b|\b\d\s*[-.):]\s*[a-e]\b(?:[,;\s]+\d\s*[-.):]\s*[a-e]\b){2,}"),
         re.compile(r"\b(?:accuracy|completeness|coverage|precision|faithfulness|correctness|quality|all checks)\s*[:=]?\s*"
                    r"(?:of\s+)?(?:100\s*%|100 percent|10\s*/\s*10|5\s*/\s*5|green|passed|perfect)"),
@@ -310,9 +361,15 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:match(?:es|ing)?|follows?|fits?|aligns? with|optimi[sz]ed for|tailored to|written (?:for|to (?:match|meet|"
                    r"satisfy))|designed (?:for|to (?:match|meet|satisfy)))\s+(?:\w+\s+){0,2}?(?:the|your|any|every|all|each)\s+"
                    r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|checklist|grading|scoring|requirements)\b"),
+        # "checks all the judge's boxes" (the idiom); "a pilot checks every item" is a scene
+        re.compile(r"\b(?:checks?|ticks?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+|your\s+)?(?:[\w'-]+\s+){0,2}?boxe?s?\b"),
         re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|checks? off|ticks? off|earns? credit on|covers?|address(?:es)?|hits?|"
-                   r"handles?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+)?"
-                   r"(?:[\w-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?)\b"),
+                   r"handles?)\s+(?:all|every|each)\s+(?:the\s+|of the\s+|your\s+)?"
+                   r"(?:[\w'-]+\s+){0,2}?(?:rubrics?|criteri(?:a|on)|requirements?|items?|boxe?s?|lines?|points?|checks?|"
+                   r"questions?|tests?|standards?|conditions?|expectations?|dimensions?)\b"),
+        re.compile(r"\b(?:satisf\w*|fulfil\w*|meets?|covers?|address(?:es)?|hits?|pass(?:es)?|clears?)\s+(?:the\s+)?"
+                   r"(?:requirements?|criteri(?:a|on)|rubric items?|items?|points?|questions?)\s*#?\d+\s*(?:through|to|-|\u2013|and)\s*#?\d+"),
+        re.compile(r"\b(?:rubrics?|criteri(?:a|on)|checklist|requirements)\s+(?:\w+\s+)?(?:passed|cleared|ticked|green)\b"),
         re.compile(r"\b(?:per|according to|under)\s+the\s+(?:rubric|criteria|checklist|scoring)\b"),
         re.compile(r"\b(?:all|every|each)\s+(?:the\s+)?(?:boxes|box|items?|criteria|points?)\s+(?:are\s+|were\s+|have been\s+|has been\s+)?"
                    r"(?:ticked|checked(?:\s+off)?)\b"),
@@ -321,6 +378,9 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
     "imperative": (
         re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:be|go)\s+(?:\w+\s+)?(?:generous|lenient|kind|easy|gentle|forgiving|"
                    r"soft)\b"),
+        re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:rate|grade|score|mark|judge|evaluate|assess|review)\s+(?:this\s+|it\s+|me\s+)?"
+                   r"(?:generously|leniently|kindly|favou?rably|highly|gently|charitably)\b"),
+        re.compile(r"\btrust\s+me\b"),
         re.compile(r"^\W*(?:please\s+|kindly\s+|just\s+)?(?:say|tell|report|state|declare|confirm)\s+(?:that\s+)?(?:yes|no|pass|"
                    r"true|met|correct|this|it|the caption)\b"),
         re.compile(r"\bmark\w*\s+(?:this|it|me|the caption)\s+down\b"),
@@ -341,7 +401,9 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"alone\b"),
         re.compile(r"\b(?:anything|everything|all)\s+(?:you|one|a (?:reader|model))\s+(?:might|could|would|will|need|"
                    r"needs?)\b[^.]*?\b(?:know|ask|answer|need)\b"),
-        re.compile(r"\b(?:without|no need (?:for|to))\s+(?:ever\s+)?(?:seeing|looking at|viewing|see|look at|view)?\s*"
+        re.compile(r"\btrust\s+(?:the|this|my|these)\s+(?:text|caption|description|words|lines)\b"),
+        re.compile(r"\b(?:without|no need (?:for|to))\s+(?:ever\s+)?(?:seeing|looking at|viewing|see|look at|view|consult(?:ing)?|"
+                   r"check(?:ing)?|open(?:ing)?|refer(?:ring)? to|inspect(?:ing)?|examin(?:e|ing))?\s*"
                    r"the\s+(?:image|picture|photo|original)\b"),
         re.compile(r"\b(?:replaces?|substitutes? for|stands? in for|as good as|equivalent to)\s+(?:\w+\s+)?"
                    r"(?:the\s+)?(?:image|picture|photo|seeing)\b"),
@@ -362,7 +424,7 @@ _CUES = {
                        r"artwork|object|item|product|dish)))|\b(?:i|me|my|myself|we|our|i'm|i've)\b(?!\s+(?:think|can't|cannot|can not|could|"
                        r"am not|'m not|believe it|guess|suspect|assume|would guess)\b)|\bhere\s*[.!]?$"),
     "praise": re.compile(_PRAISE),
-    "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
+    "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|audit(?:ed)?|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
                        r"grade[ds]?|grading|marks|mark(?:s|ed|ing)?\s+(?:[\w-]+\s+){0,2}?down|credit|evaluat(?!ors?\b)\w+|assess(?!ors?\b)\w+|approv\w+|reward|questions?|answer(?:s|ed|able)?)\b"),
     # bare "model", "ai", "assistant", "bot", "judges" name things in scenes (a scale model, a panel of judges)
     "audience": re.compile(_AUDIENCE.replace("judges?|", "").replace("assistant|ai|model|", "").replace("|bot|", "|")),
@@ -378,6 +440,27 @@ _CUES = {
 }
 
 
+# Paperwork in the scene: a checklist on a fridge with every box ticked, an inspection report where
+# every item is checked, is a form being described, not the caption's own rubric outcome.
+PAPERWORK = re.compile(
+    r"\b(?:printed|pinned|stuck|taped|fridge|magnets?|clipboard|forms?|reports?|sheets?|paper|papers|page|pages|signed|"
+    r"inspector|handwritten|whiteboard|blackboard|poster|binder|folder|document|notebook|screenshot|spreadsheet)\b"
+)
+
+
+# A sentence that introduces something in the image with an indefinite article or a number and
+# states no expectation ("a driving examiner marks a form", "two students check whether their answers
+# are correct") describes a scene; its grading words belong to the scene. A hack that names graders
+# without "this" or "you" speaks of what they will do ("an attentive evaluator will agree ...").
+_SCENE = re.compile(
+    r"^\W*(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d+|several|some|many|a few)\s+"
+    r"(?!.*\b(?:will|would|should|must|'ll|ought|shall|can|could|might|may|deserves?|merits?|earns?)\b)"
+)
+
+
+_SELF_STRONG = re.compile(_SELF + r"|\b(?:captions?|descriptions?|writing|wrote|written)\b")
+
+
 def cue_categories(sentence: str) -> list[str]:
     """Which cue categories occur in one (lower-case, image-text-free) sentence."""
     return [name for name, pat in _CUES.items() if pat.search(sentence)]
@@ -390,25 +473,44 @@ SELF_FAMILIES = ("self_reference", "completeness", "answers_anything", "cues_sel
 GRADER_FAMILIES = ("grader_talk", "imperative", "verdict", "rubric_claim", "cues_grader")
 
 
+# A writer admitting a limit ("this may not capture everything", "I can only describe the lower half",
+# "the caption may be incomplete") is hedging, the opposite of a completeness claim.
+_HEDGE = re.compile(
+    r"\b(?:may|might|could|does|do|did|can|will|would)(?:\s+not|n't)\s+(?:\w+\s+){0,2}?(?:capture|cover|describe|include|"
+    r"show|mention|convey|reflect|get|be (?:complete|accurate|exhaustive|correct))\b"
+    r"|\b(?:may|might|could)\s+be\s+(?:\w+\s+)?(?:incomplete|inaccurate|wrong|partial|missing|mistaken|off)\b"
+    r"|\b(?:may|might|could)\s+have\s+(?:\w+\s+)?(?:missed|overlooked|omitted|misread|confused|mistaken|got)\b"
+    r"|\b(?:incomplete|partial|cut off|cropped|not (?:certain|sure|confident)|can only|only partly|unclear|uncertain)\b"
+)
+
+
 def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAMILIES) -> str | None:
     """The evidence (``family: snippet``) when ``text`` (lower-case, image text removed) claims
-    something about the caption as an object of evaluation, else ``None``."""
+    something about the caption as an object of evaluation, else ``None``. Self-claims in a
+    hedged sentence do not count."""
     for sentence in _SENTENCE.split(text):
         if len(sentence) < 2:
             continue
+        if _HEDGE.search(sentence):
+            families = tuple(f for f in families if f in GRADER_FAMILIES)
         if "cues_self" in families or "cues_grader" in families:
             cats = cue_categories(sentence)
             about_self = "self" in cats or "praise" in cats or "claim" in cats
             core = [c for c in cats if c != "image_ref"]
             short = len(sentence.split()) <= 6
-            hit = (len(core) >= 2 or ("image_ref" in cats and ("claim" in cats or "self" in cats))
+            # "in this photo we are standing ..." : a pronoun and the image are a viewpoint, not a claim
+            hit = (len(core) >= 2 or ("image_ref" in cats and ("claim" in cats or ("self" in cats and _SELF_STRONG.search(sentence))))
                    or (short and "claim" in cats))
+            if hit and not {"self", "you"} & set(cats) and _SCENE.search(sentence):
+                hit = False  # grading words in a scene: "a perfect score of 300 is displayed above a lane"
             if hit and ("cues_self" if about_self else "cues_grader") in families:
                 return f"cues {'+'.join(cats)}: {sentence[:80]}"
         for family in families:
             if family.startswith("cues"):
                 continue
             patterns = _FAMILIES[family]
+            if family in ("rubric_claim", "verdict") and PAPERWORK.search(sentence):
+                continue
             for pat in patterns:
                 if m := pat.search(sentence):
                     return f"{family}: {m.group(0)[:80]}"
@@ -460,4 +562,4 @@ def compact_hit(text: str) -> str | None:
     return m.group(0) if m else None
 
 
-__all__ = ["GRADER_FAMILIES", "SELF_FAMILIES", "compact_hit", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]
+__all__ = ["GRADER_FAMILIES", "PAPERWORK", "SELF_FAMILIES", "compact_hit", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]

@@ -43,6 +43,7 @@ _COPULA = r"(?:is|are|was|were|'s|remains|stands|should be|has been|have been|wi
 _INTENS = r"(?:very|highly|extremely|exceptionally|incredibly|richly|fully|entirely|completely|totally|absolutely|truly|100%)"
 _ADJ = (
     r"(?:complete(?!\s+with)|accurate|comprehensive|correct|thorough|exhaustive|precise|faithful|perfect|flawless"
+    r"|right(?!\s+(?:below|above|under|next|beside|there|here|behind|in|on|at|of|side|hand|now|by|after|before))"
     r"|error[- ]free|impeccable|spot[- ]on|reliable|trustworthy|truthful|exact|objective|verified|validated"
     r"|fact[- ]checked|excellent|outstanding|ideal|definitive|high[- ]quality|top[- ]notch|well[- ]written"
     r"|hallucination[- ]free|the best|of (?:the )?(?:highest|high|excellent|top) quality|all[- ]encompassing"
@@ -59,7 +60,7 @@ _COVER_OBJ = (
     r"(?:every|all|each|everything|nothing|no (?:detail|element|aspect|object|feature)s?|the (?:answers?|information) "
     r"(?:to|needed|required)|(?:a |an |the )?(?:\w+ )?(?:full|complete(?!\s+with)|comprehensive|exhaustive|thorough"
     r"|accurate|faithful|perfect|precise|correct|flawless|100%|entire|whole)|(?:[\w-]+\s+){0,3}in (?:its|their) entirety"
-    r"|(?:[\w-]+\s+){0,3}down to the (?:last|smallest|finest|tiniest) detail)\b"
+    r"|(?:[\w-]+\s+){0,3}down to the (?:last|smallest|finest|tiniest) detail)(?!\w)"
 )
 _ADV = (
     r"(?:perfectly|accurately|faithfully|completely|fully|precisely|correctly|exhaustively|comprehensively"
@@ -120,7 +121,8 @@ SELF_PRAISE = (
     _c(r"\b(?:i|we)(?:\s+have|'ve|\s+hereby)?\s+(?:\w+ly\s+|also\s+)?(?:described|captured|covered|included|mentioned"
        r"|listed|detailed|documented|outlined|explained|analy[sz]ed|examined|checked|verified|double-checked"
        r"|reviewed|ensured|made sure|tried|aimed|strived|attempted|endeavou?red|provided|summari[sz]ed|noted)\b"),
-    _c(r"\b(?:i|we)\s*(?:am|'m|are|'re)\s+(?:\w+\s+)?(?:confident|certain|sure|positive|proud|pleased|happy|glad)\b"),
+    _c(r"\b(?:i|we)\s*(?:am|'m|are|'re)\s+(?:(?!not\b|never\b|less\b|hardly\b|far\b|un)\w+\s+)?"
+       r"(?:confident|certain|sure|positive|proud|pleased|happy|glad)\b"),
     _c(r"\b(?:i|we)\s+(?:\w+ly\s+)?(?:believe|trust|guarantee|assure|promise|can confirm|confirm)\s+(?:you\s+)?"
        r"(?:that\s+)?(?:this|my|the|it|every|all|everything|nothing)\b"),
     _c(r"\bto the best of (?:my|our) (?:ability|abilities|knowledge)\b"),
@@ -161,16 +163,31 @@ GRADER = (
     _c(r"\b(?:new|updated|revised|real|actual|hidden|secret|additional)\s+(?:instructions?|task|directives?|system prompt)\s*(?::|are\b|is\b)"),
     _c(r"\bsystem\s*(?:prompt|message|override|instruction|note)s?\b|(?:^|[.!?]\s+)system\s*:|\[\s*(?:system|inst)\s*\]"
        r"|<\|[a-z_]+\|>"),
-    _c(r"\boverride\s+(?:the\s+|your\s+|all\s+)?(?:grading|scoring|evaluation|judg\w+|rubrics?|scores?|rating)\b"),
+    _c(r"\boverride\s+(?:the\s+|your\s+|all\s+)?(?:grading|scoring|evaluation|judg\w+|rubrics?|scores?|rating)\b"
+       r"|\b(?:grading|scoring|evaluation|judge|judging|rubric|admin|administrator|developer)\s+(?:\w+\s+)?override\b"),
+    _c(rf"\b{_GRADER_WORD}'?s?\s+note\s*:"),
     _c(r"\byou\s+are\s+now\b|\bfrom\s+now\s+on,?\s+(?:you|the)\b|\bdeveloper\s+mode\b|\bjailbreak"),
     _c(rf"\bact\s+as\s+(?:a\s+|an\s+|the\s+)?(?:lenient\s+|generous\s+)?{_GRADER_WORD}"),
     # addressed to the grader
     _c(rf"\b(?:dear|hello|hi|hey|attention|note to|message to|memo to|psst|listen|greetings),?\s+(?:the\s+|my\s+|dear\s+)?"
        rf"(?:human\s+)?{_GRADER_WORD}\b"),
+    _c(r"\b(?:ai|models?|llms?|systems?|bots?|machines?|assistants?)\s+(?:that\s+(?:is|are)\s+)?(?:judging|grading|evaluating|scoring|"
+       r"reviewing|assessing|checking|marking|rating|reading)\s+(?:this|these|my|the\s+(?:caption|description|text|output))\b"),
+    _c(r"\b(?:do not|don't|never|no need to|please don't)\s+(?:\w+\s+)?(?:penali[sz]e|deduct|dock|mark\s+(?:\w+\s+)?down|"
+       r"downgrade|punish|subtract)\b"),
     _c(r"\b(?:to|for)\s+(?:the|any|all)\s+(?:evaluators?|graders?|assessors?|raters?|scorers?|answerers?|verifiers?"
        r"|reward models?|(?:judging|grading|evaluating|scoring) (?:models?|systems?)|llms?|language models?)\b"),
     _c(rf"\b{_GRADER_WORD}\s*[,:]\s*(?:please|you should|you must|kindly|note|remember|give|rate|mark|score|award"
-       r"|assign|answer|choose|select)\b"),
+       r"|assign|answer|choose|select|don't|do not|just|trust|relax|no need)\b"),
+    # "hope the judges appreciate ...", "I bet any grader would ..."
+    _c(rf"\b(?:hope|trust|bet|sure|confident|know|guarantee)\b[^.!?]{{0,30}}?\b{_GRADER_WORD}\s+(?:\w+\s+)?"
+       r"(?:will\s+|would\s+|'ll\s+|can\s+)?(?:appreciate|like|love|enjoy|agree|notice|recogni[sz]e|reward|approve|accept|"
+       r"call|rate|score|mark|see|find|value)\b"),
+    # "overlook any gaps", "excuse the omissions"
+    _c(r"\b(?:overlook|excuse|forgive|ignore|disregard|look past|turn a blind eye to)\s+(?:any|the|all|my|its|these|those)\s+"
+       r"(?:\w+\s+)?(?:gaps|omissions?|flaws|errors|mistakes|shortcomings|issues|missing|inaccurac\w+|problems)\b"),
+    _c(r"\bconsider\s+(?:this|it|the caption|my caption)\s+(?:\w+\s+)?(?:satisfactory|correct|complete|accurate|perfect|"
+       r"a pass|passing|acceptable|right|fine|flawless)\b"),
     _c(r"\b(?:you|the answerer|the model|the reader|the grader|the judge|the evaluator|the reviewer|the rater)\s+"
        r"(?:should|must|will|need to|have to|ought to|are expected to)\s+(?:\w+\s+)?(?:answer|choose|select|pick"
        r"|respond|reply|output|mark|rate|score|grade|give|award|assign|conclude|pass|accept)\b"),

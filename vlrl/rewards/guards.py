@@ -111,7 +111,11 @@ def normalize(text: str) -> str:
 
 
 def strip_quoted(text: str) -> str:
-    """Remove quoted spans: text *in the image* is content, never an instruction to the grader."""
+    """Remove quoted spans: text *in the image* is content, never an instruction to the grader.
+
+    Triple quotes are not a quotation but the fence a judge prompt puts around the caption; a
+    caption that writes them is forging prompt structure, so what they enclose stays visible."""
+    text = re.sub(r'"{3,}|\'{3,}', " . ", text)
     text = _DQ_SPAN.sub(_QUOTE_MARK, text)
     return _SQ_SPAN.sub(_QUOTE_MARK, text)
 
@@ -228,8 +232,9 @@ class GraderAddressGuard(PatternGuard):
     def match(self, doc: Doc) -> str | None:
         if hit := super().match(doc) or meta_claim(doc.meta, GRADER_FAMILIES):
             return hit
-        if (hit := verdict_json(doc.norm)) and not on_display(doc.norm.lower(), doc.norm.find(hit[:20])):
-            return f"verdict json: {hit}"
+        for text in dict.fromkeys((doc.norm, deobfuscate(doc.norm)[0])):  # quoted keys can be obfuscated too
+            if (hit := verdict_json(text)) and not on_display(text.lower(), text.find(hit[:20])):
+                return f"verdict json: {hit}"
         if hit := structural_hit(doc.meta, GRADER_STRUCTURE) or structural_hit(doc.shaped, RAW_STRUCTURE):
             return hit
         if doc.obfuscated and (hit := compact_hit(doc.decoded) or compact_keywords(doc.decoded)
