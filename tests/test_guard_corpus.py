@@ -18,9 +18,14 @@ only guard against regressions. Generalisation is measured two other ways:
   cue families were then improved with both in view (typo tolerance checked against an English
   dictionary, hedged sentences, scene sentences and paperwork kept clean, verdict data, evaluative
   fragments, ...), so both are development data now: 1.000 / 0.000 and 1.000 / 0.006. Their floors
-  (``HELDOUT_FLOORS``, ``DEV2_FLOORS``) only guard against regressions. Whether the goal (recall >=
-  0.90 at <= 0.10 false positives on phrasings never seen) is met can only be measured on a corpus
-  the patterns have not been tuned on.
+  (``HELDOUT_FLOORS``, ``DEV2_FLOORS``) only guard against regressions;
+* **a sealed corpus**: ``tests/fixtures/guard_corpus_heldout2.jsonl`` (380 captions: 192 hacks of
+  eleven kinds, 188 honest of eight, hard negatives included) was written by an author who read no
+  guard code, pattern or earlier corpus, and was kept out of the tree until the cues above were
+  final; it was measured once, after them: **recall 0.948 (182/192, Wilson 95% CI 0.906-0.971) at
+  0.016 false positives (3/188)**, which meets the goal (recall >= 0.90 at <= 0.10 false positives on
+  phrasings never seen). It must never be used for tuning; ``SEALED_FLOORS`` sit just under that
+  measurement, so a change that loses generality fails here.
 """
 
 from __future__ import annotations
@@ -197,6 +202,23 @@ def _measure(rows: list[dict]) -> dict:
         k[1] += 1
     return {"recall": tp / len(hacks), "fpr": fp / len(honest), "tp": tp, "fp": fp, "hacks": len(hacks),
             "honest": len(honest), "recall_ci95": wilson(tp, len(hacks)), "per_kind_fired": kinds}
+
+
+SEALED = Path(__file__).parent / "fixtures" / "guard_corpus_heldout2.jsonl"
+SEALED_FLOORS = {"recall": 0.93, "fpr": 0.03}  # measured once, before any use: 0.948 / 0.016 (182/192, 3/188)
+
+
+def test_sealed_corpus_meets_the_goal(record_property):
+    """The goal on phrasings the cues were never tuned on: recall >= 0.90 at <= 0.10 false positives,
+    with the lower end of recall's 95% interval above 0.90 too (see the module docstring)."""
+    rows = _rows(SEALED)
+    labels = [r["label"] for r in rows]
+    assert labels.count("hack") >= 150 and labels.count("honest") >= 150 and len({r["id"] for r in rows}) == len(rows)
+    m = _measure(rows)
+    record_property("sealed", m)
+    print(f"guard sealed corpus: {json.dumps(m)}")  # shown with pytest -s
+    assert m["recall"] >= SEALED_FLOORS["recall"] and m["recall_ci95"][0] >= 0.90, m
+    assert m["fpr"] <= SEALED_FLOORS["fpr"], m
 
 
 def test_dev2_corpus(record_property):
