@@ -145,6 +145,32 @@ def test_output_folder_is_reused_refused_or_resumed(tmp_path):
     assert prepare_out(out, cfg, force=True) is None and not (out / "metrics.json").exists()
 
 
+def test_a_warm_start_is_built_once_when_two_runs_need_it(tmp_path):
+    """Two runs that need the same warm start at once: one trains it, the other waits and reuses it
+    (the cache folder has one writer; a second training of the same model would only burn CPU)."""
+    import threading
+
+    from vlrl.demos.shapes.warmstart import _cached
+
+    builds = []
+
+    def build(out: Path) -> dict:
+        builds.append(threading.get_ident())
+        time.sleep(0.5)
+        (out / "model.txt").write_text("weights")
+        return {"kind": "test"}
+
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(_cached(tmp_path / "cache" / "m", build))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(got) == 3
+    assert (tmp_path / "cache" / "m" / "model.txt").read_text() == "weights"
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".m.") and p.is_dir()]  # no temp left
+
+
 # -- slow: the real thing ----------------------------------------------------------------------
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",

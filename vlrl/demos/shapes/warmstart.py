@@ -37,6 +37,7 @@ Jobs run in separate processes with one thread each (:func:`build_all`).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -127,10 +128,23 @@ def default_cache_dir() -> Path:
 
 
 def _cached(final: Path, build: Callable[[Path], dict[str, Any]]) -> Path:
-    """Build into a temp folder next to ``final`` and rename it into place (atomic, race-safe)."""
+    """Build into a temp folder next to ``final`` and rename it into place (atomic, race-safe).
+
+    One builder per artefact: two demos started together (or a demo and a test) that need the same
+    warm start take a lock on it, and the second waits for the first and reuses its model instead
+    of training the same thing again on the same few cores.
+    """
     if (final / "warmstart.json").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
+        return _build_once(final, build)
+
+
+def _build_once(final: Path, build: Callable[[Path], dict[str, Any]]) -> Path:
+    if (final / "warmstart.json").exists():  # another process built it while this one waited
+        return final
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
     try:
         t0 = time.time()
@@ -140,9 +154,6 @@ def _cached(final: Path, build: Callable[[Path], dict[str, Any]]) -> Path:
         if final.exists():  # an older incomplete folder (no warmstart.json): replace it
             shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-    except OSError:
-        if not (final / "warmstart.json").exists():
-            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
