@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 COMMITTEE = "py:vlrl.demos.shapes.committee"
 RUBRIC_FIELDS = ("id", "criterion", "pass_rule", "severity", "weight", "kind")
+# (name, error profile, rate): omissions, wrong attributes, invented shapes
+TEACHERS = (("terse", "omit", 0.35), ("careless", "wrong", 0.15), ("dreamer", "invent", 0.3))
 
 
 @dataclass(frozen=True)
@@ -53,20 +55,22 @@ class RubicapConfig(D.DemoConfig):
     """The CapRL demo's settings (world, warm start, GRPO shape, evaluation) plus RubiCap's parts."""
 
     method: str = "rubicap"
-    teachers: tuple[tuple[str, str, float], ...] = (("terse", "omit", 0.35), ("careless", "wrong", 0.15),
-                                                    ("dreamer", "invent", 0.3))
+    teachers: tuple[tuple[str, str, float], ...] = TEACHERS
     judge: JudgeConfig = field(default_factory=JudgeConfig)
 
     @classmethod
     def make(cls, seed: int = 0, quick: bool = False) -> RubicapConfig:
+        # Fewer steps than CapRL's demo: each step asks the judge ~5 rubrics x 32 captions (about
+        # 170 prompts of ~230 tokens), and the rubric reward rises within ~20 steps anyway.
         if quick:
-            return cls(seed=seed, quick=True, grpo_steps=60, eval_scenes=60)
-        return cls(seed=seed)
+            return cls(seed=seed, quick=True, grpo_steps=30, eval_scenes=60)
+        return cls(seed=seed, grpo_steps=100, eval_scenes=100)
 
 
-def teacher_specs(cfg: RubicapConfig) -> list[str]:
+def teacher_specs(cfg) -> list[str]:
+    """``NAME=py:...`` specs of the committee (a plain CapRL ``DemoConfig`` gets the default one)."""
     return [f"{name}={COMMITTEE}:teacher?profile={profile}&rate={rate}&name={name}"
-            for name, profile, rate in cfg.teachers]
+            for name, profile, rate in getattr(cfg, "teachers", TEACHERS)]
 
 
 def judge_spec(judge_dir: Path) -> str:

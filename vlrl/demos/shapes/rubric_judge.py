@@ -48,11 +48,13 @@ from vlrl.demos.shapes import world as W
 
 logger = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2
 PASS, FAIL = "PASS", "FAIL"
 # one line per message, like the demo's answerer: short sequences on CPU
 CHAT_TEMPLATE = "{%- for message in messages %}{{ message['content'] }}{{ '\n' }}{%- endfor %}"
 TEACHERS = (("omit", 0.35), ("wrong", 0.15), ("invent", 0.3))
+# what a caption can state for a criterion's fact (the auxiliary target; index len(VALUES): nothing)
+VALUES = (*W.COLOURS, *W.SHAPES, *W.SIZES, *W.NUMBERS)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class JudgeConfig:
     steps: int = 400
     batch: int = 32
     lr: float = 3e-3
+    aux_weight: float = 1.0
     pool: int = 16000
     held: int = 1200
 
@@ -114,13 +117,18 @@ def criterion_fact(criterion: str) -> tuple[str, tuple[str, str], str]:
     raise ValueError(f"not a shapes-world criterion: {criterion!r}")
 
 
-def oracle_verdict(criterion: str, caption: str) -> bool:
-    """Whether ``caption`` meets ``criterion``, read by a strict reader of the world's grammar."""
+def stated_value(criterion: str, caption: str) -> str | None:
+    """What ``caption`` states (strictly read) for the fact ``criterion`` is about, or None."""
     from vlrl.demos.shapes.committee import facts_of
 
-    mode, key, value = criterion_fact(criterion)
-    stated = facts_of(W.parse_caption(caption or ""))
-    got = stated.get(key)
+    _, key, _ = criterion_fact(criterion)
+    return facts_of(W.parse_caption(caption or "")).get(key)
+
+
+def oracle_verdict(criterion: str, caption: str) -> bool:
+    """Whether ``caption`` meets ``criterion``, read by a strict reader of the world's grammar."""
+    mode, _, value = criterion_fact(criterion)
+    got = stated_value(criterion, caption)
     if mode == "states":
         return got == value
     return got is not None and got != value
@@ -185,7 +193,9 @@ def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request
                 # both verdicts stay common for every kind of criterion
                 if not label and rng.random() < (0.6 if rub["kind"] == "regression" else 0.2):
                     continue
-                out.append({"text": request(cap, rub), "label": label, "kind": rub["kind"]})
+                got = stated_value(rub["criterion"], cap)
+                out.append({"text": request(cap, rub), "label": label, "kind": rub["kind"],
+                            "value": VALUES.index(got) if got in VALUES else len(VALUES)})
                 if len(out) >= n:
                     return out
     return out
@@ -276,6 +286,11 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
     enc = tok([e["text"] for e in train + held], add_special_tokens=False)["input_ids"]
     ids_all = [torch.tensor(x) for x in enc]
     labels_all = torch.tensor([verdict_tok[e["label"]] for e in train + held])
+    # Auxiliary target at the verdict position (training only, as for the CapRL answerer): the
+    # value the caption states for the criterion's fact. Naming it is what the verdict rests on,
+    # and it gives the tiny model a far richer signal than one bit per request.
+    values_all = torch.tensor([e["value"] for e in train + held])
+    aux = torch.nn.Linear(cfg.hidden, len(VALUES) + 1)
     pad = tok.pad_token_id
 
     def batch(idx: list[int]):
@@ -300,7 +315,8 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
         answer, stop = model.lm_head(h[rows, last]), model.lm_head(h[rows, last + 1])
         verdict = torch.nn.functional.cross_entropy(answer, labels_all[idx])
         end = torch.nn.functional.cross_entropy(stop, torch.full((len(idx),), eos))
-        return verdict + 0.25 * end, answer
+        named = torch.nn.functional.cross_entropy(aux(h[rows, last]), values_all[idx])
+        return verdict + 0.25 * end + cfg.aux_weight * named, answer
 
     def evaluate(n: int | None = None) -> float:
         model.eval()
@@ -315,7 +331,7 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
         model.train()
         return correct / n
 
-    params = list(model.parameters())
+    params = list(model.parameters()) + list(aux.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
     rng = random.Random(f"rubric-judge-batches/{seed}")
