@@ -273,13 +273,17 @@ def evaluate(model_dir: str | Path, out: Path, cfg: DemoConfig, judge_dir: Path,
 # -- GRPO --------------------------------------------------------------------------------------
 
 
-def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path) -> Path:
-    """The GRPO recipe of the demo: the same file format and trainer as any GPU run."""
+def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rewards: list[dict[str, Any]] | None = None,
+                 source: Path | None = None) -> Path:
+    """The GRPO recipe of the demo: the same file format and trainer as any GPU run.
+
+    ``rewards`` and ``source`` replace the CapRL reward blocks and training rows (the other demos
+    train the same warm start, world and GRPO settings against their own reward)."""
     recipe = {
         "method": "grpo",
         "model": {"path": str(captioner), "dtype": "float32"},
-        "data": {"source": str(out / "data" / "train.jsonl"), "prompt": W.CAPTION_PROMPT},
-        "rewards": [{
+        "data": {"source": str(source or out / "data" / "train.jsonl"), "prompt": W.CAPTION_PROMPT},
+        "rewards": rewards or [{
             "name": "caprl_qa",
             "settings": {
                 "answerer": f"hf:{answerer}?device=cpu&dtype=float32&batch_size=256",

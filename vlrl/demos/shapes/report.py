@@ -24,7 +24,8 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _plots(metrics: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, str]:
+def _plots(metrics: dict[str, Any], history: list[dict[str, Any]], reward_key: str = "caprl_qa",
+           answerer: str = "reward_answerer") -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,8 +34,8 @@ def _plots(metrics: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, 
     out = {}
     steps = [h["step"] for h in history]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
-    ax[0].plot(steps, [h.get("rewards/caprl_qa/mean", h["reward"]) for h in history], lw=1,
-               label="mean reward (caprl_qa)")
+    ax[0].plot(steps, [h.get(f"rewards/{reward_key}/mean", h["reward"]) for h in history], lw=1,
+               label=f"mean reward ({reward_key})")
     if any("shapes_grammar/parse_ok" in h for h in history):
         ax[0].plot(steps, [h.get("shapes_grammar/parse_ok", float("nan")) for h in history], lw=0.8, alpha=0.7,
                    label="captions in grammar")
@@ -54,8 +55,9 @@ def _plots(metrics: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, 
     plt.close(fig)
 
     fig, ax = plt.subplots(1, 2, figsize=(12, 3.6))
-    groups = [("judge", "greedy"), ("judge", "sampled"), ("reward_answerer", "greedy"), ("reward_answerer", "sampled")]
-    labels = [f"{'judge' if w == 'judge' else 'reward ans.'}\n{k}" for w, k in groups]
+    groups = [("judge", "greedy"), ("judge", "sampled"), (answerer, "greedy"), (answerer, "sampled")]
+    short = answerer.replace("_answerer", " ans.")
+    labels = [f"{'judge' if w == 'judge' else short}\n{k}" for w, k in groups]
     x = range(len(groups))
     for j, (when, col) in enumerate((("before", "C7"), ("after", "C0"))):
         vals = [metrics[f"{w}_{k}_acc_{when}"] for w, k in groups]
@@ -93,8 +95,12 @@ def _thumb(path: Path, scale: int = 3) -> str:
 
 
 def write_report(out: Path, cfg, metrics: dict[str, Any], before: dict, after: dict,
-                 history: list[dict[str, Any]], n_examples: int = 10) -> Path:
-    plots = _plots(metrics, history)
+                 history: list[dict[str, Any]], n_examples: int = 10, title: str = "CapRL",
+                 intro_html: str | None = None, reward_key: str = "caprl_qa", extra_html: str = "",
+                 answerer_label: str = "reward_answerer") -> Path:
+    """The page; ``title``, ``intro_html``, ``reward_key``, ``extra_html`` and ``answerer_label``
+    let the other shapes demos (RubiCap) reuse it for their own reward."""
+    plots = _plots(metrics, history, reward_key, answerer_label)
     rows = {r["id"]: r for r in read_jsonl(out / "data" / "eval.jsonl")}
     ex = []
     for i, rid in enumerate(before["ids"][:n_examples]):
@@ -111,19 +117,21 @@ def write_report(out: Path, cfg, metrics: dict[str, Any], before: dict, after: d
     keys = ["acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed"]
     table = "".join(f"<tr><th>{k}</th><td>{m.get(k)}</td></tr>" for k in keys)
     cur = m.get("curation", {})
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vlrl demo — shapes-world CapRL</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
-vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></head><body>
-<h1>vlrl demo: CapRL in the shapes world</h1>
-<p>A tiny Qwen2.5-VL captioner ({'quick' if cfg.quick else 'full'} run, seed {cfg.seed}) trained with GRPO against the
+    intro = intro_html if intro_html is not None else f"""<p>A tiny Qwen2.5-VL captioner ({'quick' if cfg.quick else 'full'} run, seed {cfg.seed}) trained with GRPO against the
 <code>caprl_qa</code> reward (exact mode, tiny text answerer, guards on). Accuracy: every curated question of
 {len(before['ids'])} held-out scenes, both option orders, answered from the caption by a <b>judge answerer trained with
-another seed and never used as reward</b>.</p>
+another seed and never used as reward</b>.</p>"""
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vlrl demo — shapes-world {title}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
+vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></head><body>
+<h1>vlrl demo: {title} in the shapes world</h1>
+{intro}
 <table>{table}</table>
 <p>QA curation (text-only filter, no caption): {cur.get('train', {}).get('kept')} of {cur.get('train', {}).get('questions')}
 training questions kept; dropped by kind: {html.escape(json.dumps({k: v['dropped'] for k, v in cur.get('by_kind', {}).items()}))}.</p>
 <h2>Training</h2><img src="data:image/png;base64,{plots['training']}">
 <h2>Held-out evaluation</h2><img src="data:image/png;base64,{plots['accuracy']}">
+{extra_html}
 <h2>Examples (greedy captions; sampled in the last column)</h2>
 <table><tr><th>image</th><th>full caption (truth)</th><th>before RL</th><th>after RL</th><th>sampled before → after</th></tr>
 {''.join(ex)}</table>

@@ -275,6 +275,19 @@ class RubricJudgeReward(Reward):
         random.Random(key).shuffle(order)
         return order
 
+    def request_text(self, caption: str, rubric: Any, with_image: bool = False) -> str:
+        """The user message of one per-rubric judge request, exactly as :meth:`score` sends it.
+
+        Public so that code training a judge for this reward (the shapes demo's tiny rubric judge)
+        renders its training prompts with the very code the reward uses: the two cannot disagree.
+        ``rubric`` is one item of :func:`~vlrl.methods.rubicap.schema.parse_rubric_set`.
+        """
+        from vlrl.core.prompts import render
+
+        if self._mode != "per_rubric":
+            raise ValueError("rubicap_rubric: request_text is the per_rubric request; build the reward with per_rubric=True")
+        return render(self.prompt, rubric=rubric, **caption_fence(caption), with_image=with_image, explain=self.explain)
+
     def _judge_with(
         self, k: int, completions: list[str], jobs: list[tuple[int, list[Any]]], image_col: list[Any]
     ) -> list[tuple[Score, dict[str, bool] | None]]:
@@ -300,11 +313,11 @@ class RubricJudgeReward(Reward):
                 units = [(r,) for r in rset] if self._mode == "per_rubric" else [tuple(self._order(rset, caption, v))]
                 mine = []
                 for unit in units:
-                    common = {**fence, "with_image": img is not None, "explain": self.explain}
                     if self._mode == "per_rubric":
-                        text = render(self.prompt, rubric=unit[0], **common)
+                        text = self.request_text(caption, unit[0], with_image=img is not None)
                         parse = parse_single_verdict
                     else:
+                        common = {**fence, "with_image": img is not None, "explain": self.explain}
                         text = render(self.prompt, rubrics=list(unit), **common)
                         ids = [r.id for r in unit]
                         parse = parse_score if self._mode == "implicit" else (lambda t, ids=ids: parse_verdicts_text(t, ids))
