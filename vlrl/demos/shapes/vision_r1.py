@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -61,9 +60,9 @@ class VR1Config:
     # cold start + SFT (the cached student)
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
-    sft_steps: int = 120
+    sft_steps: int = 400
     sft_batch: int = 16
-    sft_lr: float = 1e-3
+    sft_lr: float = 2e-3
     # RL
     prompts_per_step: int = 4
     stages: tuple[tuple[int, int, int], ...] = ((64, 8, 30), (96, 4, 30))
