@@ -45,7 +45,14 @@ from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.demos.shapes import reasoning as R
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
-from vlrl.demos.shapes.warmstart import WarmStartConfig, _cached, _job, build_tokenizer, default_cache_dir, paths
+from vlrl.demos.shapes.warmstart import (
+    WarmStartConfig,
+    _cached,
+    build_tokenizer,
+    default_cache_dir,
+    paths,
+    train_captioner,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +307,7 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
     t = time.time()
     ws = paths(cfg.warm, cfg.seed, cfg.seed, cache)
     build_tokenizer(cfg.warm, cache)
-    _job("captioner", cfg.warm, str(ws.tokenizer), str(ws.captioner), cfg.seed)
+    _cached(ws.captioner, lambda tmp: train_captioner(cfg.warm, ws.tokenizer, tmp, cfg.seed))
     student_dir = build_student(cfg, ws.captioner, cache)
     student = student_dir / "student"
     stages.add_time("warm_start", time.time() - t)
