@@ -125,6 +125,20 @@ def test_metrics_have_every_key_the_issue_names():
     assert json.dumps(m)
 
 
+def test_out_folder_refuses_a_run_with_other_settings(tmp_path):
+    from vlrl.demos.shapes.demo import DemoError, prepare_out
+    from vlrl.demos.shapes.vision_r1 import VR1Config
+
+    out = tmp_path / "run"
+    quick = VR1Config.make(quick=True)
+    assert prepare_out(out, quick, force=False) is None
+    assert prepare_out(out, quick, force=False) is None  # same settings: resumes
+    with pytest.raises(DemoError, match="other settings"):
+        prepare_out(out, VR1Config.make(quick=False), force=False)
+    assert VR1Config.make(seed=1).student_key() == VR1Config.make(seed=0).student_key()  # seed is in the folder name
+    assert VR1Config(sft_steps=10).student_key() != VR1Config().student_key()
+
+
 # -- slow: the quick demo ------------------------------------------------------------------------
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",

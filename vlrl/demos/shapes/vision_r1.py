@@ -158,7 +158,7 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
         for ckpt in (tmp / "student").glob("checkpoint-*"):
             shutil.rmtree(ckpt, ignore_errors=True)
         return {"kind": "vision-r1 student", "seed": cfg.seed, "cold_start": stats, "sft": metrics,
-                "examples": kept[:6]}
+                "examples": [{k: r[k] for k in ("id", "question", "answer", "response", "description")} for r in kept[:6]]}
 
     return _cached(final, build)
 
