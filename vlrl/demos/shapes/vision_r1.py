@@ -1,0 +1,381 @@
+"""``vlrl demo --method vision-r1``: the Vision-R1 loop in the shapes world, on a laptop CPU.
+
+Stages (markers under ``DIR/state``; an interrupted run resumes where it stopped):
+
+1. **warm starts** (cached under the demo cache by settings hash and seed):
+   the CapRL demo's tiny Qwen2.5-VL captioner (:mod:`vlrl.demos.shapes.warmstart`, trained on
+   shapes-world captions only), then the **student**: the captioner after
+   *modality-bridging cold start + SFT*. The cold start is the project's
+   (:func:`vlrl.methods.vision_r1.cold_start.cold_start`, what ``vlrl data cold-start`` runs) with
+   two documented rule-based stand-ins behind the ``py:`` backend seam
+   (:mod:`vlrl.demos.shapes.reasoning`): a VLM that reads the pixels by rule and sometimes
+   mis-perceives, and a text reasoner that solves from the description alone. Only samples whose
+   answer HFRRF's checker calls right are kept. SFT is the project's (:func:`vlrl.training.sft.run_sft`,
+   what ``vlrl train sft`` runs, TRL's SFTTrainer) on those kept chains.
+2. **data** — held-out and RL problems on fresh scenes (other scene seeds than the cold start's).
+3. **evaluation before RL** (i.e. after the SFT cold start) — the project's reasoning evaluation
+   (:func:`vlrl.methods.vision_r1.evaluate.evaluate_reasoning`, what ``vlrl eval reasoning`` runs):
+   greedy, one try per problem, accuracy read by HFRRF's own answer extraction and checker against
+   the generated gold answer, format rate and mean completion tokens.
+4. **PTST** (:func:`vlrl.training.ptst.run_ptst`, what ``vlrl train ptst`` runs) with ``hfrrf``:
+   a short length cap with a large group, then a longer cap with a smaller group, same prompts per step.
+5. **single-stage GRPO** (:func:`vlrl.training.grpo.run_grpo`) from the same student with the same
+   reward, the same number of steps and of sampled completions, the final stage's length cap and
+   the stages' mean group size: the baseline PTST is reported beside.
+6. evaluation of both, ``metrics.json`` and ``report.html``.
+
+The accuracy judge here is the gold answer of a generated problem, checked by the same code as the
+reward (no learned model can be hacked into agreeing); the reward never sees held-out problems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vlrl.core.pipeline import atomic_write_json, read_jsonl
+from vlrl.demos.shapes import reasoning as R
+from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
+from vlrl.demos.shapes.warmstart import (
+    WarmStartConfig,
+    _cached,
+    build_tokenizer,
+    default_cache_dir,
+    paths,
+    train_captioner,
+)
+
+logger = logging.getLogger(__name__)
+
+EVAL_PROMPT = "shapes_reason"
+STUDENT_VERSION = 2
+
+
+@dataclass(frozen=True)
+class VR1Config:
+    seed: int = 0
+    quick: bool = False
+    # cold start + SFT (the cached student)
+    cold_start_problems: int = 800
+    vlm_error_rate: float = 0.1
+    sft_steps: int = 400
+    sft_batch: int = 16
+    sft_lr: float = 2e-3
+    # RL
+    prompts_per_step: int = 4
+    stages: tuple[tuple[int, int, int], ...] = ((72, 8, 30), (96, 4, 30))
+    """PTST stages: (max_completion_length, num_generations, steps). The longest correct chain of this
+    task is 63 tokens with EOS, so stage 1's cap of 72 leaves little room to ramble; stage 2 loosens it."""
+    learning_rate: float = 1e-4
+    temperature: float = 1.0
+    eval_problems: int = 150
+    warm: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    @classmethod
+    def make(cls, seed: int = 0, quick: bool = False) -> VR1Config:
+        if quick:
+            return cls(seed=seed, quick=True, stages=((72, 8, 15), (96, 4, 15)), eval_problems=90)
+        return cls(seed=seed)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def student_key(self) -> str:
+        keep = {k: getattr(self, k) for k in ("cold_start_problems", "vlm_error_rate", "sft_steps", "sft_batch", "sft_lr")}
+        blob = json.dumps([STUDENT_VERSION, EVAL_PROMPT, self.warm.key("cap"), keep], sort_keys=True)
+        return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s[2] for s in self.stages)
+
+    def single_stage(self) -> tuple[int, int, int]:
+        """(cap, group, steps) of the baseline: as many steps and sampled completions as PTST."""
+        completions = sum(g * n for _, g, n in self.stages)
+        group = completions // self.total_steps
+        if group * self.total_steps != completions:
+            raise ValueError(f"PTST stages {self.stages} have no whole mean group size")
+        return self.stages[-1][0], group, self.total_steps
+
+
+def eval_cap(cfg: VR1Config) -> int:
+    return cfg.stages[-1][0]
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldConfig) -> Path:
+    """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl``."""
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for sc, prob in R.make_problems(n, seed, world, split):
+        img = folder / "images" / f"{sc.id}.png"
+        W.render(sc, world).save(img)
+        rows.append({"id": R.problem_id(sc.id, prob["question"]), "image": f"images/{sc.id}.png",
+                     "question": prob["question"], "answer": prob["answer"], "kind": prob["kind"],
+                     "prompt": student_prompt(prob["question"]), "scene": sc.to_dict()})
+    path = folder / f"{split}.jsonl"
+    _write_jsonl(path, rows)
+    return path
+
+
+def student_prompt(question: str) -> str:
+    """The student's user turn (``shapes_reason.jinja``), the same for SFT, RL and evaluation."""
+    from vlrl.core.prompts import render
+
+    return render(EVAL_PROMPT, question=question, choices=[])
+
+
+# -- the student: cold start by modality bridging, then SFT --------------------------------------
+
+
+def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
+    """Cached: the captioner after the project's cold start and SFT (``.../student``)."""
+    final = cache_dir / f"vr1-student-{cfg.student_key()}-s{cfg.seed}"
+
+    def build(tmp: Path) -> dict[str, Any]:
+        from vlrl.methods.vision_r1.cold_start import cold_start
+
+        src = write_problems(tmp / "problems", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world)
+        stats = cold_start(str(src), f"py:vlrl.demos.shapes.reasoning:vlm?error_rate={cfg.vlm_error_rate}",
+                           "py:vlrl.demos.shapes.reasoning:reasoner", tmp / "cold_start", batch_size=64,
+                           vlm_max_tokens=128, reasoner_max_tokens=256, seed=cfg.seed)
+        if not stats["kept"]:
+            raise RuntimeError(f"cold start kept no sample ({stats['reject_reasons']})")
+        kept = [{**r, "prompt": student_prompt(r["question"])} for r in read_jsonl(tmp / "cold_start" / "sft.jsonl")]
+        _write_jsonl(tmp / "cold_start" / "sft_prompted.jsonl", kept)
+        metrics = run_sft_recipe(write_sft_recipe(tmp, cfg, captioner))
+        for ckpt in (tmp / "student").glob("checkpoint-*"):
+            shutil.rmtree(ckpt, ignore_errors=True)
+        return {"kind": "vision-r1 student", "seed": cfg.seed, "cold_start": stats, "sft": metrics,
+                "examples": [{k: r[k] for k in ("id", "question", "answer", "response", "description")} for r in kept[:6]]}
+
+    return _cached(final, build)
+
+
+def write_sft_recipe(root: Path, cfg: VR1Config, captioner: Path) -> Path:
+    recipe = {
+        "method": "sft",
+        "model": {"path": str(captioner), "dtype": "float32"},
+        "data": {"source": str(root / "cold_start" / "sft_prompted.jsonl"), "response_column": "response"},
+        "trainer": {
+            "output_dir": str(root / "student"),
+            "max_steps": cfg.sft_steps,
+            "per_device_train_batch_size": cfg.sft_batch,
+            "gradient_accumulation_steps": 1,
+            "learning_rate": cfg.sft_lr,
+            "lr_scheduler_type": "cosine",
+            "warmup_steps": 10,
+            "logging_steps": 10,
+            "save_strategy": "no",
+            "seed": cfg.seed,
+            "dataloader_num_workers": 0,
+            "gradient_checkpointing": False,
+            "report_to": "none",
+        },
+    }
+    path = root / "sft.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def run_sft_recipe(path: Path) -> dict[str, Any]:
+    from vlrl.training.recipe import load_recipe
+    from vlrl.training.sft import run_sft
+
+    return run_sft(load_recipe(path))
+
+
+# -- RL ------------------------------------------------------------------------------------------
+
+
+def rl_recipe(out: Path, cfg: VR1Config, student: Path, name: str, single: bool) -> Path:
+    """PTST (``single=False``) or the single-stage GRPO baseline, both with ``hfrrf``."""
+    cap, group, steps = cfg.single_stage() if single else cfg.stages[0]
+    recipe: dict[str, Any] = {
+        "method": "grpo" if single else "ptst",
+        "model": {"path": str(student), "dtype": "float32"},
+        "data": {"source": str(out / "data" / "train.jsonl")},
+        "rewards": [{"name": "hfrrf"}],
+        "trainer": {
+            "output_dir": str(out / name),
+            "per_device_train_batch_size": cfg.prompts_per_step * group,
+            "gradient_accumulation_steps": 1,
+            "temperature": cfg.temperature,
+            "top_k": 0,
+            "beta": 0.0,
+            "learning_rate": cfg.learning_rate,
+            "lr_scheduler_type": "constant",
+            "warmup_steps": 0,
+            "scale_rewards": "group",
+            "logging_steps": 1,
+            "save_strategy": "steps",
+            "save_steps": 10,
+            "save_total_limit": 1,
+            "seed": cfg.seed,
+            "dataloader_num_workers": 0,
+            "gradient_checkpointing": False,
+            "report_to": "none",
+        },
+        "callbacks": ["vlrl.demos.shapes.demo:HistoryCallback"],
+    }
+    if single:
+        recipe["trainer"].update(max_steps=steps, num_generations=group, max_completion_length=cap)
+    else:
+        recipe["stages"] = [{"max_completion_length": c, "num_generations": g, "steps": n} for c, g, n in cfg.stages]
+        recipe["ptst"] = {"prompts_per_step": cfg.prompts_per_step}
+    path = out / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def run_recipe(path: Path) -> dict[str, Any]:
+    from vlrl.training.recipe import load_recipe
+
+    recipe = load_recipe(path)
+    if recipe.method == "ptst":
+        from vlrl.training.ptst import run_ptst
+
+        return run_ptst(recipe, resume=True)
+    from vlrl.training.grpo import run_grpo
+
+    return run_grpo(recipe, resume=True)
+
+
+def ptst_history(out: Path, cfg: VR1Config) -> list[dict[str, Any]]:
+    """Every logged step of every stage, numbered across the run, with its stage."""
+    hist, offset = [], 0
+    for k, (_, _, steps) in enumerate(cfg.stages, start=1):
+        for h in read_history(out / "ptst" / f"stage-{k}"):
+            hist.append({**h, "stage": k, "step": h["step"] + offset})
+        offset += steps
+    return hist
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+
+
+def evaluate(model_dir: Path, out: Path, name: str, cfg: VR1Config) -> dict[str, Any]:
+    from vlrl.methods.vision_r1.evaluate import evaluate_reasoning
+
+    folder = out / "eval" / name
+    if folder.exists():  # a half-written evaluation of an interrupted run is redone from scratch
+        shutil.rmtree(folder)
+    m = evaluate_reasoning(f"hf:{model_dir}?device=cpu&dtype=float32&batch_size=64", str(out / "data" / "eval.jsonl"),
+                           folder, max_tokens=eval_cap(cfg), temperature=0.0, batch_size=64, group_by="kind",
+                           seed=cfg.seed, prompt=EVAL_PROMPT)
+    shutil.rmtree(folder / "cache", ignore_errors=True)
+    return m
+
+
+def summary(m: dict[str, Any]) -> dict[str, Any]:
+    return {"acc": round(m["accuracy"], 4), "acc_strict": round(m["accuracy_strict_format"], 4),
+            "format": round(1 - m["format_failure_rate"], 4),
+            "mean_tokens": round(m.get("completion_tokens", {}).get("mean", 0.0), 2),
+            "truncation": round(m["truncation_rate"], 4),
+            "by_kind": {k: round(v["accuracy"], 4) for k, v in m.get("by_group", {}).items()}}
+
+
+# -- the whole demo ------------------------------------------------------------------------------
+
+
+def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, quick: bool = False,
+                       force: bool = False, cache_dir: str | Path | None = None,
+                       config: VR1Config | None = None) -> dict[str, Any]:
+    """Run (or resume, or reuse) the Vision-R1 demo in ``out``; returns the metrics."""
+    import torch
+
+    out = Path(out)
+    cfg = config or VR1Config.make(seed=seed, quick=quick)
+    prev = prepare_out(out, cfg, force)
+    if prev is not None:
+        return {**prev, "reused": True}
+    stages = Stages(out)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    torch.set_num_threads(1)  # tiny models; a second OpenMP thread on a shared CPU only spins
+
+    t = time.time()
+    ws = paths(cfg.warm, cfg.seed, cfg.seed, cache)
+    build_tokenizer(cfg.warm, cache)
+    _cached(ws.captioner, lambda tmp: train_captioner(cfg.warm, ws.tokenizer, tmp, cfg.seed))
+    student_dir = build_student(cfg, ws.captioner, cache)
+    student = student_dir / "student"
+    stages.add_time("warm_start", time.time() - t)
+
+    if not stages.done("data"):
+        t = time.time()
+        n_train = cfg.prompts_per_step * cfg.total_steps
+        write_problems(out / "data", "train", n_train, cfg.seed, cfg.warm.world)
+        write_problems(out / "data", "eval", cfg.eval_problems, cfg.seed, cfg.warm.world)
+        stages.finish("data", time.time() - t)
+    runs = [("before", student, None), ("ptst", out / "ptst" / f"stage-{len(cfg.stages)}", True),
+            ("single", out / "single", False)]
+    for name, model_dir, ptst in runs:
+        if ptst is not None and not stages.done(name):
+            t = time.time()
+            run_recipe(rl_recipe(out, cfg, student, name, single=not ptst))
+            stages.finish(name, time.time() - t)
+        if not stages.done(f"eval_{name}"):
+            t = time.time()
+            atomic_write_json(out / "eval" / f"{name}.json", evaluate(model_dir, out, name, cfg))
+            stages.finish(f"eval_{name}", time.time() - t)
+
+    from vlrl.demos.shapes.vision_r1_report import write_report
+
+    evals = {name: json.loads((out / "eval" / f"{name}.json").read_text()) for name, _, _ in runs}
+    info = json.loads((student_dir / "warmstart.json").read_text())
+    history = ptst_history(out, cfg)
+    single_history = read_history(out / "single")
+    metrics = build_metrics(cfg, evals, history, single_history, info, stages.times)
+    write_report(out, cfg, metrics, evals, history, single_history, info)
+    atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def _window(vals: list[float], first: bool, window: int) -> float | None:
+    part = vals[:window] if first else vals[-window:]
+    return round(sum(part) / len(part), 4) if part else None
+
+
+def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], single_history: list[dict],
+                  info: dict[str, Any], times: dict[str, float], window: int = 5) -> dict[str, Any]:
+    b, a, s = (summary(evals[k]) for k in ("before", "ptst", "single"))
+    rewards = [h.get("rewards/hfrrf/mean", h["reward"]) for h in history]
+    srewards = [h.get("rewards/hfrrf/mean", h["reward"]) for h in single_history]
+    cap, group, steps = cfg.single_stage()
+    cs = info.get("cold_start", {})
+    m: dict[str, Any] = {
+        "method": "vision-r1",
+        "seed": cfg.seed,
+        "quick": cfg.quick,
+        "acc_before": b["acc"], "acc_after": a["acc"], "gain": round(a["acc"] - b["acc"], 4),
+        "format_before": b["format"], "format_after": a["format"],
+        "mean_tokens_before": b["mean_tokens"], "mean_tokens_after": a["mean_tokens"],
+        "acc_strict_before": b["acc_strict"], "acc_strict_after": a["acc_strict"],
+        "single_stage_acc_after": s["acc"], "single_stage_format_after": s["format"],
+        "single_stage_mean_tokens_after": s["mean_tokens"],
+        "reward_first": _window(rewards, True, window), "reward_last": _window(rewards, False, window),
+        "single_stage_reward_first": _window(srewards, True, window),
+        "single_stage_reward_last": _window(srewards, False, window),
+        "reward_window_steps": window,
+        "acc_by_kind_before": b["by_kind"], "acc_by_kind_after": a["by_kind"], "acc_by_kind_single": s["by_kind"],
+        "eval_problems": evals["before"]["n"],
+        "ptst_stages": [{"max_completion_length": c, "num_generations": g, "steps": n} for c, g, n in cfg.stages],
+        "single_stage": {"max_completion_length": cap, "num_generations": group, "steps": steps},
+        "prompts_per_step": cfg.prompts_per_step,
+        "cold_start": {k: cs.get(k) for k in ("total", "kept", "rejected", "keep_rate", "reject_reasons")},
+        "sft": {k: info.get("sft", {}).get(k) for k in ("global_step", "loss_first", "loss_last", "rows")},
+        "stage_seconds": times,
+        "wall_seconds": round(sum(times.values()), 1),
+    }
+    return m
