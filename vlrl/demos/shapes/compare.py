@@ -47,14 +47,16 @@ from vlrl.demos.shapes.demo import (
     recipe_dict,
     run_grpo_stage,
 )
+from vlrl.demos.shapes.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge
 from vlrl.demos.shapes.likert import PROMPT as LIKERT_PROMPT
-from vlrl.demos.shapes.likert import LikertConfig, build_likert_judge
 from vlrl.demos.shapes.warmstart import build_all, default_cache_dir
 
 logger = logging.getLogger(__name__)
 
 ROWS = ("no_rl", "caprl_qa_exact", "caprl_qa_sample", "rubicap_rubric", "likert_judge", "rouge_l")
 """Row names; each trained row's main reward is the registered reward of the same name (or its mode)."""
+TRAIN_ORDER = ("no_rl", "caprl_qa_exact", "caprl_qa_sample", "rouge_l", "rubicap_rubric", "likert_judge")
+"""Rows whose reward needs a model of its own train last (their judges' warm starts are built on first use)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def row_rewards(row: str, out: Path, cfg: CompareConfig, ws, base: dict[str, Any
         judge = build_likert_judge(cfg.seed, cache_dir, cfg.likert, cfg.demo.warm)
         return {"reward": {"name": "likert_judge", "guards": guards, "settings": {
             "judge": f"hf:{judge}?device=cpu&dtype=float32&batch_size=64", "prompt": LIKERT_PROMPT,
-            "max_tokens": 12, "temperature": 0.0, "max_retries": 1}}}
+            "max_tokens": JUDGE_MAX_TOKENS, "temperature": 0.0, "max_retries": 1}}}
     if row == "rubicap_rubric":
         rub = rubicap_pieces()
         judge = rub.build_rubric_judge(cfg.seed, cache_dir)
@@ -162,8 +164,6 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
 
     t = time.time()
     ws = build_all(dcfg.warm, cfg.seed, cfg.seed + dcfg.judge_seed_offset, cache)
-    if "likert_judge" in cfg.rows:
-        build_likert_judge(cfg.seed, cache, cfg.likert, dcfg.warm)
     stages.add_time("warm_start", time.time() - t)
     torch.set_num_threads(1)  # see run_demo: a second OpenMP thread spins more than it helps here
     answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
@@ -184,7 +184,7 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
     # Why a row could not run, asked afresh by every invocation (never cached: a resumed run
     # picks up a row whose pieces have arrived since).
     status: dict[str, str] = {}
-    for row in cfg.rows:
+    for row in sorted(cfg.rows, key=TRAIN_ORDER.index):
         if row == "no_rl" or stages.done(f"eval_{row}"):
             continue
         t = time.time()

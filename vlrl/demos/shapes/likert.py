@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 VERSION = 1
 PROMPT = "shapes_likert"
 LOW, HIGH = 1, 10
+JUDGE_MAX_TOKENS = 16
+"""``{"score": 10}`` is 12 tokens of the shapes tokenizer (plus the end of turn)."""
 WRONG_WEIGHT = 1.0
 """A wrong fact cancels a correct one: a full caption with one error in six facts grades 7, the same as
 a cautious caption that states four of six facts right; invented content can never pay."""
@@ -261,7 +263,7 @@ def judge_agreement(judge_dir: str, pairs: list[tuple[Any, W.Scene, str, str]]) 
     from vlrl.rewards import build_reward
 
     reward = build_reward("likert_judge", judge=f"hf:{judge_dir}?device=cpu&dtype=float32&batch_size=128",
-                          prompt=PROMPT, max_tokens=12, max_retries=0)
+                          prompt=PROMPT, max_tokens=JUDGE_MAX_TOKENS, max_retries=0)
     try:
         scores = reward.score([c for _, _, c, _ in pairs], image=[im for im, _, _, _ in pairs])
     finally:
