@@ -164,3 +164,35 @@ def test_compare_quick_end_to_end(tmp_path: Path):
     page = (tmp_path / "cmp" / "report.html").read_text()
     assert "The papers' claims" in page and "data:image/png;base64," in page
     assert run_compare(tmp_path / "cmp", seed=0, quick=True)["reused"] is True
+
+
+def test_metrics_file_shape_and_report_with_an_unavailable_row(tmp_path):
+    """build_compare_metrics + the report over a finished run's files (rubric row unavailable)."""
+    from vlrl.demos.shapes.compare import build_compare_metrics
+    from vlrl.demos.shapes.compare_report import write_compare_report
+
+    out = tmp_path / "run"
+    (out / "eval").mkdir(parents=True)
+    (out / "data").mkdir()
+    sc = _scenes(1)[0]
+    row = {"id": "a", "image": "images/a.png", "scene": sc.to_dict(), "caption_full": W.caption(sc),
+           "questions": [q.to_dict() for q in W.scene_questions(sc, random.Random(0), WORLD)]}
+    (out / "data" / "eval.jsonl").write_text(json.dumps(row) + "\n")
+    (out / "data" / "curation.json").write_text(json.dumps({"train": {}, "eval": {}, "dropped_rate": 0.1}))
+    cfg = replace(CompareConfig.make(quick=True), rows=("no_rl", "rouge_l", "rubicap_rubric"))
+    for name, acc in (("no_rl", 0.3), ("rouge_l", 0.4)):
+        ev = _ev(acc, 0.1, 8.0)
+        ev["captions"] = {"greedy": ["a red circle in the middle."], "sampled": ["a circle in the middle."]}
+        (out / "eval" / f"{name}.json").write_text(json.dumps(ev))
+    grpo = out / "rows" / "rouge_l" / "grpo"
+    grpo.mkdir(parents=True)
+    (grpo / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in _hist([0.5, 0.6, 0.7], "rewards/rouge_l/mean")))
+    m = build_compare_metrics(out, cfg, {"rubicap_rubric": "not available: no rubric judge"}, {"data": 1.0, "grpo_rouge_l": 2.5})
+    assert m["method"] == "compare" and m["acc_before"] == 0.3 and m["wall_seconds"] == 3.5 and m["seed"] == 0
+    assert [r["reward"] for r in m["rows"]] == ["no_rl", "rouge_l", "rubicap_rubric"]
+    assert m["rows"][1]["reward_curve"] == [0.5, 0.6, 0.7] and m["rows"][0]["reward_curve"] == []
+    assert m["rows"][2]["acc_after"] is None and m["rows"][2]["status"].startswith("not available")
+    assert m["best_reward"] == "rouge_l" and m["eval_questions"] == len(row["questions"])
+    page = write_compare_report(out, cfg, m).read_text()
+    assert "not available: no rubric judge" in page and "not tested" in page
+    assert m["claims"] and all(c["verdict"] in ("reproduced", "not reproduced", "not tested") for c in m["claims"])
