@@ -160,7 +160,7 @@ def test_compare_quick_end_to_end(tmp_path: Path):
     for r in m["rows"]:
         assert set(r) >= {"reward", "acc_after", "hallucination_rate", "mean_words"}
         if r["status"] == "ok" and r["reward"] != "no_rl":
-            assert len(r["reward_curve"]) == CompareConfig.make(quick=True).demo.grpo_steps
+            assert len(m["reward_curves"][r["reward"]]) == CompareConfig.make(quick=True).demo.grpo_steps
     page = (tmp_path / "cmp" / "report.html").read_text()
     assert "The papers' claims" in page and "data:image/png;base64," in page
     assert run_compare(tmp_path / "cmp", seed=0, quick=True)["reused"] is True
@@ -190,7 +190,8 @@ def test_metrics_file_shape_and_report_with_an_unavailable_row(tmp_path):
     m = build_compare_metrics(out, cfg, {"rubicap_rubric": "not available: no rubric judge"}, {"data": 1.0, "grpo_rouge_l": 2.5})
     assert m["method"] == "compare" and m["acc_before"] == 0.3 and m["wall_seconds"] == 3.5 and m["seed"] == 0
     assert [r["reward"] for r in m["rows"]] == ["no_rl", "rouge_l", "rubicap_rubric"]
-    assert m["rows"][1]["reward_curve"] == [0.5, 0.6, 0.7] and m["rows"][0]["reward_curve"] == []
+    assert m["reward_curves"] == {"no_rl": [], "rouge_l": [0.5, 0.6, 0.7], "rubicap_rubric": []}
+    assert m["rows"][1]["reward_first"] == 0.6 and "reward_curve" not in m["rows"][1]
     assert m["rows"][2]["acc_after"] is None and m["rows"][2]["status"].startswith("not available")
     assert m["best_reward"] == "rouge_l" and m["eval_questions"] == len(row["questions"])
     page = write_compare_report(out, cfg, m).read_text()

@@ -267,6 +267,8 @@ def build_compare_metrics(out: Path, cfg: CompareConfig, status: dict[str, str],
         ev = before if row == "no_rl" else json.loads((out / "eval" / f"{row}.json").read_text())
         history = [] if row == "no_rl" else read_history(out / "rows" / row / "grpo")
         rows.append(row_metrics(row, ev, history))
+    # Curves sit beside the table so the rows stay one line each (``vlrl demo`` prints them).
+    curves = {r["reward"]: r.pop("reward_curve") for r in rows}
     trained = [r for r in rows if r["reward"] != "no_rl" and r["acc_after"] is not None]
     best = max(trained, key=lambda r: r["acc_after"], default=None)
     likert_info = {}
@@ -284,6 +286,7 @@ def build_compare_metrics(out: Path, cfg: CompareConfig, status: dict[str, str],
         "quick": cfg.quick,
         "acc_before": round(before["judge_greedy"]["acc"], 4),
         "rows": rows,
+        "reward_curves": curves,
         "best_reward": best["reward"] if best else None,
         "grpo_steps": cfg.demo.grpo_steps,
         "eval_scenes": len(before["ids"]),

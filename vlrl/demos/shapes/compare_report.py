@@ -109,9 +109,10 @@ def _plots(metrics: dict[str, Any]) -> dict[str, str]:
 
     out = {}
     fig, ax = plt.subplots(figsize=(8, 3.4))
-    for r in metrics["rows"]:
-        if r.get("reward_curve"):
-            ax.plot(range(1, len(r["reward_curve"]) + 1), r["reward_curve"], lw=1, label=r["reward"])
+    curves = metrics.get("reward_curves") or {r["reward"]: r.get("reward_curve") for r in metrics["rows"]}
+    for name, curve in curves.items():
+        if curve:
+            ax.plot(range(1, len(curve) + 1), curve, lw=1, label=name)
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("the row's own reward (mean)")
     ax.legend(fontsize=8)
