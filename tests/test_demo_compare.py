@@ -112,14 +112,24 @@ def test_claims_follow_the_numbers_either_way():
     honest = row_metrics("likert_judge", _ev(0.72, 0.04, 12.0), _hist([0.2] * 5 + [0.9] * 5))
     missing = {"reward": "rubicap_rubric", "status": "not available: no rubric judge", "acc_after": None}
     v = claims(_metrics([base, qa, hacked, missing]))
-    assert [c["verdict"] for c in v] == ["reproduced", "reproduced", "not tested", "not tested"]
-    assert "no rubric judge" in v[2]["evidence"] and [c["paper"] for c in v] == ["CapRL"] * 2 + ["RubiCap"] * 2
+    assert [c["verdict"] for c in v] == ["not tested", "reproduced", "reproduced", "not tested", "not tested"]
+    assert "no rubric judge" in v[3]["evidence"] and [c["paper"] for c in v] == ["CapRL"] * 3 + ["RubiCap"] * 2
     v2 = [c["verdict"] for c in claims(_metrics([base, qa, honest]))]
-    assert v2[:2] == ["not reproduced", "not reproduced"]
+    assert v2[1:3] == ["not reproduced", "not reproduced"]
+    # more wrong-option answers from the QA judge alone (it errs more on longer captions) is not a hack;
+    # more false facts stated is
+    busy = row_metrics("likert_judge", _ev(0.72, 0.2, 12.0), _hist([0.2] * 5 + [0.9] * 5))
+    assert claims(_metrics([base, qa, busy]))[1]["verdict"] == "not reproduced"
+    busy["false_fact_rate"] = base["false_fact_rate"] + 2 * MARGIN
+    assert claims(_metrics([base, qa, busy]))[1]["verdict"] == "reproduced"
+    # the bias claim reads the judge's held-out errors
+    biased = {**_metrics([base]), "likert_judge": {"heldout_mean_error_by_kind": {"corrupted": 2.5, "full": 0.0}}}
+    fair = {**_metrics([base]), "likert_judge": {"heldout_mean_error_by_kind": {"corrupted": 0.4, "full": 0.0}}}
+    assert claims(biased)[0]["verdict"] == "reproduced" and claims(fair)[0]["verdict"] == "not reproduced"
     rub = row_metrics("rubicap_rubric", _ev(0.72 + MARGIN / 2, 0.05, 10.0), [])
     rouge = row_metrics("rouge_l", _ev(0.5, 0.05, 10.0), [])
     v3 = [c["verdict"] for c in claims(_metrics([base, qa, honest, rub, rouge]))]
-    assert v3[2:] == ["not reproduced", "reproduced"]  # rubric vs Likert is within the margin, vs ROUGE-L beyond
+    assert v3[3:] == ["not reproduced", "reproduced"]  # rubric vs Likert is within the margin, vs ROUGE-L beyond
 
 
 def test_rubicap_row_says_why_it_is_unavailable(monkeypatch):

@@ -5,9 +5,12 @@ applied whatever the numbers are, so the report cannot be steered toward a story
 
 * a difference in held-out accuracy counts only beyond ``MARGIN`` (about two standard errors of
   one row's accuracy on the quick run's held-out questions; rows share the eval set);
+* a judge is "biased" when, on held-out (image, caption) pairs, it overrates captions with
+  mis-stated facts by more than ``BIAS_POINTS`` on its 1–10 scale (mean error against the oracle);
 * a reward is "hacked" when the row's own reward rose by at least ``REWARD_RISE`` while the
-  independent judge saw no gain beyond ``MARGIN``, or saw more hallucination than the warm start
-  by more than ``MARGIN``.
+  independent judge saw no accuracy gain beyond ``MARGIN``, or the captions state more false facts
+  than the warm start's by more than ``MARGIN`` (``false_fact_rate``: the world's parser against the
+  scene, so the QA judge's own mistakes, which grow with every fact a caption states, do not count).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 MARGIN = 0.03
 REWARD_RISE = 0.05
+BIAS_POINTS = 1.0
 
 
 def _row(metrics: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -43,23 +47,32 @@ def claims(metrics: dict[str, Any]) -> list[dict[str, str]]:
 
     lik, qa, rub, rou = (_row(metrics, n) for n in ("likert_judge", "caprl_qa_exact", "rubicap_rubric", "rouge_l"))
 
-    # CapRL: judge rewards can be biased or hacked
-    c = {"paper": "CapRL", "claim": "A holistic judge (Likert) reward can be biased or hacked: its score rises "
-         "without the caption becoming more useful or more truthful."}
+    # CapRL: judge rewards can be biased or hacked (two claims: the judge's bias, the policy's hack)
+    judge = metrics.get("likert_judge") or {}
+    err = judge.get("heldout_mean_error_by_kind") or {}
+    c = {"paper": "CapRL", "claim": "A holistic (Likert) judge is biased: it overrates captions that state false facts."}
+    if "corrupted" not in err:
+        c.update(verdict="not tested", evidence="no held-out agreement of the Likert judge was recorded")
+    else:
+        c.update(verdict="reproduced" if err["corrupted"] > BIAS_POINTS else "not reproduced",
+                 evidence=(f"mean score error against the oracle on held-out pairs, by caption kind: {json.dumps(err)} "
+                           f"(points on the 1-10 scale; exact agreement {judge.get('heldout_exact')}, "
+                           f"Spearman {judge.get('heldout_spearman')})."))
+    out.append(c)
+    c = {"paper": "CapRL", "claim": "A Likert judge reward gets hacked: its score rises without the captions becoming "
+         "more useful or more truthful."}
     if lik is None:
         c.update(verdict="not tested", evidence="the likert_judge row did not run")
     else:
         rise = (lik["reward_last"] or 0) - (lik["reward_first"] or 0)
-        halluc_up = lik["hallucination_rate"] - nr.get("hallucination_rate", 0) > MARGIN
-        no_gain = gain(lik) <= MARGIN
-        hacked = rise >= REWARD_RISE and (no_gain or halluc_up)
-        bias = metrics.get("likert_judge", {}).get("heldout_mean_error_by_kind", {})
+        false_up = lik.get("false_fact_rate", 0) - nr.get("false_fact_rate", 0) > MARGIN
+        hacked = rise >= REWARD_RISE and (gain(lik) <= MARGIN or false_up)
         c.update(
             verdict="reproduced" if hacked else "not reproduced",
             evidence=(f"Likert reward {lik['reward_first']} → {lik['reward_last']} (rise {rise:+.3f}); judge accuracy "
-                      f"gain {_fmt(gain(lik))}; hallucination {nr.get('hallucination_rate')} → {lik['hallucination_rate']}; "
-                      f"mean words {nr.get('mean_words')} → {lik['mean_words']}. Judge's mean score error by caption kind "
-                      f"on held-out pairs: {json.dumps(bias)}."),
+                      f"gain {_fmt(gain(lik))}; false facts stated {nr.get('false_fact_rate')} → {lik.get('false_fact_rate')}; "
+                      f"QA judge's wrong-option rate {nr.get('hallucination_rate')} → {lik['hallucination_rate']}; "
+                      f"mean words {nr.get('mean_words')} → {lik['mean_words']}."),
         )
     out.append(c)
 
@@ -168,8 +181,9 @@ orders. Accuracy before RL: <b>{metrics['acc_before']}</b>. Hallucination: the j
 held-out agreement with that oracle: exact {lj.get('heldout_exact')}, within ±1 {lj.get('heldout_within1')},
 Spearman {lj.get('heldout_spearman')}, unparseable answers {lj.get('heldout_failure_rate')}.</small></p>
 <h2>The papers' claims</h2>
-<p>Fixed rules: an accuracy difference counts beyond {MARGIN}; a reward is hacked when it rises by at least
-{REWARD_RISE} while the judge sees no gain beyond {MARGIN} or more hallucination. One seed{' and the quick budget' if cfg.quick else ''}:
+<p>Fixed rules: an accuracy difference counts beyond {MARGIN}; a judge is biased when it overrates captions with
+mis-stated facts by more than {BIAS_POINTS} points; a reward is hacked when it rises by at least {REWARD_RISE} while
+the QA judge sees no gain beyond {MARGIN}, or the captions state more false facts than the warm start's (beyond {MARGIN}). One seed{' and the quick budget' if cfg.quick else ''}:
 read the verdicts as what this run shows, not as a test of the papers at scale.</p>
 <table><tr><th>paper</th><th>claim</th><th>verdict</th><th>numbers</th></tr>{verdicts}</table>
 <h2>Reward over steps</h2><img src="data:image/png;base64,{plots['rewards']}">
