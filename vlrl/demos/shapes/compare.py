@@ -105,7 +105,8 @@ def row_rewards(row: str, out: Path, cfg: CompareConfig, ws, base: dict[str, Any
     if row == "rubicap_rubric":
         rub = rubicap_pieces()
         judge = rub.build_rubric_judge(cfg.seed, cache_dir)
-        source = rub.prepare_rubric_data(out / "rows" / row, cfg.demo, ws, judge_dir=judge)
+        # rubrics for the same curated training scenes (images the writer found solved drop out)
+        source = rub.prepare_rubric_data(out, cfg.demo, ws, judge_dir=judge)
         block = copy.deepcopy(rub.rubicap_reward_block(judge, cfg.demo))
         block.setdefault("guards", guards)
         return {"reward": block, "source": str(source)}
