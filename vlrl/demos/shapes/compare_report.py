@@ -175,7 +175,9 @@ same seed, the same length/repetition guards and the same grammar format reward;
 is graded by one <b>independent QA judge</b> (a tiny answerer trained with seed {cfg.seed + cfg.demo.judge_seed_offset},
 never a reward) on {metrics['eval_questions']} curated questions of {metrics['eval_scenes']} held-out scenes, both option
 orders. Accuracy before RL: <b>{metrics['acc_before']}</b>. Hallucination: the judge picks a wrong concrete option
-(the caption said something false); "cannot answer": the caption left the fact out.</p>
+(the caption said something false, or the judge misread a true caption); <code>false_fact_rate</code>: the share of
+stated facts that are false, read with the world's grammar against the scene (the truth, with no judge in between);
+"cannot answer": the caption left the fact out.</p>
 <table><tr>{head}</tr>{''.join(body)}</table>
 <p><small>Likert judge: a tiny VLM initialised from a captioner of another seed, trained on {html.escape(str(lj.get('trained_on')))};
 held-out agreement with that oracle: exact {lj.get('heldout_exact')}, within ±1 {lj.get('heldout_within1')},
