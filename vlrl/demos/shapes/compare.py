@@ -38,6 +38,7 @@ import yaml
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.demos.shapes.demo import (
     DemoConfig,
+    DemoError,
     Stages,
     curate,
     evaluate,
@@ -199,9 +200,9 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
             atomic_write_json(out / "eval" / f"{row}.json",
                               evaluate(out / "rows" / row / "grpo", out, dcfg, ws.judge, ws.answerer))
             stages.finish(f"eval_{row}", time.time() - t)
-        except RowUnavailable as e:
+        except (RowUnavailable, DemoError) as e:  # this row cannot run here; the others still can
             logger.warning("compare: %s row skipped: %s", row, e)
-            status[row] = str(e)
+            status[row] = str(e) if isinstance(e, RowUnavailable) else f"failed: {e}"
             stages.add_time(f"grpo_{row}", time.time() - t)
 
     metrics = build_compare_metrics(out, cfg, status, stages.times)
