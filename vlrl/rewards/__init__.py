@@ -31,6 +31,8 @@ from vlrl.rewards.base import FunctionReward, Reward, Score, completion_text
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 METHODS_PACKAGE = "vlrl.methods"
+# Rewards that belong to no method: ROUGE-L against a reference column, a holistic Likert judge.
+GENERAL_REWARD_MODULES = ("vlrl.rewards.reference", "vlrl.rewards.likert")
 
 
 def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -44,8 +46,9 @@ def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
 
 
 def builtin_reward_modules() -> list[str]:
-    """``vlrl.rewards.guards`` plus ``vlrl.methods.<m>.reward`` for every method that has one."""
-    modules = ["vlrl.rewards.guards"]
+    """vlrl's method-independent rewards (guards, reference overlap, holistic judge) plus
+    ``vlrl.methods.<m>.reward`` for every method that has one."""
+    modules = ["vlrl.rewards.guards", *GENERAL_REWARD_MODULES]
     spec = importlib.util.find_spec(METHODS_PACKAGE)
     for info in pkgutil.iter_modules(spec.submodule_search_locations if spec else []):
         if info.ispkg and importlib.util.find_spec(f"{METHODS_PACKAGE}.{info.name}.reward") is not None:

@@ -279,7 +279,15 @@ def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, re
 
     ``rewards`` and ``source`` replace the CapRL reward blocks and training rows (the other demos
     train the same warm start, world and GRPO settings against their own reward)."""
-    recipe = {
+    path = out / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe_dict(out, cfg, captioner, answerer, rewards, source), sort_keys=False))
+    return path
+
+
+def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rewards: list[dict[str, Any]] | None = None,
+                source: Path | None = None) -> dict[str, Any]:
+    """The demo's GRPO recipe as a dict (``vlrl demo --compare`` reads its reward blocks)."""
+    return {
         "method": "grpo",
         "model": {"path": str(captioner), "dtype": "float32"},
         "data": {"source": str(source or out / "data" / "train.jsonl"), "prompt": W.CAPTION_PROMPT},
@@ -334,9 +342,6 @@ def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, re
         },
         "callbacks": ["vlrl.demos.shapes.demo:HistoryCallback"],
     }
-    path = out / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
 
 
 def max_items(world: W.WorldConfig) -> int:
