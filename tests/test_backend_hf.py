@@ -280,7 +280,8 @@ def test_packed_prefix_scoring_matches_one_request_at_a_time(tmp_path, monkeypat
     import vlrl.core.backends.prefix_share as ps
     from vlrl.core.tiny import make_tiny
 
-    extra = {"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["sliding_attention"] * 2} if sliding else {}
+    # a window shorter than every prompt: padding inside the window would shift what each token sees
+    extra = {"use_sliding_window": True, "sliding_window": 16, "layer_types": ["sliding_attention"] * 2} if sliding else {}
     path = make_tiny("qwen2", tmp_path / "lm", seed=3, initializer_range=0.5, **extra)
     b = load_backend(f"hf:{path}?device=cpu&dtype=float32&batch_size=16")
     packs = []

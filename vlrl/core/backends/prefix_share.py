@@ -24,7 +24,9 @@ caption) per-caption passes were most of exact mode's time. How the padding stay
 
 Right-padding a prefix is only invisible to attention layers that see the whole past. A model
 whose cache holds anything else (sliding windows, linear-attention state, quantised layers) is
-scored one prefix per pass, as before (:func:`_plain_attention_cache`).
+scored one prefix per pass, with its suffixes placed right after the prefix and right-padded
+(a sliding window counts cached slots, so left padding inside it would hide real tokens)
+(:func:`_plain_attention_cache`).
 """
 
 from __future__ import annotations
@@ -127,27 +129,34 @@ def last_token_probs_packed(net: Any, prefixes: list[list[int]], suffixes: list[
     for g, p in enumerate(prefixes):
         head_ids[g, : len(p)] = torch.tensor(p, dtype=torch.long)
         head_mask[g, : len(p)] = 1
-    ids = torch.full((n, width_s), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width_p + width_s), dtype=torch.long)
-    positions = torch.zeros((n, width_s), dtype=torch.long)
-    for r, (g, s) in enumerate(rows):
-        gap = width_s - len(s)  # suffixes are left-padded: every row's answer is at the last position
-        ids[r, gap:] = torch.tensor(s, dtype=torch.long)
-        mask[r, : plen[g]] = 1
-        mask[r, width_p + gap :] = 1
-        positions[r] = torch.arange(plen[g] - gap, plen[g] + len(s)).clamp(min=0)
     cache_kw = "cache" if "cache" in inspect.signature(net.forward).parameters else "past_key_values"
     with torch.inference_mode():
         head = net(input_ids=head_ids.to(device), attention_mask=head_mask.to(device),
                    position_ids=torch.arange(width_p).unsqueeze(0).expand(n_groups, -1).to(device),
                    use_cache=True, logits_to_keep=1)
         cache = getattr(head, "cache", None) or head.past_key_values
-        if n_groups > 1 and not _plain_attention_cache(cache):
+        plain = _plain_attention_cache(cache)
+        if n_groups > 1 and not plain:
             return None
+        # Plain attention: suffixes left-padded, every answer at the last position (one vocabulary
+        # projection per row). Anything else (a sliding window counts cached slots, padding
+        # included): suffixes right after the prefix, right-padded, each answer read at its own end.
+        ids = torch.full((n, width_s), pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width_p + width_s), dtype=torch.long)
+        positions = torch.zeros((n, width_s), dtype=torch.long)
+        last = torch.full((n,), width_s - 1, dtype=torch.long)
+        for r, (g, s) in enumerate(rows):
+            gap = width_s - len(s) if plain else 0
+            ids[r, gap : gap + len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[r, : plen[g]] = 1
+            mask[r, width_p + gap : width_p + gap + len(s)] = 1
+            positions[r] = torch.arange(plen[g] - gap, plen[g] - gap + width_s).clamp(min=0)
+            last[r] = gap + len(s) - 1
         cache.reorder_cache(torch.tensor([g for g, _ in rows], dtype=torch.long, device=device))
         out = net(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                  use_cache=True, logits_to_keep=1, **{cache_kw: cache})
-        logits = out.logits[:, -1].float()
+                  use_cache=True, logits_to_keep=1 if plain else 0, **{cache_kw: cache})
+        logits = out.logits[:, -1] if plain else out.logits[torch.arange(n), last.to(out.logits.device)]
+        logits = logits.float()
     return tempered_softmax(logits, temperatures)
 
 
