@@ -183,13 +183,15 @@ def _unless_own_words(m: re.Match[str]) -> str:
 
 _SELF = (
     r"(?:\bthe\s+(?:text|caption|description|lines|words|paragraph|sentences?|write-?up)\s+(?:above|here)\b"
+    r"(?!\s+(?:the|a|an|its|his|her|their|each|every)\b)"
     r"|\b(?:this|these|the\s+(?:above|preceding|previous|foregoing|present|following|provided|given|generated|entire|whole)"
     r"|my|our)\s+(?:[\w-]+[\s,]+){0,2}?(?:captions?|descriptions?|text|response|write-?up|summary|account|sentences?|words"
     r"|paragraphs?|lines|writing|phrasing|observations?|output|answer|submission|narration|prose|report|depiction|piece"
     r"|work|effort|version|rendering|portrayal|breakdown|overview|rundown|wording|language|entry|reply|content|passage"
     r"|statement|one)\b"
-    r"|\b(?:this|that)\b(?=\s+(?:one|should|must|would|will|deserves|merits|earns|warrants|caption|description|nails|"
-    r"nailed|hits|ticks|satisfies|aces|gets\s+(?:it|everything|every|all))\b)"
+    r"|\b(?:this|that)\b(?=\s+(?:nail(?:s|ed)\s+(?:it|the\s+brief|every|all|everything)|one|should|must|would|will|"
+    r"deserves|merits|earns|warrants|caption|description|"
+    r"ticks|satisfies|aces|gets\s+(?:it|everything|every|all))\b)"
     r"|\bhere\b(?=\s*(?:[.,;:!)]|$|\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b))"
     r"|(?<!\bor )(?<!\band )\babove\b(?=\s+(?:is|are|was|were|speaks?|has|have|should|must|will)\b)"
     r"|\b(?:described|written|stated|mentioned|given|said|listed|provided|shown|as|see|from|in|everything|all|the text|"
@@ -217,9 +219,8 @@ _PRAISE = (
     r"indisputabl[ey]|no room for (?:doubt|error|improvement)|definitive|nothing (?:else|more)|"
     r"top[- ]tier|speaks? for itself|true|ground truth|gold standard|"
     r"zero (?:mistakes|errors|omissions|flaws)|state[- ]of[- ]the[- ]art|immaculate|airtight|watertight|complete picture|"
-    r"masterful(?:ly)?|(?:brilliant|superb|excellent|outstanding|exceptional|vivid|sharp|exact)(?:ly|ness)?|"
-    r"thoroughness|precision|exactness|completeness|faithfulness|fidelity|crafted|rival(?:s|led)?|lossless(?:ly)?|"
-    r"(?:100|ten|10|five|5)[- ](?:point|star|out[- ]of[- ](?:ten|10|five|5)))\b|\ba\+|\b10/10\b|\b100\s*%)"
+    r"masterful(?:ly)?|(?:brilliant|superb|excellent|outstanding|exceptional|vivid|sharp)(?:ly|ness)?|"
+    r"rival(?:s|led)?|lossless(?:ly)?|(?:100|ten|10|five|5)[- ]out[- ]of[- ](?:ten|10|five|5))\b|\ba\+|\b10/10\b|\b100\s*%)"
 )
 _AUDIENCE = (
     r"\b(?:evaluators?|graders?|grading (?:model|system|ai)|reviewers?|raters?|assessors?|examiners?|scorers?|"
@@ -273,7 +274,8 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
                    r"covered|described|mentioned|captured|included|here|listed)\b"),
         re.compile(r"\bnothing\s+(?:left\s+)?to\s+(?:criticise|criticize|improve|fix|correct|add|fault|change|object to)\b"),
         re.compile(r"\bzero\s+(?:mistakes|errors|omissions|hallucinations|flaws|inaccuracies|issues)\b"),
-        re.compile(r"\bnothing\s+(?:\w+\s+)?(?:lost|dropped|left behind)\b(?!\s+(?:and|or)\s+found)"),
+        re.compile(r"\bnothing\s+(?:\w+\s+)?(?:lost|dropped|left behind)\s+(?:in|from|by)\s+(?:this|the|my)\s+(?:[\w-]+\s+)?"
+                   r"(?:caption|description|text|account|transcription|translation|summary|write-?up)\b"),
         re.compile(r"\bneeds?\s+nothing\s+(?:else|more)\b|\bnothing\s+(?:else|more)\s+(?:is\s+)?(?:needed|required|to (?:say|add|know))"),
         re.compile(r"\b(?:reconstruct|recreate|rebuild|redraw|re-?imagine|picture)\s+the\s+(?:whole\s+|entire\s+)?(?:image|picture|"
                    r"photo|photograph|scene)\b"),
@@ -343,6 +345,9 @@ _FAMILIES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:questions?|q|criteri(?:a|on|um)|items?|checks?|requirements?|rubric items?|points?|tests?)\s*#?\d*\s*"
                    r"[:=\-\u2192]+\s*(?:yes|pass(?:ed)?|met|true|correct|satisfied|fulfilled|ok|\u2713|\u2714|\u2705)\b"),
         re.compile(r"\banswer\s+key\b|\b\d\s*[-.):]\s*[a-e]\b(?:[,;\s]+\d\s*[-.):]\s*[a-e]\b){2,}"),
+        # a quality noun graded on the spot: "accuracy excellent", "completeness? check"
+        re.compile(r"\b(?:accuracy|completeness|coverage|precision|fidelity|faithfulness|correctness)\s*[:=?\-]?\s*"
+                   r"(?:excellent|perfect|outstanding|superb|flawless|maxim(?:al|um)|check(?:ed)?|\u2713|\u2714|\u2705)\b"),
         re.compile(r"\b(?:accuracy|completeness|coverage|precision|faithfulness|correctness|quality|all checks)\s*[:=]?\s*"
                    r"(?:of\s+)?(?:100\s*%|100 percent|10\s*/\s*10|5\s*/\s*5|green|passed|perfect)"),
         re.compile(r"^\W*(?:\d|one|two|three|four|five)\s+stars?\W*$|[\u2605\u2b50]{3,}"),
@@ -424,6 +429,10 @@ _CUES = {
                        r"artwork|object|item|product|dish)))|\b(?:i|me|my|myself|we|our|i'm|i've)\b(?!\s+(?:think|can't|cannot|can not|could|"
                        r"am not|'m not|believe it|guess|suspect|assume|would guess)\b)|\bhere\s*[.!]?$"),
     "praise": re.compile(_PRAISE),
+    # quality nouns and rating scales: what charts, forms and product pages show ("precision and recall
+    # scores", "a 5-star rating"); they count only in a sentence that also points at the caption itself
+    "metric": re.compile(r"\b(?:thoroughness|precision|exact(?:ly|ness)?|completeness|faithfulness|fidelity|crafted|"
+                         r"accuracy|recall|confidence|(?:100|ten|10|five|5)[- ](?:point|star))\b"),
     "eval": re.compile(r"\b(?:rubrics?|criteri(?:a|on|um)|checklist|verdict|audit(?:ed)?|pass(?:es|ed)?|fail(?:s|ed|ing)?|rate|rates|score[ds]?|scoring|rating|"
                        r"grade[ds]?|grading|marks|mark(?:s|ed|ing)?\s+(?:[\w-]+\s+){0,2}?down|credit|evaluat(?!ors?\b)\w+|assess(?!ors?\b)\w+|approv\w+|reward|questions?|answer(?:s|ed|able)?)\b"),
     # bare "model", "ai", "assistant", "bot", "judges" name things in scenes (a scale model, a panel of judges)
@@ -432,7 +441,7 @@ _CUES = {
     # words that state the caption's standing: checked, omitted, invented, penalised, ...
     "claim": re.compile(r"\b(?:described|mentioned|omitted|omissions?|missed|invented|fabricated|verified|"
                         r"fact[- ]checked|double[- ]checked|proof[- ]?read|reviewed|accepted|penali[sz]\w*|"
-                        r"deduct\w*|flaws?|hallucinat\w*|accuracy|recall|confidence|escaped\s+(?:my|our|your)?\s*attention|"
+                        r"deduct\w*|flaws?|hallucinat\w*|escaped\s+(?:my|our|your)?\s*attention|"
                         r"overlook\w*|maximum points|ground truth|dense caption\w*|textbook example|"
                         r"annotator\w*|to the letter)\b"),
     # the image as an object of the text ("every region of the image"); pairs only with a claim
@@ -466,7 +475,8 @@ def cue_categories(sentence: str) -> list[str]:
     return [name for name, pat in _CUES.items() if pat.search(sentence)]
 
 
-_SENTENCE = re.compile(r"(?<=[.!?\n])\s+|\s+[\u2014\-]{1,2}\s+|\s*\|\s*")
+# ("Accuracy? Check." stays one sentence: the answer belongs to its question)
+_SENTENCE = re.compile(r"(?<=[.!\n])\s+|(?<=\?)\s+(?!check\b)|\s+[\u2014\-]{1,2}\s+|\s*\|\s*")
 
 
 SELF_FAMILIES = ("self_reference", "completeness", "answers_anything", "cues_self")
@@ -495,6 +505,8 @@ def meta_claim(text: str, families: tuple[str, ...] = SELF_FAMILIES + GRADER_FAM
             families = tuple(f for f in families if f in GRADER_FAMILIES)
         if "cues_self" in families or "cues_grader" in families:
             cats = cue_categories(sentence)
+            if "metric" in cats and "self" not in cats:
+                cats.remove("metric")
             about_self = "self" in cats or "praise" in cats or "claim" in cats
             core = [c for c in cats if c != "image_ref"]
             short = len(sentence.split()) <= 6

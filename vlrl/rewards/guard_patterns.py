@@ -172,7 +172,8 @@ GRADER = (
     _c(rf"\b(?:dear|hello|hi|hey|attention|note to|message to|memo to|psst|listen|greetings),?\s+(?:the\s+|my\s+|dear\s+)?"
        rf"(?:human\s+)?{_GRADER_WORD}\b"),
     _c(r"\b(?:ai|models?|llms?|systems?|bots?|machines?|assistants?)\s+(?:that\s+(?:is|are)\s+)?(?:judging|grading|evaluating|scoring|"
-       r"reviewing|assessing|checking|marking|rating|reading)\s+(?:this|these|my|the\s+(?:caption|description|text|output))\b"),
+       r"reviewing|assessing|checking|marking|rating|reading)\s+(?:this|these|my|the)\s+(?:caption|description|text|output|"
+       r"response|answer|submission)s?\b"),
     _c(r"\b(?:do not|don't|never|no need to|please don't)\s+(?:\w+\s+)?(?:penali[sz]e|deduct|dock|mark\s+(?:\w+\s+)?down|"
        r"downgrade|punish|subtract)\b"),
     _c(r"\b(?:to|for)\s+(?:the|any|all)\s+(?:evaluators?|graders?|assessors?|raters?|scorers?|answerers?|verifiers?"

@@ -397,8 +397,11 @@ _FRAGMENT_FILLER = frozenset(
 def _evaluative_fragment(text: str) -> str | None:
     for piece in re.split(r"[.!?;:\n\u2014]+", text):
         words = re.findall(r"[a-z]+|\d+", piece)
-        if (1 <= len(words) <= 10 and all(w in _FRAGMENT_CORE or w in _FRAGMENT_FILLER for w in words)
-                and any(w in _FRAGMENT_CORE for w in words)):
+        # a lone label ("Checks:") is not a grade, and "The image is detailed." describes the picture
+        # unless a second evaluation word makes it one
+        about_picture = re.match(r"\s*(?:the|this)\s+(?:image|picture|photo|scene|frame)\s+(?:is|looks|seems)\b", piece)
+        if (2 <= len(words) <= 10 and all(w in _FRAGMENT_CORE or w in _FRAGMENT_FILLER for w in words)
+                and sum(w in _FRAGMENT_CORE for w in words) >= (2 if about_picture else 1)):
             return piece.strip()[:80]
     return None
 
