@@ -297,3 +297,20 @@ def test_captions_are_committed_once_and_failures_are_asked_again(tmp_path):
     state = [json.loads(x) for x in (tmp_path / "out" / "state" / "captions.jsonl").read_text().splitlines()]
     assert sorted(r["image"] for r in state) == ["img/blue.png", "img/red.png"]
     assert len((tmp_path / "out" / "captions.jsonl").read_text().splitlines()) == 3
+
+
+def test_stored_captions_are_not_reused_by_another_captioner(tmp_path):
+    """A library call on a folder holding another captioner's (or other caption settings') captions
+    is refused, instead of scoring the old captions under the new name."""
+    from vlrl.core.jobs import JobMismatch
+
+    bench = make_bench(tmp_path)
+    evaluate_prism(Captioner(), Reader(), bench, tmp_path / "out", progress=False, cache=False)
+    other = Captioner()
+    other.model = "another-captioner"
+    with pytest.raises(JobMismatch, match="captioner"):
+        evaluate_prism(other, Reader(), bench, tmp_path / "out", progress=False, cache=False)
+    with pytest.raises(JobMismatch, match="max_tokens"):
+        evaluate_prism(Captioner(), Reader(), bench, tmp_path / "out", progress=False, cache=False, caption_max_tokens=64)
+    again = evaluate_prism(Captioner(), Reader(), bench, tmp_path / "out", progress=False, cache=False)
+    assert again["overall"] == pytest.approx(4 / 7)

@@ -227,7 +227,7 @@ def register(groups: dict[str, typer.Typer]) -> None:
                 captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
                 cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
                 caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
-            ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl", "state/*.jsonl"],
+            ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl", "state/*.json*"],
             quarantine=["state/bad_images.jsonl"],
         )
         table = Table(title=f"Prism-style accuracy ({res['n']} questions, {res['images']} images)")

@@ -37,6 +37,7 @@ from typing import Any
 
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+from vlrl.core.jobs import check_identity
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
@@ -46,6 +47,7 @@ from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, presen
 logger = logging.getLogger(__name__)
 
 STATE_CAPTIONS = "state/captions.jsonl"
+STATE_CAPTIONS_IDENTITY = "state/captions.identity.json"
 STATE_BAD_IMAGES = "state/bad_images.jsonl"
 
 _NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?|[-+]?\.\d+", re.I)
@@ -294,6 +296,17 @@ def evaluate_prism(
     n = captions_per_image
     sampling = SamplingParams(max_tokens=caption_max_tokens, temperature=caption_temperature if n > 1 else 0.0, n=n,
                               seed=seed if n > 1 else None)
+    # The stored captions are reused only by a run that would have written the same ones: a library
+    # call with another captioner or caption settings on the same folder is refused, as the CLI's job
+    # identity refuses it (one place can call this without the other).
+    made_by = {"captioner": cap_b.identity(), "prompt": prompt, "max_tokens": caption_max_tokens, "n": n,
+               "temperature": sampling.temperature, "seed": sampling.seed}
+    made_by_path = out / STATE_CAPTIONS_IDENTITY
+    if made_by_path.exists():
+        check_identity(json.loads(made_by_path.read_text(encoding="utf-8")), made_by, where=str(out),
+                       what="eval prism captions")
+    else:
+        atomic_write_json(made_by_path, made_by)
     done = JsonlStore(out / STATE_CAPTIONS, key_field="image")
     bad = JsonlStore(out / STATE_BAD_IMAGES, key_field="image")
     errors: dict[str, str] = {}
