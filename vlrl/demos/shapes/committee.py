@@ -36,6 +36,9 @@ from typing import Any
 from vlrl.demos.shapes import world as W
 
 PROFILES = ("exact", "omit", "wrong", "invent")
+# The RubiCap demo's committee, (name, error profile, rate): omissions, wrong attributes, invented
+# shapes. The demo runs it, and its rubric judge is trained on rubrics this committee produces.
+COMMITTEE = (("terse", "omit", 0.35), ("careless", "wrong", 0.15), ("dreamer", "invent", 0.3))
 _ATTRS = ("shape", "colour", "size")
 
 

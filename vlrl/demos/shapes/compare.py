@@ -107,7 +107,7 @@ def row_rewards(row: str, out: Path, cfg: CompareConfig, ws, base: dict[str, Any
         rub = rubicap_pieces()
         judge = rub.build_rubric_judge(cfg.seed, cache_dir)
         # rubrics for the same curated training scenes (images the writer found solved drop out)
-        source = rub.prepare_rubric_data(out, cfg.demo, ws, judge_dir=judge)
+        source = rub.prepare_rubric_data(out, cfg.demo, ws)
         block = copy.deepcopy(rub.rubicap_reward_block(judge, cfg.demo))
         block.setdefault("guards", guards)
         return {"reward": block, "source": str(source)}

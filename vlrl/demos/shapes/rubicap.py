@@ -39,15 +39,14 @@ from typing import Any
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.demos.shapes import demo as D
 from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.rubric_judge import JudgeConfig, oracle_verdict
+from vlrl.demos.shapes.committee import COMMITTEE
+from vlrl.demos.shapes.rubric_judge import JudgeConfig, build_rubric_judge, oracle_verdict
 from vlrl.demos.shapes.warmstart import WarmStart, build_all, default_cache_dir
 
 logger = logging.getLogger(__name__)
 
-COMMITTEE = "py:vlrl.demos.shapes.committee"
+STAND_INS = "py:vlrl.demos.shapes.committee"
 RUBRIC_FIELDS = ("id", "criterion", "pass_rule", "severity", "weight", "kind")
-# (name, error profile, rate): omissions, wrong attributes, invented shapes
-TEACHERS = (("terse", "omit", 0.35), ("careless", "wrong", 0.15), ("dreamer", "invent", 0.3))
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class RubicapConfig(D.DemoConfig):
     """The CapRL demo's settings (world, warm start, GRPO shape, evaluation) plus RubiCap's parts."""
 
     method: str = "rubicap"
-    teachers: tuple[tuple[str, str, float], ...] = TEACHERS
+    teachers: tuple[tuple[str, str, float], ...] = COMMITTEE
     judge: JudgeConfig = field(default_factory=JudgeConfig)
 
     @classmethod
@@ -69,8 +68,8 @@ class RubicapConfig(D.DemoConfig):
 
 def teacher_specs(cfg) -> list[str]:
     """``NAME=py:...`` specs of the committee (a plain CapRL ``DemoConfig`` gets the default one)."""
-    return [f"{name}={COMMITTEE}:teacher?profile={profile}&rate={rate}&name={name}"
-            for name, profile, rate in getattr(cfg, "teachers", TEACHERS)]
+    return [f"{name}={STAND_INS}:teacher?profile={profile}&rate={rate}&name={name}"
+            for name, profile, rate in getattr(cfg, "teachers", COMMITTEE)]
 
 
 def judge_spec(judge_dir: Path) -> str:
@@ -98,16 +97,7 @@ def _build_judge_job(seed: int, cache_dir: str, cfg: JudgeConfig) -> str:
 
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    from vlrl.demos.shapes.rubric_judge import build_rubric_judge as build
-
-    return str(build(seed, Path(cache_dir), cfg))
-
-
-def build_rubric_judge(seed: int, cache_dir: Path, cfg: JudgeConfig | None = None) -> Path:
-    """The cached tiny rubric judge of ``seed`` (see :mod:`vlrl.demos.shapes.rubric_judge`)."""
-    from vlrl.demos.shapes.rubric_judge import build_rubric_judge as build
-
-    return build(seed, Path(cache_dir), cfg)
+    return str(build_rubric_judge(seed, Path(cache_dir), cfg))
 
 
 def warm_start(cfg: RubicapConfig, cache: Path) -> tuple[WarmStart, Path]:
@@ -144,18 +134,15 @@ def _rubrics_for(out: Path, cfg, ws: WarmStart, split: str) -> dict[str, list[di
     prompt = work / "student_prompt.jinja"
     prompt.write_text(W.CAPTION_PROMPT + "\n")
     build_rubrics(work / "teachers", f"hf:{ws.captioner}?device=cpu&dtype=float32&batch_size=64",
-                  f"{COMMITTEE}:writer", work / "synthesis", student_prompt_file=prompt, with_image=False,
+                  f"{STAND_INS}:writer", work / "synthesis", student_prompt_file=prompt, with_image=False,
                   student_max_tokens=cfg.max_completion_length, max_retries=0, seed=cfg.seed)
     return {r["image_id"]: [{k: rub.get(k) for k in RUBRIC_FIELDS} for rub in r["rubrics"]]
             for r in read_jsonl(work / "synthesis" / "rubrics.jsonl")}
 
 
-def prepare_rubric_data(out: Path, cfg, ws: WarmStart, judge_dir: Path | None = None) -> Path:
+def prepare_rubric_data(out: Path, cfg, ws: WarmStart) -> Path:
     """Write ``DIR/data/rubicap_train.jsonl`` (the curated GRPO rows that got rubrics, with a
-    ``rubrics`` column) from a demo folder where the CapRL-style data stage has run; return it.
-
-    ``judge_dir`` is unused by the synthesis itself (rubrics do not depend on the judge); it is
-    accepted so callers can pass what they have."""
+    ``rubrics`` column) from a demo folder where the CapRL-style data stage has run; return it."""
     out = Path(out)
     rubrics = _rubrics_for(out, cfg, ws, "train")
     rows = [{**r, "rubrics": rubrics[r["id"]]} for r in read_jsonl(out / "data" / "train.jsonl") if r["id"] in rubrics]
@@ -248,7 +235,7 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
 
     stage("data", lambda: D.make_data(out, cfg))
     stage("curate", lambda: D.curate(out, cfg, answerer_spec))
-    stage("rubrics", lambda: (prepare_rubric_data(out, cfg, ws, judge_dir), prepare_eval_rubrics(out, cfg, ws)))
+    stage("rubrics", lambda: (prepare_rubric_data(out, cfg, ws), prepare_eval_rubrics(out, cfg, ws)))
     stage("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                    evaluate(ws.captioner, out, cfg, ws, judge_dir)))
     stage("grpo", lambda: D.run_grpo_stage(write_recipe(out, cfg, ws, judge_dir)))
@@ -257,7 +244,7 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
 
     before = json.loads((out / "eval" / "before.json").read_text())
     after = json.loads((out / "eval" / "after.json").read_text())
-    history = read_history(out / "grpo")
+    history = D.read_history(out / "grpo")
     curation = json.loads((out / "data" / "curation.json").read_text())
     metrics = build_metrics(cfg, before, after, history, curation, stages.times, judge_dir, out)
     metrics["wall_seconds"] = round(sum(stages.times.values()), 1)
@@ -274,10 +261,6 @@ def write_recipe(out: Path, cfg, ws: WarmStart, judge_dir: Path) -> Path:
         rubicap_reward_block(judge_dir, cfg),
         {"name": "vlrl.demos.shapes.rewards:GrammarReward", "weight": 1.0, "settings": {"penalty": 1.0}},
     ], source=out / "data" / "rubicap_train.jsonl")
-
-
-def read_history(grpo_dir: Path) -> list[dict[str, Any]]:
-    return D.read_history(grpo_dir)
 
 
 def build_metrics(cfg, before: dict, after: dict, history: list[dict], curation: dict, times: dict[str, float],

@@ -34,6 +34,7 @@ Cached under the demo cache by a hash of :class:`JudgeConfig` plus the seed, lik
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -52,7 +53,6 @@ VERSION = 2
 PASS, FAIL = "PASS", "FAIL"
 # one line per message, like the demo's answerer: short sequences on CPU
 CHAT_TEMPLATE = "{%- for message in messages %}{{ message['content'] }}{{ '\n' }}{%- endfor %}"
-TEACHERS = (("omit", 0.35), ("wrong", 0.15), ("invent", 0.3))
 # what a caption can state for a criterion's fact (the auxiliary target; index len(VALUES): nothing)
 VALUES = (*W.COLOURS, *W.SHAPES, *W.SIZES, *W.NUMBERS)
 
@@ -72,7 +72,11 @@ class JudgeConfig:
     held: int = 1200
 
     def key(self) -> str:
-        blob = json.dumps([VERSION, asdict(self)], sort_keys=True, default=str)
+        """Settings plus what the judge learns to read: a request rendered by the reward's own code
+        for the committee's rubrics of a fixed scene, and the chat template. A changed judge
+        template, writer, schema or committee is a new judge, never a stale cached one."""
+        blob = json.dumps([VERSION, asdict(self), CHAT_TEMPLATE, _request_fingerprint(self.world)], sort_keys=True,
+                          default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 
@@ -163,12 +167,12 @@ def caption_variant(scene: W.Scene, rng: random.Random) -> str:
 
 def scene_rubrics(scene: W.Scene, rng: random.Random) -> tuple[str, list[dict[str, Any]]]:
     """A terse student caption of ``scene`` and the rubrics the real writer + schema give it."""
-    from vlrl.demos.shapes.committee import teacher_items, write_rubrics
+    from vlrl.demos.shapes.committee import COMMITTEE, teacher_items, write_rubrics
     from vlrl.demos.shapes.warmstart import _corrupt
     from vlrl.methods.rubicap.schema import validate_writer_output
 
     teachers = {f"T{i}": W.caption_from_items(teacher_items(scene.items, p, r * rng.uniform(0.5, 1.5), rng))
-                for i, (p, r) in enumerate(TEACHERS, 1)}
+                for i, (_, p, r) in enumerate(COMMITTEE, 1)}
     stated = W.stated_items(scene, rng, rng.uniform(0.2, 0.9))
     if rng.random() < 0.2:
         stated = _corrupt(stated, rng)
@@ -199,6 +203,14 @@ def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request
                 if len(out) >= n:
                     return out
     return out
+
+
+@functools.cache
+def _request_fingerprint(world: W.WorldConfig) -> str:
+    scene = W.make_scenes(1, 0, world, prefix="judge-key")[0]
+    student, rubrics = scene_rubrics(scene, random.Random(0))
+    request = request_renderer()
+    return hashlib.sha1("\n".join(request(student, r) for r in rubrics).encode()).hexdigest()
 
 
 def reward_for_rendering():

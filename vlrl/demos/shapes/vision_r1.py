@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
+from vlrl.core.prompts import template_path
 from vlrl.demos.shapes import reasoning as R
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
@@ -91,7 +92,9 @@ class VR1Config:
 
     def student_key(self) -> str:
         keep = {k: getattr(self, k) for k in ("cold_start_problems", "vlm_error_rate", "sft_steps", "sft_batch", "sft_lr")}
-        blob = json.dumps([STUDENT_VERSION, EVAL_PROMPT, self.warm.key("cap"), keep], sort_keys=True)
+        # the prompt's text, not its name: an edited template is a new student, never a stale cached one
+        prompt = template_path(EVAL_PROMPT).read_text(encoding="utf-8")
+        blob = json.dumps([STUDENT_VERSION, prompt, self.warm.key("cap"), keep], sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
     @property
