@@ -27,7 +27,7 @@ Why both loops are hand-written rather than ``vlrl train sft`` recipes:
   cost about 1.6× the CPU time per step of this loop (0.55 vs 0.35 CPU-seconds per 64-caption
   step, measured side by side on the busy 2-core machine), partly because this loop runs the
   image processor once for the whole training set instead of once per batch; and that version has not been shown to reproduce
-  the demo's documented learning (+0.54 ± 0.03 over three seeds), which this loop has. Until it
+  the demo's documented learning (+0.52 ± 0.07 over three seeds), which this loop has. Until it
   is, the demo keeps this loop.
 
 Every artefact is cached under ``cache_dir`` by a hash of its settings plus its seed, written to a
