@@ -197,6 +197,24 @@ def load_image(
     return img
 
 
+def image_part(value: Any) -> dict[str, Any] | None:
+    """A dataset's image cell as a chat message part (``{"type": "image", "image": PIL}``), or None.
+
+    Judges that may be shown the image (the rubric judge, the Likert judge) receive the column as a
+    trainer passes it: a path, bytes, a decoded image, a ``{"path"|"bytes"}`` dict, or a list whose
+    first item is the image.
+    """
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if isinstance(value, dict):
+        value = value.get("path") or value.get("bytes")
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        value = load_image(value)
+    return {"type": "image", "image": value}
+
+
 def _decode_stream(fp: Any, record: object, limit: int | None) -> Image.Image:
     with warnings.catch_warnings():
         # We enforce our own limit below; PIL's warning for sizes between its two thresholds is noise.

@@ -127,19 +127,9 @@ class LikertJudgeReward(Reward):
         return Score(None if self.on_judge_failure == "drop" else 0.0, {"judge_failures": 1, "reason": reason})
 
     def _image_part(self, value: Any) -> dict[str, Any] | None:
-        if not self.with_image or value is None:
-            return None
-        if isinstance(value, list):
-            value = value[0] if value else None
-        if isinstance(value, dict):
-            value = value.get("path") or value.get("bytes")
-        if value is None:
-            return None
-        if isinstance(value, (str, bytes)):
-            from vlrl.core.images import load_image
+        from vlrl.core.images import image_part
 
-            value = load_image(value)
-        return {"type": "image", "image": value}
+        return image_part(value) if self.with_image else None
 
     def _score(self, completions: list[str], image_col: list[Any]) -> list[Score]:
         from vlrl.core.prompts import render

@@ -170,18 +170,10 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
     torch.set_num_threads(1)  # see run_demo: a second OpenMP thread spins more than it helps here
     answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
 
-    if not stages.done("data"):
-        t = time.time()
-        make_data(out, dcfg)
-        stages.finish("data", time.time() - t)
-    if not stages.done("curate"):
-        t = time.time()
-        curate(out, dcfg, answerer_spec)
-        stages.finish("curate", time.time() - t)
-    if not stages.done("eval_no_rl"):
-        t = time.time()
-        atomic_write_json(out / "eval" / "no_rl.json", evaluate(ws.captioner, out, dcfg, ws.judge, ws.answerer))
-        stages.finish("eval_no_rl", time.time() - t)
+    stages.run("data", lambda: make_data(out, dcfg))
+    stages.run("curate", lambda: curate(out, dcfg, answerer_spec))
+    stages.run("eval_no_rl", lambda: atomic_write_json(out / "eval" / "no_rl.json",
+                                                       evaluate(ws.captioner, out, dcfg, ws.judge, ws.answerer)))
 
     # Why a row could not run, asked afresh by every invocation (never cached: a resumed run
     # picks up a row whose pieces have arrived since).

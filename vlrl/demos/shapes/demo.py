@@ -31,6 +31,7 @@ import logging
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,13 @@ class Stages:
         self.times[name] = round(self.times.get(name, 0.0) + seconds, 2)
         atomic_write_json(self.times_path, self.times)
         (self.dir / f"{name}.done").write_text("ok\n")
+
+    def run(self, name: str, fn: Callable[[], Any]) -> None:
+        """Run stage ``name`` unless an earlier invocation finished it; time it and mark it done."""
+        if not self.done(name):
+            t = time.time()
+            fn()
+            self.finish(name, time.time() - t)
 
     def add_time(self, name: str, seconds: float) -> None:
         self.times[name] = round(self.times.get(name, 0.0) + seconds, 2)
@@ -416,28 +424,14 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     torch.set_num_threads(1)
     answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
 
-    if not stages.done("data"):
-        t = time.time()
-        make_data(out, cfg)
-        stages.finish("data", time.time() - t)
-    if not stages.done("curate"):
-        t = time.time()
-        stats = curate(out, cfg, answerer_spec)
-        logger.info("QA curation: text-only filter dropped %.1f%% of questions", 100 * stats["dropped_rate"])
-        stages.finish("curate", time.time() - t)
-    if not stages.done("eval_before"):
-        t = time.time()
-        atomic_write_json(out / "eval" / "before.json", evaluate(ws.captioner, out, cfg, ws.judge, ws.answerer))
-        stages.finish("eval_before", time.time() - t)
-    if not stages.done("grpo"):
-        t = time.time()
-        recipe = write_recipe(out, cfg, ws.captioner, ws.answerer)
-        run_grpo_stage(recipe)
-        stages.finish("grpo", time.time() - t)
-    if not stages.done("eval_after"):
-        t = time.time()
-        atomic_write_json(out / "eval" / "after.json", evaluate(out / "grpo", out, cfg, ws.judge, ws.answerer))
-        stages.finish("eval_after", time.time() - t)
+    stages.run("data", lambda: make_data(out, cfg))
+    stages.run("curate", lambda: logger.info("QA curation: text-only filter dropped %.1f%% of questions",
+                                             100 * curate(out, cfg, answerer_spec)["dropped_rate"]))
+    stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
+                                                        evaluate(ws.captioner, out, cfg, ws.judge, ws.answerer)))
+    stages.run("grpo", lambda: run_grpo_stage(write_recipe(out, cfg, ws.captioner, ws.answerer)))
+    stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
+                                                       evaluate(out / "grpo", out, cfg, ws.judge, ws.answerer)))
 
     from vlrl.demos.shapes.report import write_report
 

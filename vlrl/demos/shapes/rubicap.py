@@ -227,19 +227,13 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
     torch.set_num_threads(1)  # see the CapRL demo: a second thread spins more than it helps here
     answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
 
-    def stage(name: str, fn) -> None:
-        if not stages.done(name):
-            t0 = time.time()
-            fn()
-            stages.finish(name, time.time() - t0)
-
-    stage("data", lambda: D.make_data(out, cfg))
-    stage("curate", lambda: D.curate(out, cfg, answerer_spec))
-    stage("rubrics", lambda: (prepare_rubric_data(out, cfg, ws), prepare_eval_rubrics(out, cfg, ws)))
-    stage("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
+    stages.run("data", lambda: D.make_data(out, cfg))
+    stages.run("curate", lambda: D.curate(out, cfg, answerer_spec))
+    stages.run("rubrics", lambda: (prepare_rubric_data(out, cfg, ws), prepare_eval_rubrics(out, cfg, ws)))
+    stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                    evaluate(ws.captioner, out, cfg, ws, judge_dir)))
-    stage("grpo", lambda: D.run_grpo_stage(write_recipe(out, cfg, ws, judge_dir)))
-    stage("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
+    stages.run("grpo", lambda: D.run_grpo_stage(write_recipe(out, cfg, ws, judge_dir)))
+    stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                   evaluate(out / "grpo", out, cfg, ws, judge_dir)))
 
     before = json.loads((out / "eval" / "before.json").read_text())

@@ -252,19 +252,9 @@ class RubricJudgeReward(Reward):
         return [s if s is not None else Score(None) for s in scores]
 
     def _image_part(self, value: Any) -> dict[str, Any] | None:
-        if not self.with_image or value is None:
-            return None
-        if isinstance(value, list):
-            value = value[0] if value else None
-        if isinstance(value, dict):
-            value = value.get("path") or value.get("bytes")
-        if value is None:
-            return None
-        if isinstance(value, (str, bytes)):
-            from vlrl.core.images import load_image
+        from vlrl.core.images import image_part
 
-            value = load_image(value)
-        return {"type": "image", "image": value}
+        return image_part(value) if self.with_image else None
 
     def _order(self, rset: list[Any], caption: str, vote: int) -> list[Any]:
         """Rubrics in a per-call order: deterministic from (seed, caption, vote), so calls cache."""
