@@ -10,9 +10,9 @@ A registered object is a factory (a class or function) called with the settings 
 arguments. Names that contain ``:`` are imported as ``module:attribute``; a plain function found
 that way is wrapped so it reports through the same interface as vlrl's own rewards.
 
-Built-in rewards are found, not listed: every method package ``vlrl/methods/<name>/`` that has a
-``reward.py`` registers its rewards when that module is imported, so adding a method adds its
-rewards with no edit here. The methods are looked up by package name at first use (a plug-in
+Built-in rewards are found, not listed: every module of this package (guards, reference overlap,
+the holistic judge, ...) and every method package ``vlrl/methods/<name>/`` that has a ``reward.py``
+registers its rewards when it is imported, so adding a reward module or a method needs no edit here. The methods are looked up by package name at first use (a plug-in
 lookup, like an entry point), never imported by this module: rewards sit *below* the methods in
 the import order, and ``vlrl --help`` stays fast.
 """
@@ -31,8 +31,6 @@ from vlrl.rewards.base import FunctionReward, Reward, Score, completion_text
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 METHODS_PACKAGE = "vlrl.methods"
-# Rewards that belong to no method: ROUGE-L against a reference column, a holistic Likert judge.
-GENERAL_REWARD_MODULES = ("vlrl.rewards.reference", "vlrl.rewards.likert")
 
 
 def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -48,7 +46,7 @@ def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
 def builtin_reward_modules() -> list[str]:
     """vlrl's method-independent rewards (guards, reference overlap, holistic judge) plus
     ``vlrl.methods.<m>.reward`` for every method that has one."""
-    modules = ["vlrl.rewards.guards", *GENERAL_REWARD_MODULES]
+    modules = [f"{__name__}.{info.name}" for info in pkgutil.iter_modules(__path__) if not info.ispkg]
     spec = importlib.util.find_spec(METHODS_PACKAGE)
     for info in pkgutil.iter_modules(spec.submodule_search_locations if spec else []):
         if info.ispkg and importlib.util.find_spec(f"{METHODS_PACKAGE}.{info.name}.reward") is not None:
