@@ -331,10 +331,12 @@ def test_second_writer_is_refused_and_kill_dash_nine_then_rerun_is_exactly_once(
 
 
 def test_ctrl_c_says_where_the_job_stopped(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 40)
+    imgs = _corpus(tmp_path / "imgs", 80)
     out = tmp_path / "out"
+    # one request at a time (>= 12 s of work): the interrupt must land mid-run even on a loaded
+    # machine (with 16 concurrent requests the job could finish before the signal was sent)
     with FakeOpenAI(delay=0.15) as srv:
-        proc = subprocess.Popen([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(), "--out", str(out),
+        proc = subprocess.Popen([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(concurrency="1"), "--out", str(out),
                                  "--no-progress", "--batch-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=_env())
         assert _wait_for(lambda: (out / "captions").exists() and len(_ids(out)) >= 2)
