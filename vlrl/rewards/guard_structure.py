@@ -39,6 +39,7 @@ reads through typos; real words ("through", "describe") are never turned into ke
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 
@@ -71,6 +72,9 @@ def _dictionary() -> dict[str, int] | None:
     try:
         from spellchecker import SpellChecker
     except ImportError:  # declared dependency; without it only words of six letters or more are repaired
+        logging.getLogger(__name__).warning(
+            "guards: pyspellchecker is not installed; typo repair falls back to words of six letters or more, "
+            "so short misspelled keywords are missed (pip install pyspellchecker)")
         return None
     return SpellChecker().word_frequency.dictionary
 
