@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import random
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +174,7 @@ def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vlrl.core.backends.hf import HFBackend
+    from vlrl.demos.shapes.train_loop import train_steps
 
     torch.manual_seed(seed)
     for f in init.iterdir():  # start from the captioner's weights and processor
@@ -226,27 +226,15 @@ def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int
             batch["mm_token_type_ids"] = mm
         return batch, lab
 
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    from vlrl.demos.shapes.warmstart import _lr_lambda
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
-    model.train()
-    t0, losses = time.time(), []
-    for step in range(cfg.steps):
+    def step_loss(step: int):
         pairs = []
         for i in rng.sample(train_idx, cfg.batch):
             pairs.append((i, sample_caption(scenes[i], rng, warm.world)[0]))
         batch, lab = encode(pairs, True)
-        loss = model(**batch, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if (step + 1) % 100 == 0:
-            logger.info("likert-judge-s%d step %d/%d loss %.3f (%.0fs)", seed, step + 1, cfg.steps,
-                        sum(losses[-100:]) / 100, time.time() - t0)
+        return model(**batch, labels=lab).loss
+
+    model.train()
+    losses = train_steps(model.parameters(), step_loss, steps=cfg.steps, lr=cfg.lr, name=f"likert-judge-s{seed}")
     model.eval()
     model.generation_config.do_sample = False
     model.save_pretrained(str(out))

@@ -270,7 +270,8 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
 
     from vlrl.core.backends.hf import HFBackend
     from vlrl.core.tiny import make_tiny
-    from vlrl.demos.shapes.warmstart import _fast_render, _lr_lambda
+    from vlrl.demos.shapes.train_loop import train_steps
+    from vlrl.demos.shapes.warmstart import _fast_render
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
@@ -343,23 +344,12 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
         model.train()
         return correct / n
 
-    params = list(model.parameters()) + list(aux.parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
     rng = random.Random(f"rubric-judge-batches/{seed}")
     model.train()
-    losses = []
-    for step in range(cfg.steps):
-        loss, _ = step_loss([rng.randrange(len(train)) for _ in range(cfg.batch)])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if (step + 1) % 100 == 0:
-            logger.info("rubric judge-s%d step %d/%d loss %.3f held-out verdict acc %.3f (%.0fs)", seed, step + 1,
-                        cfg.steps, sum(losses[-100:]) / 100, evaluate(400), time.time() - t0)
+    losses = train_steps([*model.parameters(), *aux.parameters()],
+                         lambda step: step_loss([rng.randrange(len(train)) for _ in range(cfg.batch)])[0],
+                         steps=cfg.steps, lr=cfg.lr, name=f"rubric judge-s{seed}",
+                         report=lambda: f"held-out verdict acc {evaluate(400):.3f}")
     acc = evaluate()
     model.eval()
     model.generation_config.do_sample = False

@@ -41,7 +41,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -55,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.train_loop import train_steps
 
 logger = logging.getLogger(__name__)
 
@@ -253,15 +253,6 @@ def caption_prompt_encoding(processor, image) -> dict[str, Any]:
     )
 
 
-def _lr_lambda(total: int, warmup: int = 30) -> Callable[[int], float]:
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-    return f
-
-
 def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -286,11 +277,8 @@ def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -
     prompt_ids, prompt_mm = enc["input_ids"][0], enc["mm_token_type_ids"][0]
     P = len(prompt_ids)
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.sft_steps))
-    model.train()
-    t0, losses = time.time(), []
-    for step in range(cfg.sft_steps):
+
+    def step_loss(step: int):
         idx = rng.sample(range(len(scenes)), cfg.sft_batch)
         drop = 0.0 if step < cfg.full_caption_steps else cfg.drop_p
         caps = tok([W.caption(scenes[i], rng, drop) for i in idx], add_special_tokens=False)["input_ids"]
@@ -306,17 +294,11 @@ def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -
             labels[b, P : P + len(seq)] = seq
             attn[b, : P + len(seq)] = 1
             mm[b, :P] = prompt_mm
-        out_ = model(input_ids=ids, attention_mask=attn, mm_token_type_ids=mm, labels=labels,
-                     pixel_values=pix[idx].reshape(-1, pix.shape[-1]), image_grid_thw=grid[idx])
-        opt.zero_grad(set_to_none=True)
-        out_.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(out_.loss.item())
-        if (step + 1) % 100 == 0:
-            logger.info("captioner-s%d sft step %d/%d loss %.3f (%.0fs)", seed, step + 1, cfg.sft_steps,
-                        sum(losses[-100:]) / 100, time.time() - t0)
+        return model(input_ids=ids, attention_mask=attn, mm_token_type_ids=mm, labels=labels,
+                     pixel_values=pix[idx].reshape(-1, pix.shape[-1]), image_grid_thw=grid[idx]).loss
+
+    model.train()
+    losses = train_steps(model.parameters(), step_loss, steps=cfg.sft_steps, lr=cfg.sft_lr, name=f"captioner-s{seed} sft")
     model.eval()
     model.generation_config.do_sample = False
     model.save_pretrained(str(out))
@@ -466,9 +448,6 @@ def train_answerer(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) ->
     gold = torch.tensor([e["gold"] for e in exs])
     value = torch.tensor([e["value"] for e in exs])
     aux = torch.nn.Linear(cfg.ans_hidden, len(VALUES) + 1)
-    params = list(model.parameters()) + list(aux.parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.ans_lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.ans_steps))
     pad = tok.pad_token_id
     rng = random.Random(f"answerer-batches/{seed}")
 
@@ -496,25 +475,19 @@ def train_answerer(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) ->
         model.train()
         return correct / len(held)
 
-    model.train()
-    t0, losses = time.time(), []
     n_held = len(held)
-    for step in range(cfg.ans_steps):
+
+    def step_loss(step: int):
         idx = [n_held + rng.randrange(len(train)) for _ in range(cfg.ans_batch)]
         ids, attn = batch(idx)
         h = model.model(input_ids=ids, attention_mask=attn).last_hidden_state[:, -1]
         logits = model.lm_head(h)
         loss = torch.nn.functional.cross_entropy(logits, gold[idx])
-        loss = loss + cfg.aux_weight * torch.nn.functional.cross_entropy(aux(h), value[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if (step + 1) % 100 == 0:
-            logger.info("answerer-s%d step %d/%d loss %.3f held-out acc %.3f (%.0fs)", seed, step + 1, cfg.ans_steps,
-                        sum(losses[-100:]) / 100, evaluate(), time.time() - t0)
+        return loss + cfg.aux_weight * torch.nn.functional.cross_entropy(aux(h), value[idx])
+
+    model.train()
+    losses = train_steps([*model.parameters(), *aux.parameters()], step_loss, steps=cfg.ans_steps, lr=cfg.ans_lr,
+                         name=f"answerer-s{seed}", report=lambda: f"held-out acc {evaluate():.3f}")
     acc = evaluate()
     model.eval()
     model.save_pretrained(str(out))
