@@ -567,11 +567,17 @@ _COMPACT = re.compile(
 )
 
 
-def compact_hit(text: str) -> str | None:
-    """With every separator removed, a strong injection keyword (only used on obfuscated text)."""
-    compact = re.sub(r"[^a-z0-9]", "", text.lower())
-    m = _COMPACT.search(compact)
+def compact_search(pattern: re.Pattern[str], text: str, keep: str = "") -> str | None:
+    """``pattern``'s first match in ``text`` lower-cased with every character but ``[a-z0-9]`` and
+    ``keep`` removed: how keywords spelled out with separators ("i-g-n-o-r-e") are still found."""
+    compact = re.sub(f"[^a-z0-9{re.escape(keep)}]", "", text.lower())
+    m = pattern.search(compact)
     return m.group(0) if m else None
 
 
-__all__ = ["GRADER_FAMILIES", "PAPERWORK", "SELF_FAMILIES", "compact_hit", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]
+def compact_hit(text: str) -> str | None:
+    """With every separator removed, a strong injection keyword (only used on obfuscated text)."""
+    return compact_search(_COMPACT, text)
+
+
+__all__ = ["GRADER_FAMILIES", "PAPERWORK", "SELF_FAMILIES", "compact_hit", "compact_search", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]

@@ -43,7 +43,7 @@ import logging
 import re
 from functools import lru_cache
 
-from vlrl.rewards.guard_meta import PAPERWORK
+from vlrl.rewards.guard_meta import PAPERWORK, compact_search
 
 # ------------------------------------------------------------------------------------------------
 # Typo tolerance
@@ -486,6 +486,4 @@ _COMPACT_KEYS = re.compile(
 
 def compact_keywords(text: str) -> str | None:
     """Injection keywords in ``text`` with every separator removed (for captions found obfuscated)."""
-    compact = re.sub(r"[^a-z0-9/]", "", text.lower())
-    m = _COMPACT_KEYS.search(compact)
-    return m.group(0) if m else None
+    return compact_search(_COMPACT_KEYS, text, keep="/")
