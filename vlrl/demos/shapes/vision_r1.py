@@ -46,6 +46,7 @@ from vlrl.core.prompts import template_path
 from vlrl.demos.shapes import reasoning as R
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
+from vlrl.demos.shapes.sft_recipe import run_sft_recipe, save_recipe
 from vlrl.demos.shapes.warmstart import (
     WarmStartConfig,
     _cached,
@@ -187,16 +188,7 @@ def write_sft_recipe(root: Path, cfg: VR1Config, captioner: Path) -> Path:
             "report_to": "none",
         },
     }
-    path = root / "sft.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
-
-
-def run_sft_recipe(path: Path) -> dict[str, Any]:
-    from vlrl.training.recipe import load_recipe
-    from vlrl.training.sft import run_sft
-
-    return run_sft(load_recipe(path))
+    return save_recipe(recipe, root / "sft.yaml")
 
 
 # -- RL ------------------------------------------------------------------------------------------

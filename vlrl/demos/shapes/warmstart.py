@@ -54,11 +54,14 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.train_loop import train_steps
+from vlrl.demos.shapes.train_loop import WARMUP_STEPS, train_steps
 
 logger = logging.getLogger(__name__)
 
 VERSION = 1
+CAPTIONER_VERSION = 2
+"""Part of the captioner's key only (tokenizer and answerers stay cached): 2 is the captioner trained
+by the project's SFT recipe; 1 was the hand-written loop's, never reused for the new training."""
 ANSWER_PROMPT = "shapes_answer"
 # The tiny answerer's own chat template: the rendered prompt, one line per message. A compact
 # format keeps the answerer's sequences short on CPU; the backend applies it like any template.
@@ -116,6 +119,7 @@ class WarmStartConfig:
         elif part == "cap":
             keep.update({k: d[k] for k in ("vision_hidden", "vision_depth", "sft_images", "sft_steps", "sft_batch",
                                            "sft_lr", "full_caption_steps", "drop_p")})
+            keep["captioner_version"] = CAPTIONER_VERSION
         blob = json.dumps([VERSION, part, keep], sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
@@ -253,57 +257,99 @@ def caption_prompt_encoding(processor, image) -> dict[str, Any]:
     )
 
 
+def captioner_sft_rows(cfg: WarmStartConfig, seed: int, scenes: list[W.Scene]) -> list[dict[str, Any]]:
+    """The captioner's curriculum as data: one row per (step, slot), in training order.
+
+    Step ``s`` holds ``sft_batch`` distinct scenes; its captions are full for the first
+    ``full_caption_steps`` steps and drop each attribute with p=``drop_p`` after. The draws (one
+    seeded RNG: the step's scenes, then their captions) are those of the loop this replaced, so the
+    recipe sees the same examples in the same order; it must read them sequentially.
+    """
+    rng = random.Random(f"sft/{seed}")
+    rows = []
+    for step in range(cfg.sft_steps):
+        idx = rng.sample(range(len(scenes)), cfg.sft_batch)
+        drop = 0.0 if step < cfg.full_caption_steps else cfg.drop_p
+        for slot, i in enumerate(idx):
+            rows.append({"id": f"{step:05d}-{slot:03d}", "image": f"images/{scenes[i].id}.png",
+                         "caption": W.caption(scenes[i], rng, drop), "step": step, "drop_p": drop})
+    return rows
+
+
+def captioner_recipe(cfg: WarmStartConfig, seed: int, model: Path, data: Path, output_dir: Path) -> dict[str, Any]:
+    """The captioner's ``vlrl train sft`` recipe: one pass over :func:`captioner_sft_rows`, in order.
+
+    The user turn is the recipe prompt (the rows carry none), exactly as the demo's GRPO recipe
+    asks for captions, so SFT and RL see one prompt. The schedule is the demo's other warm starts'
+    (AdamW without weight decay, 30 warm-up steps then cosine to 0, gradients clipped to norm 1).
+    ``logging_steps=50`` makes the last logged loss the mean of the last 50 steps (``final_loss``).
+    """
+    return {
+        "method": "sft",
+        "model": {"path": str(model), "dtype": "float32"},
+        "data": {"source": str(data), "prompt": W.CAPTION_PROMPT, "response_column": "caption"},
+        "trainer": {
+            "output_dir": str(output_dir),
+            "max_steps": cfg.sft_steps,
+            "num_train_epochs": 1,
+            "per_device_train_batch_size": cfg.sft_batch,
+            "gradient_accumulation_steps": 1,
+            "train_sampling_strategy": "sequential",  # the rows are the curriculum, in order
+            "shuffle_dataset": False,
+            "learning_rate": cfg.sft_lr,
+            "lr_scheduler_type": "cosine",
+            "warmup_steps": WARMUP_STEPS,
+            "weight_decay": 0.0,
+            "max_grad_norm": 1.0,
+            "logging_steps": max(1, min(50, cfg.sft_steps)),
+            "save_strategy": "no",
+            "seed": seed,
+            "dataloader_num_workers": 0,
+            "gradient_checkpointing": False,
+            "report_to": "none",
+        },
+    }
+
+
 def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    """Build the tiny captioner in ``out``: a fresh Qwen2.5-VL, then the project's SFT on the curriculum."""
+    from transformers import GenerationConfig
 
     from vlrl.core.tiny import make_tiny
+    from vlrl.demos.shapes.sft_recipe import run_sft_recipe, save_recipe
 
-    make_tiny("qwen2_5_vl", out, seed=seed, tokenizer=str(tok_dir), hidden_size=cfg.cap_hidden,
+    init, data, run = out / "init", out / "sft_data", out / "sft"
+    make_tiny("qwen2_5_vl", init, seed=seed, tokenizer=str(tok_dir), hidden_size=cfg.cap_hidden,
               num_hidden_layers=cfg.cap_layers, num_attention_heads=4, num_key_value_heads=2,
               mrope_section=list(cfg.cap_mrope), vision_hidden_size=cfg.vision_hidden, vision_depth=cfg.vision_depth,
               initializer_range=cfg.cap_init)
-    torch.manual_seed(seed)
-    rng = random.Random(f"sft/{seed}")
-    model = AutoModelForImageTextToText.from_pretrained(str(out))
-    proc = AutoProcessor.from_pretrained(str(out))
-    tok = proc.tokenizer
     scenes = W.make_scenes(cfg.sft_images, seed, cfg.world, prefix="sft")
-    images = [W.render(s, cfg.world) for s in scenes]
-    pv = proc.image_processor(images=images, return_tensors="pt")
-    pix = pv["pixel_values"].view(len(images), -1, pv["pixel_values"].shape[-1])
-    grid = pv["image_grid_thw"]
-    enc = caption_prompt_encoding(proc, images[0])
-    prompt_ids, prompt_mm = enc["input_ids"][0], enc["mm_token_type_ids"][0]
-    P = len(prompt_ids)
-    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id
+    (data / "images").mkdir(parents=True)
+    for sc in scenes:
+        W.render(sc, cfg.world).save(data / "images" / f"{sc.id}.png")
+    rows = captioner_sft_rows(cfg, seed, scenes)
+    with open(data / "train.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    recipe = save_recipe(captioner_recipe(cfg, seed, init, data / "train.jsonl", run), out / "sft.yaml")
+    metrics = run_sft_recipe(recipe)
+    if metrics.get("global_step") != cfg.sft_steps:
+        raise RuntimeError(f"captioner SFT ran {metrics.get('global_step')} steps, not {cfg.sft_steps}")
+    # the trained model (weights, config, processor) becomes the cached captioner itself
+    for f in run.iterdir():
+        if f.is_file():
+            os.replace(f, out / f.name)
+    for d in (init, data, run):
+        shutil.rmtree(d, ignore_errors=True)
+    gen = GenerationConfig.from_pretrained(str(out))
+    gen.do_sample = False
+    gen.save_pretrained(str(out))
+    from transformers import AutoProcessor
 
-    def step_loss(step: int):
-        idx = rng.sample(range(len(scenes)), cfg.sft_batch)
-        drop = 0.0 if step < cfg.full_caption_steps else cfg.drop_p
-        caps = tok([W.caption(scenes[i], rng, drop) for i in idx], add_special_tokens=False)["input_ids"]
-        L = P + max(len(c) for c in caps) + 1
-        B = len(idx)
-        ids = torch.full((B, L), pad, dtype=torch.long)
-        labels = torch.full((B, L), -100, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        mm = torch.zeros((B, L), dtype=prompt_mm.dtype)
-        for b, c in enumerate(caps):
-            seq = torch.tensor([*c, eos])
-            ids[b, :P], ids[b, P : P + len(seq)] = prompt_ids, seq
-            labels[b, P : P + len(seq)] = seq
-            attn[b, : P + len(seq)] = 1
-            mm[b, :P] = prompt_mm
-        return model(input_ids=ids, attention_mask=attn, mm_token_type_ids=mm, labels=labels,
-                     pixel_values=pix[idx].reshape(-1, pix.shape[-1]), image_grid_thw=grid[idx]).loss
-
-    model.train()
-    losses = train_steps(model.parameters(), step_loss, steps=cfg.sft_steps, lr=cfg.sft_lr, name=f"captioner-s{seed} sft")
-    model.eval()
-    model.generation_config.do_sample = False
-    model.save_pretrained(str(out))
-    proc.save_pretrained(str(out))
-    return {"kind": "captioner", "seed": seed, "final_loss": sum(losses[-50:]) / 50, "prompt_tokens": P}
+    prompt_tokens = len(caption_prompt_encoding(AutoProcessor.from_pretrained(str(out)),
+                                                W.render(scenes[0], cfg.world))["input_ids"][0])
+    return {"kind": "captioner", "seed": seed, "final_loss": metrics["loss_last"], "prompt_tokens": prompt_tokens,
+            "trained_by": "vlrl train sft", "sft": {k: metrics.get(k) for k in ("global_step", "loss_first",
+                                                                                  "loss_last", "rows")}}
 
 
 # -- answerer ----------------------------------------------------------------------------------

@@ -1,0 +1,29 @@
+"""Write an SFT recipe and run it with the project's SFT, for the demo's warm starts.
+
+The demo's SFT stages (the CapRL captioner's warm start, the Vision-R1 student's cold-start SFT)
+are ordinary ``vlrl train sft`` recipes: a YAML file next to the model it produces, run by
+:func:`vlrl.training.sft.run_sft` (TRL's ``SFTTrainer``). Writing the file first, rather than
+building a ``Recipe`` in memory, keeps each cached warm start reproducible with the CLI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def save_recipe(recipe: dict[str, Any], path: Path) -> Path:
+    """Write ``recipe`` as YAML at ``path`` (keys in the order given) and return ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def run_sft_recipe(path: Path) -> dict[str, Any]:
+    """Run the SFT recipe at ``path`` exactly as ``vlrl train sft`` would; returns its metrics."""
+    from vlrl.training.recipe import load_recipe
+    from vlrl.training.sft import run_sft
+
+    return run_sft(load_recipe(path))
