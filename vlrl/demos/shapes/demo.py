@@ -3,7 +3,7 @@
 Stages (each leaves a marker under ``DIR/state`` so an interrupted demo resumes where it stopped):
 
 1. **warm start** — tokenizer, SFT captioner, reward answerer, judge answerer (cached across runs,
-   :mod:`vlrl.demos.shapes.warmstart`, which says why its training loops are its own);
+   :mod:`vlrl.demos.shapes.warmstart`: the captioner by the project's SFT recipe, the answerers by their own loop);
 2. **data** — shapes-world scenes for GRPO and held-out evaluation, rendered to PNG, with their
    MCQs (:mod:`vlrl.demos.shapes.world`);
 3. **curation** — the text-only half of CapRL's QA filter (:func:`vlrl.methods.caprl.filtering.text_only_filter`)

@@ -6,9 +6,15 @@ attribute word gets bound to the pixels), then captions with each attribute drop
 ends up stating about a third of the facts when sampled, nearly all of them right — the room GRPO
 has to improve. Two details decide whether this works (see ``shared/notes/shapes-world.md``):
 
-* The SFT prompt is built exactly as TRL builds it at GRPO time (``prepare_multimodal_messages``
-  then the processor's chat template: default system line, image before text), and the custom loop
-  passes ``mm_token_type_ids`` so Qwen2.5-VL uses M-RoPE as it does under TRL.
+* The captioner is trained by the project's SFT (:func:`vlrl.training.sft.run_sft`, what ``vlrl
+  train sft`` runs: TRL's ``SFTTrainer``) with the very prompt the demo's GRPO recipe asks for
+  captions with (the recipe prompt :data:`~vlrl.demos.shapes.world.CAPTION_PROMPT`, no system
+  prompt), so both trainers template it the same way: ``prepare_multimodal_messages`` then the
+  processor's chat template (default system line, image before text), with the ``mm_token_type_ids``
+  Qwen2.5-VL needs for M-RoPE. :func:`caption_prompt_encoding` is that prompt, for tests and
+  ``prompt_tokens``. The curriculum is data, not code: :func:`captioner_sft_rows` writes one row
+  per (step, slot) in training order and :func:`captioner_recipe` reads them sequentially, one
+  pass, so step ``s`` trains on exactly the captions the schedule gives it.
 * The answerer (a tiny Qwen2 LM) is trained on the very requests the ``caprl_qa`` reward sends:
   the reward's own option presentation (:func:`vlrl.methods.caprl.mcq.present`), its prompt template, the
   pre-fill, and the ``hf:`` backend's public :meth:`~vlrl.core.backends.hf.HFBackend.render_prompt` and
@@ -18,17 +24,11 @@ has to improve. Two details decide whether this works (see ``shared/notes/shapes
   the stated value word at the answer position (training only) is what makes the letter/value
   binding learnable at this size.
 
-Why both loops are hand-written rather than ``vlrl train sft`` recipes:
-
-* The answerer is trained on one answer token per request plus an auxiliary head; no SFT recipe
-  expresses that.
-* The captioner's curriculum can be written as data (full captions, then attribute-dropped ones:
-  two JSONL files and two SFT recipes). Run through the project's SFT (TRL's ``SFTTrainer``) it
-  cost about 1.6× the CPU time per step of this loop (0.55 vs 0.35 CPU-seconds per 64-caption
-  step, measured side by side on the busy 2-core machine), partly because this loop runs the
-  image processor once for the whole training set instead of once per batch; and that version has not been shown to reproduce
-  the demo's documented learning (+0.52 ± 0.07 over three seeds), which this loop has. Until it
-  is, the demo keeps this loop.
+Why the answerer's loop is hand-written rather than a ``vlrl train sft`` recipe: it is trained on
+one answer token per request plus an auxiliary head, which no SFT recipe expresses. It takes the
+demo's shared step (:func:`vlrl.demos.shapes.train_loop.train_steps`), whose schedule the
+captioner's recipe repeats (AdamW without weight decay, 30 warm-up steps then cosine to zero,
+gradients clipped to norm 1).
 
 Every artefact is cached under ``cache_dir`` by a hash of its settings plus its seed, written to a
 temporary folder and renamed into place, so an interrupted warm start never leaves a half model.
@@ -311,42 +311,49 @@ def captioner_recipe(cfg: WarmStartConfig, seed: int, model: Path, data: Path, o
     }
 
 
+def write_captioner_sft(cfg: WarmStartConfig, seed: int, model: Path, root: Path) -> Path:
+    """Render the ``sft_images`` scenes, write the curriculum and the recipe under ``root``; returns
+    the recipe's path (``root/sft.yaml``, runnable as ``vlrl train sft``; it trains into ``root/sft``)."""
+    from vlrl.demos.shapes.sft_recipe import save_recipe
+
+    data = root / "sft_data"
+    (data / "images").mkdir(parents=True)
+    scenes = W.make_scenes(cfg.sft_images, seed, cfg.world, prefix="sft")
+    for sc in scenes:
+        W.render(sc, cfg.world).save(data / "images" / f"{sc.id}.png")
+    with open(data / "train.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in captioner_sft_rows(cfg, seed, scenes))
+    return save_recipe(captioner_recipe(cfg, seed, model, data / "train.jsonl", root / "sft"), root / "sft.yaml")
+
+
 def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
     """Build the tiny captioner in ``out``: a fresh Qwen2.5-VL, then the project's SFT on the curriculum."""
-    from transformers import GenerationConfig
+    from transformers import AutoProcessor, GenerationConfig
 
+    from vlrl.core.images import load_image
     from vlrl.core.tiny import make_tiny
-    from vlrl.demos.shapes.sft_recipe import run_sft_recipe, save_recipe
+    from vlrl.demos.shapes.sft_recipe import run_sft_recipe
 
-    init, data, run = out / "init", out / "sft_data", out / "sft"
+    init = out / "init"
     make_tiny("qwen2_5_vl", init, seed=seed, tokenizer=str(tok_dir), hidden_size=cfg.cap_hidden,
               num_hidden_layers=cfg.cap_layers, num_attention_heads=4, num_key_value_heads=2,
               mrope_section=list(cfg.cap_mrope), vision_hidden_size=cfg.vision_hidden, vision_depth=cfg.vision_depth,
               initializer_range=cfg.cap_init)
-    scenes = W.make_scenes(cfg.sft_images, seed, cfg.world, prefix="sft")
-    (data / "images").mkdir(parents=True)
-    for sc in scenes:
-        W.render(sc, cfg.world).save(data / "images" / f"{sc.id}.png")
-    rows = captioner_sft_rows(cfg, seed, scenes)
-    with open(data / "train.jsonl", "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(r) + "\n" for r in rows)
-    recipe = save_recipe(captioner_recipe(cfg, seed, init, data / "train.jsonl", run), out / "sft.yaml")
-    metrics = run_sft_recipe(recipe)
+    metrics = run_sft_recipe(write_captioner_sft(cfg, seed, init, out))
     if metrics.get("global_step") != cfg.sft_steps:
         raise RuntimeError(f"captioner SFT ran {metrics.get('global_step')} steps, not {cfg.sft_steps}")
     # the trained model (weights, config, processor) becomes the cached captioner itself
-    for f in run.iterdir():
+    for f in (out / "sft").iterdir():
         if f.is_file():
             os.replace(f, out / f.name)
-    for d in (init, data, run):
-        shutil.rmtree(d, ignore_errors=True)
+    image = next((out / "sft_data" / "images").iterdir())
+    prompt_tokens = len(caption_prompt_encoding(AutoProcessor.from_pretrained(str(out)), load_image(str(image)))
+                        ["input_ids"][0])
+    for d in ("init", "sft_data", "sft"):
+        shutil.rmtree(out / d, ignore_errors=True)
     gen = GenerationConfig.from_pretrained(str(out))
     gen.do_sample = False
     gen.save_pretrained(str(out))
-    from transformers import AutoProcessor
-
-    prompt_tokens = len(caption_prompt_encoding(AutoProcessor.from_pretrained(str(out)),
-                                                W.render(scenes[0], cfg.world))["input_ids"][0])
     return {"kind": "captioner", "seed": seed, "final_loss": metrics["loss_last"], "prompt_tokens": prompt_tokens,
             "trained_by": "vlrl train sft", "sft": {k: metrics.get(k) for k in ("global_step", "loss_first",
                                                                                   "loss_last", "rows")}}
