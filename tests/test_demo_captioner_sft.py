@@ -67,7 +67,8 @@ def test_curriculum_rows_are_the_draws_of_the_replaced_loop():
     for step in range(cfg.sft_steps):
         idx = rng.sample(range(len(scenes)), cfg.sft_batch)
         drop = 0.0 if step < cfg.full_caption_steps else cfg.drop_p
-        expected += [(f"images/{scenes[i].id}.png", c) for i, c in zip(idx, [W.caption(scenes[i], rng, drop) for i in idx])]
+        caps = [W.caption(scenes[i], rng, drop) for i in idx]
+        expected += [(f"images/{scenes[i].id}.png", c) for i, c in zip(idx, caps, strict=True)]
     assert [(r["image"], r["caption"]) for r in captioner_sft_rows(cfg, 1, scenes)] == expected
 
 
