@@ -281,7 +281,10 @@ def captioner_recipe(cfg: WarmStartConfig, seed: int, model: Path, data: Path, o
 
     The user turn is the recipe prompt (the rows carry none), exactly as the demo's GRPO recipe
     asks for captions, so SFT and RL see one prompt. The schedule is the demo's other warm starts'
-    (AdamW without weight decay, 30 warm-up steps then cosine to 0, gradients clipped to norm 1).
+    (AdamW without weight decay, 30 warm-up steps then cosine to 0, gradients clipped to norm 1;
+    transformers' warm-up starts at a rate of 0 where :func:`~vlrl.demos.shapes.train_loop.warmup_cosine`
+    starts at 1/30 of it, a one-step offset). TRL's completion also trains the newline the chat
+    template writes after ``<|im_end|>``, one easy token per caption the old loop did not train.
     ``logging_steps=50`` makes the last logged loss the mean of the last 50 steps (``final_loss``).
     """
     return {
