@@ -146,4 +146,4 @@ def test_sft_trains_on_the_prompt_grpo_samples_captions_with(captioner, tmp_path
     # the target is the row's caption, ended by the turn's end token
     target = batch["input_ids"][0][trained]
     assert trained.nonzero().min() == len(sft_prompt)  # loss on the whole completion, none on the prompt
-    assert sft.processing_class.tokenizer.decode(target).startswith(first["caption"] + "<|im_end|>")
+    assert sft.processing_class.tokenizer.decode(target) == first["caption"] + "<|im_end|>\n"
