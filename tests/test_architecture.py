@@ -62,3 +62,15 @@ def test_docs_name_only_files_that_exist():
                for m in re.finditer(r"\]\((?:\.\./|/)[^)]*\)", doc.read_text(encoding="utf-8"))]
     assert not missing, missing
     assert not outside, outside
+
+
+def test_code_and_docs_cite_nothing_outside_the_repository():
+    """Docstrings and docs may point a reader at repository files only: a note kept outside the
+    checkout is not there for anyone who clones it."""
+    import re
+
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "vlrl").rglob("*.py"),
+             *(ROOT / "vlrl").rglob("*.jinja")]
+    pattern = re.compile(r"(?:\.\./shared|\bshared/(?:notes|reference|STYLE)|/work/)")
+    hits = [f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files for m in pattern.finditer(f.read_text(encoding="utf-8"))]
+    assert not hits, hits

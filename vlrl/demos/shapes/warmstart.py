@@ -4,7 +4,7 @@ RL can only sharpen what a policy already does now and then, so the demo starts 
 Qwen2.5-VL captioner fine-tuned on deliberately incomplete captions: full captions first (so every
 attribute word gets bound to the pixels), then captions with each attribute dropped with p=``drop_p``. It
 ends up stating about a third of the facts when sampled, nearly all of them right — the room GRPO
-has to improve. Two details decide whether this works (see ``shared/notes/shapes-world.md``):
+has to improve. Two details decide whether this works:
 
 * The captioner is trained by the project's SFT (:func:`vlrl.training.sft.run_sft`, what ``vlrl
   train sft`` runs: TRL's ``SFTTrainer``) with the very prompt the demo's GRPO recipe asks for
