@@ -50,6 +50,7 @@ from vlrl.demos.shapes.demo import (
 )
 from vlrl.demos.shapes.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge
 from vlrl.demos.shapes.likert import PROMPT as LIKERT_PROMPT
+from vlrl.demos.shapes.recipes import save_recipe
 from vlrl.demos.shapes.warmstart import build_all, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -138,9 +139,7 @@ def write_row_recipe(row: str, out: Path, cfg: CompareConfig, ws, cache_dir: Pat
     row_dir = out / "rows" / row
     recipe["trainer"]["output_dir"] = str(row_dir / "grpo")
     row_dir.mkdir(parents=True, exist_ok=True)
-    path = row_dir / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    return save_recipe(recipe, row_dir / "recipe.yaml")
 
 
 # -- the run -----------------------------------------------------------------------------------

@@ -36,10 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.recipes import save_recipe
 from vlrl.demos.shapes.warmstart import WarmStartConfig, build_all, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -287,9 +286,7 @@ def write_recipe(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, re
 
     ``rewards`` and ``source`` replace the CapRL reward blocks and training rows (the other demos
     train the same warm start, world and GRPO settings against their own reward)."""
-    path = out / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe_dict(out, cfg, captioner, answerer, rewards, source), sort_keys=False))
-    return path
+    return save_recipe(recipe_dict(out, cfg, captioner, answerer, rewards, source), out / "recipe.yaml")
 
 
 def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rewards: list[dict[str, Any]] | None = None,

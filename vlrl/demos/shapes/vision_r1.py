@@ -39,14 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.core.prompts import template_path
 from vlrl.demos.shapes import reasoning as R
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
-from vlrl.demos.shapes.sft_recipe import run_sft_recipe, save_recipe
+from vlrl.demos.shapes.recipes import run_sft_recipe, save_recipe
 from vlrl.demos.shapes.warmstart import (
     WarmStartConfig,
     _cached,
@@ -229,9 +227,7 @@ def rl_recipe(out: Path, cfg: VR1Config, student: Path, name: str, single: bool)
     else:
         recipe["stages"] = [{"max_completion_length": c, "num_generations": g, "steps": n} for c, g, n in cfg.stages]
         recipe["ptst"] = {"prompts_per_step": cfg.prompts_per_step}
-    path = out / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    return save_recipe(recipe, out / f"{name}.yaml")
 
 
 def run_recipe(path: Path) -> dict[str, Any]:

@@ -317,7 +317,7 @@ def captioner_recipe(cfg: WarmStartConfig, seed: int, model: Path, data: Path, o
 def write_captioner_sft(cfg: WarmStartConfig, seed: int, model: Path, root: Path) -> Path:
     """Render the ``sft_images`` scenes, write the curriculum and the recipe under ``root``; returns
     the recipe's path (``root/sft.yaml``, runnable as ``vlrl train sft``; it trains into ``root/sft``)."""
-    from vlrl.demos.shapes.sft_recipe import save_recipe
+    from vlrl.demos.shapes.recipes import save_recipe
 
     data = root / "sft_data"
     (data / "images").mkdir(parents=True)
@@ -335,7 +335,7 @@ def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -
 
     from vlrl.core.images import load_image
     from vlrl.core.tiny import make_tiny
-    from vlrl.demos.shapes.sft_recipe import run_sft_recipe
+    from vlrl.demos.shapes.recipes import run_sft_recipe
 
     init = out / "init"
     make_tiny("qwen2_5_vl", init, seed=seed, tokenizer=str(tok_dir), hidden_size=cfg.cap_hidden,

@@ -1,9 +1,9 @@
-"""Write an SFT recipe and run it with the project's SFT, for the demo's warm starts.
+"""The demos' recipe files: every training stage of the demos is an ordinary recipe on disk.
 
-The demo's SFT stages (the CapRL captioner's warm start, the Vision-R1 student's cold-start SFT)
-are ordinary ``vlrl train sft`` recipes: a YAML file next to the model it produces, run by
-:func:`vlrl.training.sft.run_sft` (TRL's ``SFTTrainer``). Writing the file first, rather than
-building a ``Recipe`` in memory, keeps each cached warm start reproducible with the CLI.
+The SFT stages (the CapRL captioner's warm start, the Vision-R1 student's cold-start SFT) are
+``vlrl train sft`` recipes run by :func:`vlrl.training.sft.run_sft` (TRL's ``SFTTrainer``); the RL
+stages are ``vlrl train grpo`` / ``vlrl train ptst`` recipes. Writing the file first, rather than
+building a ``Recipe`` in memory, leaves each stage runnable again with the CLI.
 """
 
 from __future__ import annotations
