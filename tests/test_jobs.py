@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -331,19 +332,30 @@ def test_second_writer_is_refused_and_kill_dash_nine_then_rerun_is_exactly_once(
 
 
 def test_ctrl_c_says_where_the_job_stopped(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 80)
+    imgs = _corpus(tmp_path / "imgs", 40)
     out = tmp_path / "out"
-    # one request at a time (>= 12 s of work): the interrupt must land mid-run even on a loaded
-    # machine (with 16 concurrent requests the job could finish before the signal was sent)
-    with FakeOpenAI(delay=0.15) as srv:
+    # The server answers four requests, then holds every further one until the test has sent the
+    # interrupt: the job cannot finish first, however loaded the machine (a timing window could).
+    gate = threading.Event()
+
+    def reply(body: dict) -> str:
+        if srv.chats > 4:
+            gate.wait(60)
+        return "a caption " + str(srv.chats)
+
+    with FakeOpenAI(reply=reply) as srv:
         proc = subprocess.Popen([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(concurrency="1"), "--out", str(out),
                                  "--no-progress", "--batch-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=_env())
-        assert _wait_for(lambda: (out / "captions").exists() and len(_ids(out)) >= 2)
-        proc.send_signal(signal.SIGINT)
+        try:
+            assert _wait_for(lambda: (out / "captions").exists() and len(_ids(out)) >= 2)
+            proc.send_signal(signal.SIGINT)
+        finally:
+            gate.set()
         _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "rerun the same command to resume" in err and str(out) in err
+    assert 2 <= len(_ids(out)) < 40
 
 
 # -- qa-curate ------------------------------------------------------------------------------------
