@@ -150,8 +150,8 @@ VLRL = str(Path(sys.executable).with_name("vlrl"))
 @pytest.mark.timeout(3600)
 def test_vision_r1_quick_demo(tmp_path):
     """The quick demo end to end. The issue's learning goal (+0.15 held-out accuracy after PTST) is
-    not reached by this demo yet (seed 0: 0.51 -> 0.56, see docs/demo-vision-r1.md); the test says
-    so as an expected failure with the measured numbers instead of hiding the goal."""
+    not reached by this demo yet (see docs/demo-vision-r1.md); the test says so as an expected
+    failure with the measured numbers instead of hiding the goal."""
     out = tmp_path / "vr1"
     res = subprocess.run([VLRL, "demo", "--method", "vision-r1", "--quick", "--out", str(out)], env=ENV,
                          capture_output=True, text=True)
