@@ -343,10 +343,14 @@ def test_ctrl_c_says_where_the_job_stopped(tmp_path):
             gate.wait(60)
         return "a caption " + str(srv.chats)
 
+    # A shell that starts a job in the background (``make test &``, CI runners) leaves SIGINT
+    # ignored, and an ignored signal stays ignored across exec: Python would then never raise
+    # KeyboardInterrupt. Restore the default before exec'ing the CLI, as a terminal would have it.
+    sigint_default = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
     with FakeOpenAI(reply=reply) as srv:
-        proc = subprocess.Popen([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(concurrency="1"), "--out", str(out),
-                                 "--no-progress", "--batch-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_env())
+        proc = subprocess.Popen([sys.executable, "-c", sigint_default, VLRL, "caption", "--images", str(imgs),
+                                 "--model", srv.spec(concurrency="1"), "--out", str(out), "--no-progress", "--batch-size", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
         try:
             assert _wait_for(lambda: (out / "captions").exists() and len(_ids(out)) >= 2)
             proc.send_signal(signal.SIGINT)
