@@ -36,8 +36,9 @@ def _problem(seed: int = 0):
     return net, loss_fn
 
 
-def _reference(net, loss_fn, steps: int, lr: float):
-    """The step every pre-refactor warm-start loop took, line for line."""
+def _reference(net, loss_fn, steps: int, lr: float, schedule_first: bool = False):
+    """The step every pre-refactor warm-start loop took, line for line (``schedule_first``: the
+    same loop with the schedule stepped before the optimiser, a wrong order the check must catch)."""
 
     def lr_lambda(step: int, warmup: int = 30) -> float:
         if step < warmup:
@@ -53,8 +54,8 @@ def _reference(net, loss_fn, steps: int, lr: float):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
+        for update in ((sched.step, opt.step) if schedule_first else (opt.step, sched.step)):
+            update()
         losses.append(loss.item())
         if (step + 1) % 100 == 0:
             at_log.append([p.detach().clone() for p in params])
@@ -95,17 +96,8 @@ def test_a_different_step_order_is_caught():
     train_steps(net.parameters(), loss_fn, steps=40, lr=LR, name="net-s0")
 
     other, other_loss = _problem()
-    params = list(other.parameters())
-    opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(40))
-    for step in range(40):
-        loss = other_loss(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        sched.step()
-        opt.step()
-    assert not all(torch.equal(p, q) for p, q in zip(net.parameters(), params, strict=True))
+    _reference(other, other_loss, 40, LR, schedule_first=True)
+    assert not all(torch.equal(p, q) for p, q in zip(net.parameters(), other.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("total", [31, 110, 1000])
