@@ -142,3 +142,39 @@ def test_grpo_step_with_two_images_per_prompt(tmp_path):
     assert rows and all(len(r["images"]) == 2 for r in rows)  # both images reached generation
     assert all("gold" in r and "prediction" in r for r in rows)  # hfrrf's gold and parsed prediction
     assert 0.0 <= m["reward_time_share"] <= 1.0
+
+
+def test_every_completion_is_graded_against_its_own_rows_answer(tmp_path):
+    """A reward handed another row's gold answer still returns plausible numbers and trains noise.
+
+    Each row's answer is written into its own question, so the completions log (prompt, hfrrf's
+    gold) shows whether TRL's grouping and PTST's sampler kept every column with its prompt, in
+    both stages (groups of 4, then of 2).
+    """
+    import re
+
+    from vlrl.training.ptst import run_ptst
+    from vlrl.training.recipe import load_recipe
+
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(tmp_path / "img.png")
+    src = tmp_path / "own.jsonl"
+    src.write_text("".join(json.dumps({"id": f"q{i}", "image": "img.png", "question": f"Say {100 + 7 * i}.",
+                                       "answer": str(100 + 7 * i)}) + "\n" for i in range(12)))
+    out = tmp_path / "own"
+    run_ptst(load_recipe(TINY / "vision_r1_tiny_ptst.yaml", [f"output_dir={out}", f"data.source={src}"]))
+    seen = 0
+    for stage, group in ((1, 4), (2, 2)):
+        files = sorted((out / f"stage-{stage}" / "completions").glob("step-*.jsonl"))
+        assert files, f"stage {stage} logged no completions"
+        for f in files:
+            rows = [json.loads(x) for x in f.read_text().splitlines()]
+            assert len(rows) % group == 0
+            for r in rows:
+                said = re.findall(r"Say (\d+)\.", r["prompt"])
+                assert said == [str(r["gold"])], (stage, r["prompt"][-80:], r["gold"])
+            for k in range(0, len(rows), group):  # a group is one prompt's completions
+                assert len({r["prompt"] for r in rows[k:k + group]}) == 1
+            seen += len(rows)
+    assert seen >= 8
