@@ -147,9 +147,10 @@ def test_grpo_step_with_two_images_per_prompt(tmp_path):
 def test_every_completion_is_graded_against_its_own_rows_answer(tmp_path):
     """A reward handed another row's gold answer still returns plausible numbers and trains noise.
 
-    Each row's answer is written into its own question, so the completions log (prompt, hfrrf's
-    gold) shows whether TRL's grouping and PTST's sampler kept every column with its prompt, in
-    both stages (groups of 4, then of 2).
+    Each row's answer is written into its own question, so the completions log (prompt, and the
+    gold answer hfrrf received) shows whether the dataset vlrl builds (prompt template, answer
+    column) and the columns it hands the reward stay with each completion's own prompt, in both
+    PTST stages (groups of 4, then of 2).
     """
     import re
 
@@ -177,4 +178,4 @@ def test_every_completion_is_graded_against_its_own_rows_answer(tmp_path):
             for k in range(0, len(rows), group):  # a group is one prompt's completions
                 assert len({r["prompt"] for r in rows[k:k + group]}) == 1
             seen += len(rows)
-    assert seen >= 8
+    assert seen == 2 * (2 * 4 + 2 * 2)  # every step's batch was logged and checked
