@@ -154,10 +154,10 @@ def test_every_completion_is_graded_against_its_own_rows_answer(tmp_path):
     """
     import re
 
+    from PIL import Image
+
     from vlrl.training.ptst import run_ptst
     from vlrl.training.recipe import load_recipe
-
-    from PIL import Image
 
     Image.new("RGB", (32, 32), (200, 30, 30)).save(tmp_path / "img.png")
     src = tmp_path / "own.jsonl"
