@@ -8,24 +8,12 @@ app = typer.Typer(no_args_is_help=True)
 
 
 def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool, force: bool = False) -> None:
-    from vlrl.training.entry import as_method, one_line_errors, report, warnings_once
+    from vlrl.training.entry import as_method, one_line_errors, report, run, warnings_once
     from vlrl.training.recipe import load_recipe
 
     warnings_once()
     with one_line_errors():
-        r = as_method(load_recipe(recipe, overrides or []), method)
-        if method == "grpo":
-            from vlrl.training.grpo import run_grpo
-
-            metrics = run_grpo(r, resume=resume, force=force)
-        elif method == "ptst":
-            from vlrl.training.ptst import run_ptst
-
-            metrics = run_ptst(r, resume=resume, force=force)
-        else:
-            from vlrl.training.sft import run_sft
-
-            metrics = run_sft(r, force=force)
+        metrics = run(as_method(load_recipe(recipe, overrides or []), method), resume=resume, force=force)
     report(metrics)
 
 

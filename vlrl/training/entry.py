@@ -54,6 +54,23 @@ def as_method(recipe: Any, method: str) -> Any:
     return recipe
 
 
+def run(recipe: Any, *, resume: bool = True, force: bool = False) -> dict[str, Any]:
+    """Train ``recipe`` by its method (``grpo``, ``ptst`` or ``sft``) and return the metrics: the one
+    dispatch behind ``vlrl train grpo|ptst|sft``, the ``train/*.py`` files and the demos' stages.
+    ``resume`` applies to the RL methods (an SFT run always starts from its recipe's model)."""
+    if recipe.method == "grpo":
+        from vlrl.training.grpo import run_grpo
+
+        return run_grpo(recipe, resume=resume, force=force)
+    if recipe.method == "ptst":
+        from vlrl.training.ptst import run_ptst
+
+        return run_ptst(recipe, resume=resume, force=force)
+    from vlrl.training.sft import run_sft
+
+    return run_sft(recipe, force=force)
+
+
 def report(metrics: dict[str, Any]) -> None:
     """The entry point's result: the metrics as JSON on standard output."""
     sys.stdout.write(json.dumps(metrics, indent=2, default=str) + "\n")

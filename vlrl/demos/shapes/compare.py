@@ -46,11 +46,10 @@ from vlrl.demos.shapes.demo import (
     prepare_out,
     read_history,
     recipe_dict,
-    run_grpo_stage,
 )
 from vlrl.demos.shapes.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge
 from vlrl.demos.shapes.likert import PROMPT as LIKERT_PROMPT
-from vlrl.demos.shapes.recipes import save_recipe
+from vlrl.demos.shapes.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.warmstart import build_all, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -185,7 +184,7 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
             if not stages.done(f"grpo_{row}"):
                 recipe = write_row_recipe(row, out, cfg, ws, cache)
                 logger.info("compare: training the %s row (%d GRPO steps)", row, dcfg.grpo_steps)
-                run_grpo_stage(recipe)
+                run_recipe(recipe)
                 stages.finish(f"grpo_{row}", time.time() - t)
                 t = time.time()
             atomic_write_json(out / "eval" / f"{row}.json",

@@ -38,7 +38,7 @@ from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.recipes import save_recipe
+from vlrl.demos.shapes.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.warmstart import WarmStartConfig, build_all, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -385,13 +385,6 @@ def read_history(grpo_dir: Path) -> list[dict[str, Any]]:
     return [by_step[k] for k in sorted(by_step)]
 
 
-def run_grpo_stage(recipe_path: Path) -> dict[str, Any]:
-    from vlrl.training.grpo import run_grpo
-    from vlrl.training.recipe import load_recipe
-
-    return run_grpo(load_recipe(recipe_path), resume=True)
-
-
 # -- the whole demo ----------------------------------------------------------------------------
 
 
@@ -426,7 +419,7 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
                                              100 * curate(out, cfg, answerer_spec)["dropped_rate"]))
     stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                         evaluate(ws.captioner, out, cfg, ws.judge, ws.answerer)))
-    stages.run("grpo", lambda: run_grpo_stage(write_recipe(out, cfg, ws.captioner, ws.answerer)))
+    stages.run("grpo", lambda: run_recipe(write_recipe(out, cfg, ws.captioner, ws.answerer)))
     stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                        evaluate(out / "grpo", out, cfg, ws.judge, ws.answerer)))
 

@@ -21,9 +21,10 @@ def save_recipe(recipe: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def run_sft_recipe(path: Path) -> dict[str, Any]:
-    """Run the SFT recipe at ``path`` exactly as ``vlrl train sft`` would; returns its metrics."""
+def run_recipe(path: Path) -> dict[str, Any]:
+    """Run the recipe at ``path`` as ``vlrl train <its method>`` would (resuming an RL stage from its
+    newest checkpoint); returns its metrics."""
+    from vlrl.training.entry import run
     from vlrl.training.recipe import load_recipe
-    from vlrl.training.sft import run_sft
 
-    return run_sft(load_recipe(path))
+    return run(load_recipe(path))

@@ -40,6 +40,7 @@ from vlrl.core.pipeline import atomic_write_json, read_jsonl
 from vlrl.demos.shapes import demo as D
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.committee import COMMITTEE
+from vlrl.demos.shapes.recipes import run_recipe
 from vlrl.demos.shapes.rubric_judge import JudgeConfig, build_rubric_judge, oracle_verdict
 from vlrl.demos.shapes.warmstart import WarmStart, build_all, default_cache_dir
 
@@ -232,7 +233,7 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
     stages.run("rubrics", lambda: (prepare_rubric_data(out, cfg, ws), prepare_eval_rubrics(out, cfg, ws)))
     stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                    evaluate(ws.captioner, out, cfg, ws, judge_dir)))
-    stages.run("grpo", lambda: D.run_grpo_stage(write_recipe(out, cfg, ws, judge_dir)))
+    stages.run("grpo", lambda: run_recipe(write_recipe(out, cfg, ws, judge_dir)))
     stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                   evaluate(out / "grpo", out, cfg, ws, judge_dir)))
 

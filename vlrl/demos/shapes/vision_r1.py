@@ -44,7 +44,7 @@ from vlrl.core.prompts import template_path
 from vlrl.demos.shapes import reasoning as R
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
-from vlrl.demos.shapes.recipes import run_sft_recipe, save_recipe
+from vlrl.demos.shapes.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.warmstart import (
     WarmStartConfig,
     _cached,
@@ -156,7 +156,7 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
             raise RuntimeError(f"cold start kept no sample ({stats['reject_reasons']})")
         kept = [{**r, "prompt": student_prompt(r["question"])} for r in read_jsonl(tmp / "cold_start" / "sft.jsonl")]
         _write_jsonl(tmp / "cold_start" / "sft_prompted.jsonl", kept)
-        metrics = run_sft_recipe(write_sft_recipe(tmp, cfg, captioner))
+        metrics = run_recipe(write_sft_recipe(tmp, cfg, captioner))
         for ckpt in (tmp / "student").glob("checkpoint-*"):
             shutil.rmtree(ckpt, ignore_errors=True)
         return {"kind": "vision-r1 student", "seed": cfg.seed, "cold_start": stats, "sft": metrics,
@@ -228,19 +228,6 @@ def rl_recipe(out: Path, cfg: VR1Config, student: Path, name: str, single: bool)
         recipe["stages"] = [{"max_completion_length": c, "num_generations": g, "steps": n} for c, g, n in cfg.stages]
         recipe["ptst"] = {"prompts_per_step": cfg.prompts_per_step}
     return save_recipe(recipe, out / f"{name}.yaml")
-
-
-def run_recipe(path: Path) -> dict[str, Any]:
-    from vlrl.training.recipe import load_recipe
-
-    recipe = load_recipe(path)
-    if recipe.method == "ptst":
-        from vlrl.training.ptst import run_ptst
-
-        return run_ptst(recipe, resume=True)
-    from vlrl.training.grpo import run_grpo
-
-    return run_grpo(recipe, resume=True)
 
 
 def ptst_history(out: Path, cfg: VR1Config) -> list[dict[str, Any]]:

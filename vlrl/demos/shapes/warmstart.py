@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.train_loop import WARMUP_STEPS, train_steps
 
 logger = logging.getLogger(__name__)
@@ -317,8 +318,6 @@ def captioner_recipe(cfg: WarmStartConfig, seed: int, model: Path, data: Path, o
 def write_captioner_sft(cfg: WarmStartConfig, seed: int, model: Path, root: Path) -> Path:
     """Render the ``sft_images`` scenes, write the curriculum and the recipe under ``root``; returns
     the recipe's path (``root/sft.yaml``, runnable as ``vlrl train sft``; it trains into ``root/sft``)."""
-    from vlrl.demos.shapes.recipes import save_recipe
-
     data = root / "sft_data"
     (data / "images").mkdir(parents=True)
     scenes = W.make_scenes(cfg.sft_images, seed, cfg.world, prefix="sft")
@@ -335,14 +334,13 @@ def train_captioner(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -
 
     from vlrl.core.images import load_image
     from vlrl.core.tiny import make_tiny
-    from vlrl.demos.shapes.recipes import run_sft_recipe
 
     init = out / "init"
     make_tiny("qwen2_5_vl", init, seed=seed, tokenizer=str(tok_dir), hidden_size=cfg.cap_hidden,
               num_hidden_layers=cfg.cap_layers, num_attention_heads=4, num_key_value_heads=2,
               mrope_section=list(cfg.cap_mrope), vision_hidden_size=cfg.vision_hidden, vision_depth=cfg.vision_depth,
               initializer_range=cfg.cap_init)
-    metrics = run_sft_recipe(write_captioner_sft(cfg, seed, init, out))
+    metrics = run_recipe(write_captioner_sft(cfg, seed, init, out))
     if metrics.get("global_step") != cfg.sft_steps:
         raise RuntimeError(f"captioner SFT ran {metrics.get('global_step')} steps, not {cfg.sft_steps}")
     # the trained model (weights, config, processor) becomes the cached captioner itself
