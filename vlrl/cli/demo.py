@@ -32,6 +32,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and training."),
         force: bool = typer.Option(False, "--force", help="Overwrite a finished or different demo run in --out."),
         cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Warm-start cache (default ~/.cache/vlrl/demo)."),
+        rechecks: int = typer.Option(0, "--rechecks", min=0,
+                                     help="vision-r1 only: the cold start's stand-in reasoner re-states its step up to N "
+                                          "extra times (R1-style overthinking, the habit PTST targets)."),
     ) -> None:
         import json
 
@@ -44,12 +47,16 @@ def register(app: typer.Typer) -> None:
         if name not in RUNNERS or name == "compare" and not compare:
             typer.echo(f"vlrl demo: unknown --method {method!r}; choose caprl, rubicap or vision-r1", err=True)
             raise typer.Exit(2)
+        if rechecks and name != "vision-r1":
+            typer.echo("vlrl demo: --rechecks applies to --method vision-r1 only", err=True)
+            raise typer.Exit(2)
         target, keys = RUNNERS[name]
         out = out or Path("runs/demo" if name == "caprl" else f"runs/demo-{name}")
         module, func = target.split(":")
         run = getattr(importlib.import_module(module), func)
         try:
-            metrics = run(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir)
+            extra = {"rechecks": rechecks} if rechecks else {}
+            metrics = run(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir, **extra)
         except DemoError as e:
             typer.echo(f"vlrl demo: {e}", err=True)
             raise typer.Exit(2) from None

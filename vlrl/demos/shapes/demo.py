@@ -92,9 +92,13 @@ def prepare_out(out: Path, cfg: DemoConfig, force: bool) -> dict[str, Any] | Non
             raise DemoError(f"{out} is not empty and is not a vlrl demo folder; choose another --out")
         prev = json.loads(marker.read_text())
         if prev.get("fingerprint") != cfg.fingerprint():
+            now = json.loads(json.dumps(asdict(cfg), default=str))
+            was = prev.get("config") or {}
+            diff = ", ".join(f"{k}: {was.get(k)!r} there, {now.get(k)!r} now" for k in sorted(set(now) | set(was))
+                             if was.get(k) != now.get(k) and k not in ("seed", "quick"))
             raise DemoError(
-                f"{out} holds a demo run with other settings (seed {prev.get('seed')}, quick={prev.get('quick')}); "
-                "use another --out or pass --force to overwrite it"
+                f"{out} holds a demo run with other settings (seed {prev.get('seed')}, quick={prev.get('quick')}"
+                f"{'; ' + diff if diff else ''}); use another --out or pass --force to overwrite it"
             )
         if (out / "metrics.json").exists():
             return json.loads((out / "metrics.json").read_text())

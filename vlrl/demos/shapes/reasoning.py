@@ -151,8 +151,24 @@ def vlm(error_rate: str = "0.1", version: str = "1"):
     return reply
 
 
-def reasoner(version: str = "1"):
-    """``py:`` factory of the rule-based text reasoner: it solves from the description alone."""
+def recheck(chain: str, said: str, times: int) -> str:
+    """``chain`` with its final step re-stated ``times`` more times, each after "check:"."""
+    step = chain[len(said):].strip()
+    return chain + "".join(f" check: {step}" for _ in range(times))
+
+
+def reasoner(version: str = "1", rechecks: str = "0"):
+    """``py:`` factory of the rule-based text reasoner: it solves from the description alone.
+
+    ``rechecks=N`` makes it *overthink* the way R1-style reasoners do: after its step it re-states
+    the step 0..N more times ("check: red shapes: 1."), the number drawn per problem from a hash of
+    the description and question. The re-checks never change the answer, so the cold start's
+    answer filter keeps and rejects what it would without them; they only lengthen the chains a
+    student learns to imitate. That long-chain habit is
+    the premise of PTST (a short length cap first), which the default stand-in (``rechecks=0``)
+    does not give the demo.
+    """
+    most = int(rechecks)
 
     def reply(messages, sampling):
         text = _text_of(messages)
@@ -162,7 +178,11 @@ def reasoner(version: str = "1"):
         solved = solve(items, q.group(1).strip()) if q else None
         if solved is None:
             return format_response("the description does not settle the question.", "unknown")
-        return format_response(*solved)
+        chain, answer = solved
+        if most:
+            times = hashlib.sha1(f"{desc.group(1)}|{q.group(1)}".encode()).digest()[0] % (most + 1)
+            chain = recheck(chain, W.caption_from_items(items), times)
+        return format_response(chain, answer)
 
     return reply
 

@@ -67,6 +67,8 @@ class VR1Config:
     # cold start + SFT (the cached student)
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
+    reasoner_rechecks: int = 0
+    """The stand-in reasoner re-states its step 0..N extra times (overthinking; see ``reasoning.reasoner``)."""
     sft_steps: int = 400
     sft_batch: int = 16
     sft_lr: float = 2e-3
@@ -81,16 +83,24 @@ class VR1Config:
     warm: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     @classmethod
-    def make(cls, seed: int = 0, quick: bool = False) -> VR1Config:
+    def make(cls, seed: int = 0, quick: bool = False, rechecks: int = 0) -> VR1Config:
+        if rechecks < 0:
+            raise ValueError(f"rechecks must be >= 0, got {rechecks}")
         if quick:
-            return cls(seed=seed, quick=True, stages=((72, 8, 15), (96, 4, 15)), eval_problems=90)
-        return cls(seed=seed)
+            return cls(seed=seed, quick=True, reasoner_rechecks=rechecks, stages=((72, 8, 15), (96, 4, 15)),
+                       eval_problems=90)
+        return cls(seed=seed, reasoner_rechecks=rechecks)
 
     def fingerprint(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:12]
+        d = asdict(self)
+        if not d["reasoner_rechecks"]:  # absent when 0, so run folders written before it still resume
+            del d["reasoner_rechecks"]
+        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def student_key(self) -> str:
         keep = {k: getattr(self, k) for k in ("cold_start_problems", "vlm_error_rate", "sft_steps", "sft_batch", "sft_lr")}
+        if self.reasoner_rechecks:  # absent when 0, so the students cached before it keep their keys
+            keep["reasoner_rechecks"] = self.reasoner_rechecks
         # the prompt's text, not its name: an edited template is a new student, never a stale cached one
         prompt = template_path(EVAL_PROMPT).read_text(encoding="utf-8")
         blob = json.dumps([STUDENT_VERSION, prompt, self.warm.key("cap"), keep], sort_keys=True)
@@ -150,7 +160,7 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
 
         src = write_problems(tmp / "problems", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world)
         stats = cold_start(str(src), f"py:vlrl.demos.shapes.reasoning:vlm?error_rate={cfg.vlm_error_rate}",
-                           "py:vlrl.demos.shapes.reasoning:reasoner", tmp / "cold_start", batch_size=64,
+                           f"py:vlrl.demos.shapes.reasoning:reasoner?rechecks={cfg.reasoner_rechecks}", tmp / "cold_start", batch_size=64,
                            vlm_max_tokens=128, reasoner_max_tokens=256, seed=cfg.seed)
         if not stats["kept"]:
             raise RuntimeError(f"cold start kept no sample ({stats['reject_reasons']})")
@@ -259,6 +269,7 @@ def evaluate(model_dir: Path, out: Path, name: str, cfg: VR1Config) -> dict[str,
 def summary(m: dict[str, Any]) -> dict[str, Any]:
     return {"acc": round(m["accuracy"], 4), "acc_strict": round(m["accuracy_strict_format"], 4),
             "format": round(1 - m["format_failure_rate"], 4),
+            "acc_formatted": None if m["accuracy_when_formatted"] is None else round(m["accuracy_when_formatted"], 4),
             "mean_tokens": round(m.get("completion_tokens", {}).get("mean", 0.0), 2),
             "truncation": round(m["truncation_rate"], 4),
             "by_kind": {k: round(v["accuracy"], 4) for k, v in m.get("by_group", {}).items()}}
@@ -269,12 +280,15 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
 
 def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, quick: bool = False,
                        force: bool = False, cache_dir: str | Path | None = None,
-                       config: VR1Config | None = None) -> dict[str, Any]:
-    """Run (or resume, or reuse) the Vision-R1 demo in ``out``; returns the metrics."""
+                       config: VR1Config | None = None, rechecks: int = 0) -> dict[str, Any]:
+    """Run (or resume, or reuse) the Vision-R1 demo in ``out``; returns the metrics.
+
+    ``rechecks`` > 0 gives the cold start an overthinking reasoner (see :func:`reasoning.reasoner`).
+    """
     import torch
 
     out = Path(out)
-    cfg = config or VR1Config.make(seed=seed, quick=quick)
+    cfg = config or VR1Config.make(seed=seed, quick=quick, rechecks=rechecks)
     prev = prepare_out(out, cfg, force)
     if prev is not None:
         return {**prev, "reused": True}
@@ -340,6 +354,12 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
         "format_before": b["format"], "format_after": a["format"],
         "mean_tokens_before": b["mean_tokens"], "mean_tokens_after": a["mean_tokens"],
         "acc_strict_before": b["acc_strict"], "acc_strict_after": a["acc_strict"],
+        # accuracy among well-formed outputs: separates "answers better" from "stops in time"
+        "acc_formatted_before": b["acc_formatted"], "acc_formatted_after": a["acc_formatted"],
+        "single_stage_acc_formatted_after": s["acc_formatted"],
+        "truncation_before": b["truncation"], "truncation_after": a["truncation"],
+        "single_stage_truncation_after": s["truncation"],
+        "reasoner_rechecks": cfg.reasoner_rechecks,
         "single_stage_acc_after": s["acc"], "single_stage_format_after": s["format"],
         "single_stage_mean_tokens_after": s["mean_tokens"],
         "reward_first": _window(rewards, True, window), "reward_last": _window(rewards, False, window),

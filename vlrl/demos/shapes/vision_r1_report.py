@@ -75,11 +75,15 @@ def write_report(out: Path, cfg, metrics: dict[str, Any], evals: dict[str, dict]
     )
     m = metrics
     keys = ["acc_before", "acc_after", "gain", "single_stage_acc_after", "format_before", "format_after",
+            "acc_formatted_before", "acc_formatted_after", "truncation_before", "truncation_after",
             "mean_tokens_before", "mean_tokens_after", "reward_first", "reward_last", "wall_seconds", "seed"]
     table = "".join(f"<tr><th>{k}</th><td>{m.get(k)}</td></tr>" for k in keys)
     cs = m["cold_start"]
     sft_ex = "".join(f"<li><code>{html.escape(e['question'])}</code> → <code>{html.escape(e['response'])}</code></li>"
                      for e in info.get("examples", [])[:4])
+    overthink = (f" and, like an R1-style reasoner, <b>overthought</b>: it re-stated its step 0 to {cfg.reasoner_rechecks} "
+                 "extra times (<code>--rechecks</code>), a habit the student learns and PTST's short first cap "
+                 "penalises") if cfg.reasoner_rechecks else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vlrl demo — shapes-world Vision-R1</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
 vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></head><body>
@@ -87,7 +91,7 @@ vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></h
 <p>A tiny Qwen2.5-VL ({'quick' if cfg.quick else 'full'} run, seed {cfg.seed}), first warm-started as a shapes
 captioner, then cold-started by <b>modality bridging</b>: a rule-based stand-in VLM (pixel reader that mis-perceives
 {cfg.vlm_error_rate:.0%} of images) wrote a pseudo chain of thought and a description; a rule-based text reasoner solved
-each problem from the description alone; {cs['kept']} of {cs['total']} samples were answered correctly and kept
+each problem from the description alone{overthink}; {cs['kept']} of {cs['total']} samples were answered correctly and kept
 (rejected: {html.escape(json.dumps(cs['reject_reasons']))}); SFT ({m['sft']['global_step']} steps) on those chains.
 Then PTST with the hard format+result reward <code>hfrrf</code>: {html.escape(json.dumps(m['ptst_stages']))}, at
 {m['prompts_per_step']} prompts per step. Beside it, single-stage GRPO from the same SFT student at the same number of
@@ -95,7 +99,8 @@ steps and sampled completions: {html.escape(json.dumps(m['single_stage']))}.</p>
 <p><b>"Before" is after the SFT cold start, before any RL.</b> Accuracy: {m['eval_problems']} held-out problems on scenes
 never used in training, greedy, one try each, the answer read and checked against the generated gold answer by HFRRF's own
 code; format rate: the output is exactly one <code>&lt;think&gt;</code> block then one <code>&lt;answer&gt;</code>
-block.</p>
+block. <code>acc_formatted</code> is accuracy among well-formed outputs only: a gain there is better answers, a gain in
+accuracy alone can be outputs that now stop within the length cap.</p>
 <table>{table}</table>
 <p>Accuracy by question kind — before: {m['acc_by_kind_before']}; after PTST: {m['acc_by_kind_after']}; after single-stage:
 {m['acc_by_kind_single']}.</p>
