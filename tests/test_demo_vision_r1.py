@@ -90,6 +90,8 @@ def test_overthinking_reasoner_restates_its_step_without_changing_the_answer():
         assert over(msg, None) == b
         seen[n] += 1
     assert set(seen) == {0, 1, 2, 3} and min(seen.values()) > 10, seen
+    with pytest.raises(ValueError, match="does not start with its description"):
+        R.recheck("red shapes: 1.", "a small red square in the middle.", 2)
 
 
 def test_stand_in_vlm_mis_perceives_at_its_error_rate():

@@ -366,3 +366,15 @@ def test_real_recipes_set_schedule_and_loss_explicitly():
             assert name in provided, f"{path.name}: report_to {name} has no extra in setup.cfg"
     sft = load_recipe(RECIPES / "vision_r1_7b_sft.yaml").trainer
     assert (sft["learning_rate"], sft["warmup_steps"], sft["max_length"]) == (5e-6, 0.05, 16384)
+
+
+def test_the_one_dispatch_refuses_an_unknown_method_instead_of_running_sft():
+    """``vlrl.training.entry.run`` picks the trainer by ``recipe.method``; a typo must not fall
+    through to its last branch (SFT) and train something nobody asked for."""
+    from types import SimpleNamespace
+
+    from vlrl.training.entry import run
+    from vlrl.training.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match="'sfft' is unknown"):
+        run(SimpleNamespace(method="sfft"))

@@ -56,8 +56,13 @@ def as_method(recipe: Any, method: str) -> Any:
 
 def run(recipe: Any, *, resume: bool = True, force: bool = False) -> dict[str, Any]:
     """Train ``recipe`` by its method (``grpo``, ``ptst`` or ``sft``) and return the metrics: the one
-    dispatch behind ``vlrl train grpo|ptst|sft``, the ``train/*.py`` files and the demos' stages.
-    ``resume`` applies to the RL methods (an SFT run always starts from its recipe's model)."""
+    dispatch behind ``vlrl train grpo|ptst|sft`` and the demos' stages (the ``train/*.py`` files
+    spell the same steps out, one method each). ``resume`` applies to the RL methods (an SFT run
+    always starts from its recipe's model)."""
+    from vlrl.training.recipe import METHODS, RecipeError
+
+    if recipe.method not in METHODS:  # never fall through to SFT on a typo
+        raise RecipeError(f"method {recipe.method!r} is unknown; use one of {METHODS}")
     if recipe.method == "grpo":
         from vlrl.training.grpo import run_grpo
 

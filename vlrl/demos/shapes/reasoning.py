@@ -153,6 +153,8 @@ def vlm(error_rate: str = "0.1", version: str = "1"):
 
 def recheck(chain: str, said: str, times: int) -> str:
     """``chain`` with its final step re-stated ``times`` more times, each after "check:"."""
+    if not chain.startswith(said):  # the step is what follows the description; anything else is a bug
+        raise ValueError(f"chain {chain!r} does not start with its description {said!r}")
     step = chain[len(said):].strip()
     return chain + "".join(f" check: {step}" for _ in range(times))
 
@@ -164,9 +166,8 @@ def reasoner(version: str = "1", rechecks: str = "0"):
     the step 0..N more times ("check: red shapes: 1."), the number drawn per problem from a hash of
     the description and question. The re-checks never change the answer, so the cold start's
     answer filter keeps and rejects what it would without them; they only lengthen the chains a
-    student learns to imitate. That long-chain habit is
-    the premise of PTST (a short length cap first), which the default stand-in (``rechecks=0``)
-    does not give the demo.
+    student learns to imitate. That long-chain habit is the premise of PTST (a short length cap
+    first), which the default stand-in (``rechecks=0``) does not give the demo.
     """
     most = int(rechecks)
 
