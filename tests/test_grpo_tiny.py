@@ -52,7 +52,8 @@ def test_caprl_tiny_runs_and_logs_rewards_subscores_and_completions(tmp_path):
 
 def test_resume_restores_checkpoint_weights_not_base(tmp_path):
     """transformers #43701: Trainer's own resume leaves Qwen-VL at its base weights; ours must not."""
-    from vlrl.training.grpo import build_trainer, prepare, run_grpo
+    from vlrl.training.grpo import build_trainer, run_grpo
+    from vlrl.training.runstate import prepare
 
     out = tmp_path / "run"
     over = [f"output_dir={out}", "max_steps=2", "save_steps=1", "learning_rate=1e-2"]
@@ -83,7 +84,8 @@ def test_resume_restores_checkpoint_weights_not_base(tmp_path):
 
 
 def test_reference_model_only_when_beta_positive(tmp_path):
-    from vlrl.training.grpo import build_trainer, prepare
+    from vlrl.training.grpo import build_trainer
+    from vlrl.training.runstate import prepare
 
     for beta, has_ref in ((0.0, False), (0.05, True)):
         r = prepare(load_recipe(TINY / "caprl_tiny.yaml", [f"output_dir={tmp_path}", f"beta={beta}"]))
@@ -103,7 +105,8 @@ def test_lora_run_and_resume(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from vlrl.training.grpo import build_trainer, prepare, run_grpo
+    from vlrl.training.grpo import build_trainer, run_grpo
+    from vlrl.training.runstate import prepare
 
     out = tmp_path / "lora"
     over = [f"output_dir={out}", "model.lora={r: 4, alpha: 8}", "max_steps=2", "save_steps=1", "learning_rate=1e-2"]
@@ -211,7 +214,7 @@ def test_caprl_tiny_trl_completion_table(tmp_path):
 def test_latest_checkpoint_skips_one_torn_while_saving(tmp_path):
     # Regression: a kill -9 while the Trainer wrote trainer_state.json (its last, non-atomic file)
     # left a newest checkpoint whose state did not parse, and every rerun crashed on it.
-    from vlrl.training.grpo import latest_checkpoint
+    from vlrl.training.runstate import latest_checkpoint
 
     for n, state in ((2, '{"global_step": 2}'), (4, '{"global_st'), (10, None)):
         (tmp_path / f"checkpoint-{n}").mkdir()

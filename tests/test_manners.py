@@ -46,8 +46,8 @@ def test_train_check_imports_neither_torch_nor_trl():
 @pytest.mark.parametrize("method,cls", [("grpo", "GRPOConfig"), ("sft", "SFTConfig")])
 def test_trainer_keys_read_from_source_match_the_real_config(method, cls):
     trl = pytest.importorskip("trl")
-    from vlrl.training.recipe import config_fields
     from vlrl.training.trl_fields import source_fields
+    from vlrl.training.validation import config_fields
 
     real = {f.name for f in dataclasses.fields(getattr(trl, cls))}
     module = "trl.trainer.sft_config" if method == "sft" else "trl.trainer.grpo_config"

@@ -10,7 +10,8 @@ import yaml
 from PIL import Image
 
 from vlrl.core.prompts import render
-from vlrl.training.recipe import RecipeError, load_recipe, resolve_tiny, validate
+from vlrl.training.recipe import RecipeError, load_recipe, resolve_tiny
+from vlrl.training.validation import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "train" / "recipes"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vlrl.training.recipe import RecipeError, load_recipe, validate
+from vlrl.training.recipe import RecipeError, load_recipe
+from vlrl.training.validation import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "train" / "recipes" / "tiny"

@@ -112,10 +112,12 @@ def main() -> None:
 
 
 def run(*command: str, argv: list[str] | None = None) -> None:
-    """Run ``vlrl <command...> <argv>``: the body of every thin script in data_pipelines/, train/, eval/.
+    """Run ``vlrl <command...> <argv>``: the body of every thin script in data_pipelines/ and eval/.
 
-    Scripts exist for pipelines and ``accelerate launch`` (which wants a file); they take exactly the
-    flags of the matching ``vlrl`` command because they *are* that command.
+    Scripts exist for pipelines; they take exactly the flags of the matching ``vlrl`` command because
+    they *are* that command. The ``train/*.py`` files (for ``accelerate launch``) do not come through
+    here: they parse the same option table as ``vlrl train`` (:data:`vlrl.training.entry.OPTIONS`)
+    without loading the CLI.
     """
     import sys
 

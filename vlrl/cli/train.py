@@ -1,54 +1,58 @@
-"""`vlrl train ...` commands."""
+"""`vlrl train ...` commands, built from the option table the ``train/*.py`` scripts use too
+(:data:`vlrl.training.entry.OPTIONS`), so both take the same flags."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import typer
+
+from vlrl.training.entry import COMMANDS, TRAIN_METHODS, Option, options_for
 
 app = typer.Typer(no_args_is_help=True)
 
-
-def _run_recipe(method: str, recipe: str, overrides: list[str] | None, resume: bool, force: bool = False) -> None:
-    from vlrl.training.entry import as_method, one_line_errors, report, run, warnings_once
-    from vlrl.training.recipe import load_recipe
-
-    warnings_once()
-    with one_line_errors():
-        metrics = run(as_method(load_recipe(recipe, overrides or []), method), resume=resume, force=force)
-    report(metrics)
+_ANNOTATIONS: dict[str, Any] = {"value": str, "rest": list[str] | None, "switch": bool, "flag": bool}
 
 
-_RECIPE = typer.Option(..., "--recipe", "-r", help="YAML recipe (train/recipes/...).")
-_OVERRIDES = typer.Argument(None, help="key=value overrides, YAML-parsed: output_dir=DIR trainer.learning_rate=1e-5 model.lora=null")
-_RESUME = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in output_dir.")
-_FORCE = typer.Option(False, "--force", help="Continue in an output_dir whose recipe.resolved.json differs from this recipe.")
+def _typer_param(o: Option) -> Any:
+    if o.kind == "rest":
+        return typer.Argument(None, help=o.help)
+    if o.kind == "switch":
+        return typer.Option(o.default, f"{o.flags[0]}/--no-{o.flags[0].removeprefix('--')}", help=o.help)
+    if o.kind == "flag":
+        return typer.Option(o.default, *o.flags, help=o.help)
+    return typer.Option(..., *o.flags, help=o.help)
 
 
-@app.command("grpo", help="GRPO on a VLM from a recipe (also `accelerate launch train/grpo.py --recipe ...`).")
-def grpo_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME,
-             force: bool = _FORCE) -> None:
-    _run_recipe("grpo", recipe, overrides, resume, force)
+def _command(name: str, body: Callable[..., None]) -> None:
+    """Register ``vlrl train <name>`` with the table's options as its parameters."""
+    opts = options_for(name)
+
+    def command(**kwargs: Any) -> None:
+        body(**kwargs)
+
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=_typer_param(o),
+                           annotation=_ANNOTATIONS[o.kind]) for o in opts])
+    command.__annotations__ = {o.name: _ANNOTATIONS[o.kind] for o in opts}
+    command.__name__ = f"{name}_cmd"
+    app.command(name, help=COMMANDS[name])(command)
 
 
-@app.command("ptst", help="PTST: GRPO stages with growing length caps and shrinking groups (Vision-R1).")
-def ptst_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, resume: bool = _RESUME,
-             force: bool = _FORCE) -> None:
-    _run_recipe("ptst", recipe, overrides, resume, force)
+def _train(method: str) -> Callable[..., None]:
+    def body(**kwargs: Any) -> None:
+        from vlrl.training.entry import train_command
+
+        train_command(method, **kwargs)
+
+    return body
 
 
-@app.command("sft", help="Supervised fine-tuning of a VLM (e.g. on `vlrl data cold-start` output).")
-def sft_cmd(recipe: str = _RECIPE, overrides: list[str] | None = _OVERRIDES, force: bool = _FORCE) -> None:
-    _run_recipe("sft", recipe, overrides, True, force)
-
-
-@app.command("check", help="Validate a recipe (geometry, values, rewards, dataset columns, stages) and probe what it "
-                            "needs (reward backends answer, packages installed) without loading the policy.")
-def check_cmd(
-    recipe: str = _RECIPE,
-    overrides: list[str] | None = _OVERRIDES,
-    probe: bool = typer.Option(True, "--probe/--no-probe", help="Probe reward backends and required packages "
-                               "(--no-probe: only what the recipe says, e.g. on a machine without the servers)."),
-) -> None:
-    from vlrl.training.recipe import RecipeError, load_recipe, validate
+def _check(recipe: str, overrides: list[str] | None, probe: bool) -> None:
+    from vlrl.training.recipe import RecipeError, load_recipe
+    from vlrl.training.validation import validate
 
     try:
         r = load_recipe(recipe, overrides or [])
@@ -61,3 +65,8 @@ def check_cmd(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"{recipe}: OK ({r.method}, {len(r.rewards)} reward(s){'' if probe else ', not probed'})")
+
+
+for _method in TRAIN_METHODS:
+    _command(_method, _train(_method))
+_command("check", _check)

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vlrl.training.grpo import build_trainer, close_rewards, prepare
+from vlrl.training.grpo import build_trainer, close_rewards
 from vlrl.training.recipe import load_recipe
+from vlrl.training.runstate import prepare
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,11 @@ Two choices keep that faithful:
   Images are stored as paths and opened on access with :func:`vlrl.core.images.load_image`, the loader
   every other vlrl stage uses, so training pixels equal evaluation pixels.
 
-``builtin:tiny_captions[:N]`` and ``builtin:tiny_math[:N]`` generate a few small images with MCQs,
-rubrics and numeric answers, so the tiny CPU recipes run with nothing prepared.
+Records are read and taken apart by :func:`vlrl.core.sources.rows.read_row` (the one adapter from
+any record layout to id, images and reward columns); this module only turns those parts into TRL's
+columns. ``builtin:tiny_captions[:N]`` and ``builtin:tiny_math[:N]`` generate a few
+small images with MCQs, rubrics and numeric answers, so the tiny CPU recipes run with nothing
+prepared.
 """
 
 from __future__ import annotations
@@ -30,42 +33,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.sources.rows import (
-    BUILTINS,
-    IMAGE_KEYS,
-    _parse_builtin,
-    iter_source,
-    record_image,
-)
+from vlrl.core.sources.rows import IMAGE_KEYS, iter_rows, record_prompt, source_columns
 
 logger = logging.getLogger(__name__)
 
 
-
 def dataset_columns(data) -> set[str]:
-    """Column names a source will give the trainer, read cheaply (schema or the first records)."""
-    source = data.source
-    if source.startswith("builtin:"):
-        name, _ = _parse_builtin(source)
-        if name not in BUILTINS:
-            raise ValueError(f"unknown built-in dataset {name!r}; available: {', '.join(BUILTINS)}")
-        base = {"tiny_captions": {"id", "image", "questions", "rubrics"}, "tiny_math": {"id", "image", "question", "answer", "response"}}
-        return base[name] | {"prompt"}
-    # a schema-backed source (dataset folder, parquet) has uniform columns: one record is enough
-    uniform = Path(source).is_dir() or Path(source).suffix == ".parquet"
-    cols: set[str] = set()
-    for i, rec in enumerate(iter_source(source)):
-        cols |= set(rec)
-        if uniform or i >= 49:
-            break
-    else:
-        if not cols:  # an empty source has no columns: say so instead of listing what is missing
-            raise ValueError(f"{source!r} holds no records; point data.source at a non-empty dataset")
-    return _adapted_columns(cols)
-
-
-def _adapted_columns(cols: set[str]) -> set[str]:
-    out = set(cols) | {"prompt"}
+    """Column names a source will give the trainer, read cheaply (:func:`source_columns`): the
+    source's own, plus ``prompt`` (always built) and ``image`` (when it has any image column)."""
+    cols = source_columns(data.source)
+    out = cols | {"prompt"}
     if cols & set(IMAGE_KEYS):
         out.add("image")
     return out
@@ -88,22 +65,15 @@ def load_processor(path: str, data=None):
     return AutoProcessor.from_pretrained(path, **kwargs)
 
 
-
 def user_text(rec: dict[str, Any], default_prompt: str) -> str:
     """The user turn: the record's own prompt, else the recipe prompt rendered with the record's fields.
 
     The recipe prompt is a jinja template, so a reasoning recipe can say
     ``"{{ question }}\\nThink inside <think></think>, answer inside <answer></answer>."``.
     """
-    own = rec.get("prompt")
-    if isinstance(own, str) and own.strip():
+    own = record_prompt(rec)
+    if own is not None:
         return own
-    if isinstance(own, list):  # chat messages (the public RL layout: "<image> Please describe ...")
-        from vlrl.core.sources.rows import prompt_text
-
-        text = prompt_text(own)
-        if text:
-            return text
     if default_prompt.endswith(".jinja"):  # a template by name (bundled) or path
         from vlrl.core.prompts import render
 
@@ -137,16 +107,14 @@ def _materialize_image(img: Any, cache: Path, rid: str) -> str:
     return str(path)
 
 
-def record_images(rec: dict[str, Any]) -> list[Any]:
-    """Every image of a record: all of ``images`` (a list), else the one :func:`record_image` finds."""
-    many = rec.get("images")
-    if isinstance(many, (list, tuple)) and len(many) > 1:
-        return [x for x in many if x is not None]
-    one = record_image(rec)
-    return [] if one is None else [one]
+def image_root(data) -> Path | None:
+    """The folder relative image paths resolve against: ``data.image_root``, else the data file's."""
+    if data.image_root:
+        return Path(data.image_root)
+    return Path(data.source).parent if not data.source.startswith("builtin:") else None
 
 
-def _resolve_images(imgs: list[Any], cache: Path, rid: str, root: Path | None) -> list[str]:
+def resolve_images(imgs: list[Any], cache: Path, rid: str, root: Path | None) -> list[str]:
     """Materialize, anchor relative paths at ``root`` and probe every image of one record."""
     out = []
     for img in imgs:
@@ -156,6 +124,13 @@ def _resolve_images(imgs: list[Any], cache: Path, rid: str, root: Path | None) -
         _probe_image(p)
         out.append(p)
     return out
+
+
+def chat_prompt(data, text: str) -> list[dict[str, str]]:
+    """The conversational prompt TRL templates: the recipe's system turn, if any, then the user's."""
+    prompt = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
+    prompt.append({"role": "user", "content": text})
+    return prompt
 
 
 def image_columns(paths: list[list[str]]) -> dict[str, list]:
@@ -190,37 +165,29 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
     import datasets
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
-    src_dir = Path(data.source).parent if not data.source.startswith("builtin:") else None
-    root = Path(data.image_root) if data.image_root else src_dir
+    root = image_root(data)
     rows: dict[str, list] = {"prompt": [], "image": [], "_extra": []}
     empty_rubrics = 0
-    for i, rec in enumerate(iter_source(data.source, cache_dir=cache)):
+    for row in iter_rows(data.source, cache_dir=cache):
         if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
             break
-        rid = str(rec.get("id", i))
+        rec = row.record
         if "rubrics" in rec and rec["rubrics"] in ([], "[]", (), None, ""):
             empty_rubrics += 1
             continue
-        imgs = record_images(rec)
-        if not imgs:
-            logger.warning("record %s: no image (expected one of %s); skipped", rid, IMAGE_KEYS)
+        if not row.images:
+            logger.warning("record %s: no image (expected one of %s); skipped", row.id, IMAGE_KEYS)
             continue
         try:
             text = user_text(rec, data.prompt)
             # found now, not as a crash in the trainer's data loader
-            img = _resolve_images(imgs, cache / "dataset_images", rid, root)
+            img = resolve_images(row.images, cache / "dataset_images", row.id, root)
         except Exception as e:  # noqa: BLE001 - one bad record is skipped, never fatal
-            logger.warning("record %s: %s; skipped", rid, e)
+            logger.warning("record %s: %s; skipped", row.id, e)
             continue
-        prompt = []
-        if data.system_prompt:
-            prompt.append({"role": "system", "content": data.system_prompt})
-        prompt.append({"role": "user", "content": text})
-        rows["prompt"].append(prompt)
+        rows["prompt"].append(chat_prompt(data, text))
         rows["image"].append(img)
-        extra = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k != "prompt"}
-        extra.setdefault("id", rid)
-        rows["_extra"].append(extra)
+        rows["_extra"].append(row.columns)
     if empty_rubrics:
         logger.warning("dataset %s: %d records with an empty rubric set left out", data.source, empty_rubrics)
     if not rows["prompt"]:
@@ -231,10 +198,10 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
         table[k] = [json.dumps(e.get(k), ensure_ascii=False, default=str) for e in rows["_extra"]]
     ds = datasets.Dataset.from_dict(table)
     logger.info("dataset %s: %d rows, reward columns %s", data.source, len(ds), keys)
-    return ds.with_transform(_Decode(keys))
+    return ds.with_transform(DecodeColumns(keys))
 
 
-class _Decode:
+class DecodeColumns:
     """``with_transform`` hook: JSON reward columns → objects, image paths → PIL (vlrl's loader)."""
 
     def __init__(self, keys: list[str]) -> None:

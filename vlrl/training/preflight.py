@@ -153,7 +153,7 @@ def package_problems(recipe) -> list[str]:
 
 def length_problems(recipe) -> list[str]:
     """Completion caps beyond the policy's context window (only when its config is readable locally)."""
-    from vlrl.training.recipe import stages_of
+    from vlrl.training.validation import stages_of
 
     path = recipe.model.path
     if not path or path.startswith("tiny:") or not Path(path).expanduser().is_dir():

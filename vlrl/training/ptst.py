@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json as _atomic_write_json
-from vlrl.training.recipe import Recipe, RecipeError, plan_stages
+from vlrl.training.recipe import Recipe, RecipeError
+from vlrl.training.validation import plan_stages
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ PLAN_IDENTITY = ("max_completion_length", "num_generations", "max_steps", "promp
 
 def atomic_write_json(path, obj) -> None:
     """Run-level files are written by rank 0 only (every rank computes the same content)."""
-    from vlrl.training.grpo import is_main_process
+    from vlrl.training.runstate import is_main_process
 
     if is_main_process():
         _atomic_write_json(path, obj)
@@ -165,8 +166,7 @@ def open_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> PTSTR
     """Validate and probe the recipe, plan the stages, refuse another run's folder (unless ``force``)
     or a different stage plan, and load the dataset once for every stage."""
     from vlrl.training.data import to_trl_dataset
-    from vlrl.training.grpo import prepare
-    from vlrl.training.runstate import check_identity, write_identity
+    from vlrl.training.runstate import check_identity, prepare, write_identity
 
     recipe = prepare(recipe)
     ignored = sorted(k for k in recipe.trainer if k in PLANNED_KEYS)
@@ -198,14 +198,8 @@ def open_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> PTSTR
 
 def train_stage(run: PTSTRun, sp: dict[str, Any]) -> dict[str, Any]:
     """Train stage ``sp`` of the plan (or report it, when it is done) and return its metrics."""
-    from vlrl.training.grpo import (
-        build_trainer,
-        close_rewards,
-        latest_checkpoint,
-        summarize_history,
-        train_or_finish,
-    )
-    from vlrl.training.runstate import checkpoint_step
+    from vlrl.training.grpo import build_trainer, close_rewards, summarize_history
+    from vlrl.training.runstate import checkpoint_step, latest_checkpoint, train_or_finish
 
     recipe, out, state, resume = run.recipe, run.out, run.state, run.resume
     k = sp["stage"]
@@ -268,8 +262,8 @@ def close_ptst(run: PTSTRun) -> dict[str, Any]:
 
 
 def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[str, Any]:
-    """Run (or resume) every PTST stage in order; returns the per-stage metrics.
-    ``train/ptst.py`` spells out the same steps."""
+    """Run (or resume) every PTST stage in order; returns the per-stage metrics. ``vlrl train ptst``
+    and ``train/ptst.py`` reach it through :func:`vlrl.training.entry.run`."""
     run = open_ptst(recipe, resume=resume, force=force)
     for stage in run.plan:
         train_stage(run, stage)
@@ -278,7 +272,7 @@ def run_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[s
 
 def _save_stage_weights(trainer, stage_dir: Path) -> None:
     """Full weights (LoRA merged in) + processor, so the next stage loads them with from_pretrained."""
-    from vlrl.training.grpo import is_main_process
+    from vlrl.training.runstate import is_main_process
 
     model = trainer.model
     if hasattr(model, "merge_and_unload"):

@@ -15,6 +15,12 @@ Three questions are answered before any model loads, each with a one-line messag
 * **Is training producing signal?** (:class:`NoneRewardGuard`) after K consecutive steps in which
   every reward was ``None`` the run stops with :class:`RunFailed`, instead of "succeeding" on zero
   advantages.
+
+It also holds what every trainer of a run shares, so GRPO, PTST and SFT open, resume and close a
+run the same way: :func:`open_run` (everything before the policy loads), :func:`latest_checkpoint`,
+:func:`train_or_finish`, the trainer defaults for the device (:func:`device_defaults`), the callbacks
+every trainer gets (:func:`trainer_callbacks`) and :func:`is_main_process` (only rank 0 writes
+run-level files).
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ import json
 import logging
 import math
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from vlrl.training.recipe import RecipeError
+from vlrl.training.recipe import Recipe, RecipeError, resolve_tiny
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +158,19 @@ class SaveAtEnd(TrainerCallback):
         return control
 
 
+class ReplanLR(TrainerCallback):
+    """On a resumed run, re-plan the learning rate for the new schedule (:func:`replan_lr`).
+
+    ``on_train_begin`` comes after the Trainer restored the optimizer and scheduler from the
+    checkpoint (and its step, so ``global_step > 0`` means resumed), and it is handed both.
+    """
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kw):
+        if state.global_step > 0:
+            replan_lr(lr_scheduler, optimizer)
+        return control
+
+
 def replan_lr(lr_scheduler: Any, optimizer: Any) -> None:
     """Set the optimizer's learning rates from the *current* schedule at the restored step.
 
@@ -204,3 +225,132 @@ def reward_share(history: list[dict[str, Any]]) -> float | None:
     r = sum(h["timing/reward_s"] for h in history if isinstance(h.get("timing/reward_s"), (int, float)))
     s = sum(h["timing/step_s"] for h in history if isinstance(h.get("timing/step_s"), (int, float)))
     return r / s if s > 0 and math.isfinite(r / s) else None
+
+
+# -- what every trainer of a run shares -------------------------------------------------------------
+
+
+def device_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """CPU runs need ``use_cpu=True, bf16=False``; GPU runs default to bf16. Explicit values win."""
+    from vlrl.training.policy import cuda_available
+
+    out = dict(kwargs)
+    if not cuda_available():
+        out["use_cpu"] = True
+        out["bf16"] = False
+        out["fp16"] = False
+    else:
+        out.setdefault("bf16", True)
+    out.setdefault("report_to", "none")
+    return out
+
+
+def is_main_process() -> bool:
+    """Rank 0 (accelerate/torchrun export RANK); only it writes run-level files."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
+def load_callbacks(names: list[str]) -> list[Any]:
+    """``package.module:Class`` → callback instances (classes are instantiated without arguments)."""
+    import importlib
+
+    out = []
+    for name in names:
+        module, _, attr = name.partition(":")
+        if not module or not attr:
+            raise RecipeError(f"callback {name!r}: use 'package.module:Class'")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise RecipeError(f"callback {name!r}: cannot import it ({e})") from None
+        out.append(obj() if isinstance(obj, type) else obj)
+    return out
+
+
+def trainer_callbacks(recipe: Recipe) -> list[Any]:
+    """The learning rate re-planned on resume (:class:`ReplanLR`, first, so every other callback sees
+    the re-planned rate), the recipe's own callbacks, and the final checkpoint (:class:`SaveAtEnd`)."""
+    return [ReplanLR(), *load_callbacks(recipe.callbacks), SaveAtEnd()]
+
+
+_CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder, if any.
+
+    Complete means its ``trainer_state.json`` (the last file the Trainer writes, not atomically)
+    parses: a kill -9 while it was being written leaves a folder to skip, not one to crash on.
+    """
+    d = Path(output_dir)
+    if not d.is_dir():
+        return None
+    found = []
+    for p in d.iterdir():
+        m = _CKPT_RE.match(p.name)
+        if m and (p / "trainer_state.json").is_file():
+            try:
+                json.loads((p / "trainer_state.json").read_text())
+            except (OSError, ValueError):
+                logger.warning("skipping %s: trainer_state.json is incomplete (interrupted while saving)", p)
+                continue
+            found.append((int(m.group(1)), p))
+    return max(found)[1] if found else None
+
+
+def prepare(recipe: Recipe, *, probe: bool = True) -> Recipe:
+    """Validate, probe what the run needs from outside (backends, packages; no policy loads yet),
+    then build any ``tiny:`` models the recipe names."""
+    from vlrl.training.validation import validate
+
+    validate(recipe)
+    if probe:
+        from vlrl.training.preflight import check
+
+        check(recipe)
+    return resolve_tiny(recipe)
+
+
+@dataclass
+class Run:
+    """A training run about to start, continue or be reported in ``out`` (see :func:`open_run`)."""
+
+    recipe: Recipe
+    out: Path
+    checkpoint: Path | None
+    """The newest complete checkpoint to continue from (``None``: start from the recipe's model)."""
+    finished: dict[str, Any] | None
+    """The metrics of a run that already finished: nothing is left to train."""
+
+
+def open_run(recipe: Recipe, *, resume: bool = True, force: bool = False) -> Run:
+    """Everything before the policy loads: validate and probe the recipe, refuse an ``output_dir``
+    holding another recipe's run (unless ``force``), find the checkpoint to continue from, and tell a
+    finished run apart. The run's identity is recorded only when there is work to do."""
+    recipe = prepare(recipe)
+    out = Path(recipe.output_dir)
+    check_identity(recipe, out, force=force)
+    ckpt = latest_checkpoint(out) if resume else None
+    if resume and (done := finished_metrics(out, recipe.trainer.get("max_steps"), ckpt)) is not None:
+        logger.info("%s: this run already finished at step %s; nothing to train (raise max_steps to continue, or use "
+                    "a new output_dir)", out, done.get("global_step"))
+        return Run(recipe, out, ckpt, {**done, "status": "already finished"})
+    if ckpt:
+        logger.info("resuming from %s", ckpt)
+    write_identity(recipe, out)
+    return Run(recipe, out, ckpt, None)
+
+
+def train_or_finish(trainer: Any, ckpt: str | None) -> None:
+    """``trainer.train(resume_from_checkpoint=ckpt)``, except when ``ckpt`` already holds the final
+    step: transformers' resume at ``global_step == max_steps`` trains one step more, so the state is
+    restored from the checkpoint instead (its weights are already loaded) and nothing is trained."""
+    step = checkpoint_step(Path(ckpt)) if ckpt else None
+    max_steps = trainer.args.max_steps
+    if step is not None and max_steps > 0 and step >= max_steps:
+        from transformers import TrainerState
+
+        trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+        logger.info("%s holds the final step (%d); finishing without training again", ckpt, step)
+        return
+    trainer.train(resume_from_checkpoint=ckpt)

@@ -21,42 +21,36 @@ logger = logging.getLogger(__name__)
 
 
 def to_sft_dataset(data, cache_dir: str | Path | None = None):
-    """prompt/completion/image rows; images open lazily through vlrl's loader."""
+    """prompt/completion/image rows; images open lazily through vlrl's loader. Records are read as
+    GRPO's adapter reads them (the same ids, images, image root and prompt)."""
     import datasets
 
-    from vlrl.training.data import _resolve_images, image_columns, iter_source, record_images, user_text
+    from vlrl.core.sources.rows import iter_rows
+    from vlrl.training.data import DecodeColumns, chat_prompt, image_columns, image_root, resolve_images, user_text
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
-    # relative image paths resolve as in GRPO's adapter: against data.image_root, else the data file's folder
-    src_dir = Path(data.source).parent if not data.source.startswith("builtin:") else None
-    root = Path(data.image_root) if data.image_root else src_dir
+    root = image_root(data)
     rows: dict[str, list] = {"prompt": [], "completion": [], "image": []}
-    for i, rec in enumerate(iter_source(data.source, cache_dir=cache)):
+    for row in iter_rows(data.source, cache_dir=cache):
         if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
             break
-        rid = str(rec.get("id", i))
-        target = rec.get(data.response_column)
-        imgs = record_images(rec)
-        if not isinstance(target, str) or not target.strip() or not imgs:
-            logger.warning("record %s: missing image or %r; skipped", rid, data.response_column)
+        target = row.record.get(data.response_column)
+        if not isinstance(target, str) or not target.strip() or not row.images:
+            logger.warning("record %s: missing image or %r; skipped", row.id, data.response_column)
             continue
         try:
             # a missing or corrupt file is skipped now, not a crash mid-training
-            img = _resolve_images(imgs, cache / "dataset_images", rid, root)
+            img = resolve_images(row.images, cache / "dataset_images", row.id, root)
         except Exception as e:  # noqa: BLE001 - one bad record is skipped
-            logger.warning("record %s: %s; skipped", rid, e)
+            logger.warning("record %s: %s; skipped", row.id, e)
             continue
-        prompt = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
-        prompt.append({"role": "user", "content": user_text(rec, data.prompt)})
-        rows["prompt"].append(prompt)
+        rows["prompt"].append(chat_prompt(data, user_text(row.record, data.prompt)))
         rows["completion"].append([{"role": "assistant", "content": target}])
         rows["image"].append(img)
     if not rows["prompt"]:
         raise ValueError(f"data.source {data.source!r}: no usable SFT records")
-    from vlrl.training.data import _Decode
-
     table = {"prompt": rows["prompt"], "completion": rows["completion"], **image_columns(rows["image"])}
-    return datasets.Dataset.from_dict(table).with_transform(_Decode([]))
+    return datasets.Dataset.from_dict(table).with_transform(DecodeColumns([]))
 
 
 def build_sft_trainer(recipe: Recipe, *, resume: Path | None = None):
@@ -65,31 +59,22 @@ def build_sft_trainer(recipe: Recipe, *, resume: Path | None = None):
     and step come from the checkpoint). Returns ``(trainer, resume_from_checkpoint)``."""
     from trl import SFTConfig, SFTTrainer
 
-    from vlrl.training.grpo import load_callbacks, load_policy, lora_config
-    from vlrl.training.runstate import SaveAtEnd, replan_lr
+    from vlrl.training.policy import load_start_policy
+    from vlrl.training.runstate import trainer_callbacks
 
     cfg = SFTConfig(**sft_kwargs(recipe))
-    lora = recipe.model.lora
-    if resume and lora:
-        policy, peft = load_policy(recipe.model.path, recipe.model, trainable_adapter_from=str(resume)), None
-    elif resume:
-        policy, peft = load_policy(str(resume), recipe.model), None
-    else:
-        policy, peft = load_policy(recipe.model.path, recipe.model), (lora_config(lora) if lora else None)
+    policy, peft = load_start_policy(recipe, recipe.model.path, str(resume) if resume else None)
     processor = load_processor(recipe.model.path, recipe.data)
     ds = to_sft_dataset(recipe.data, cache_dir=Path(recipe.output_dir) / "_data")
 
     class _Trainer(SFTTrainer):
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+            """Skips loading the weights the policy already holds (#43701). An override: ``Trainer.train``
+            calls it before the first callback event (``on_train_begin``), and no event can skip it."""
             logger.info("weights already loaded from %s", resume_from_checkpoint)
 
-        def _load_optimizer_and_scheduler(self, checkpoint):
-            super()._load_optimizer_and_scheduler(checkpoint)
-            if checkpoint is not None:
-                replan_lr(self.lr_scheduler, self.optimizer)
-
     trainer = _Trainer(model=policy, args=cfg, train_dataset=ds, processing_class=processor, peft_config=peft,
-                       callbacks=[*load_callbacks(recipe.callbacks), SaveAtEnd()])
+                       callbacks=trainer_callbacks(recipe))
     return trainer, (str(resume) if resume else None)
 
 
@@ -106,8 +91,8 @@ def finish_sft(trainer: Any, run: Any) -> dict[str, Any]:
 
 def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
     """Fine-tune; a killed run continues from its newest checkpoint, a finished one is reported.
-    ``train/sft.py`` spells out the same steps."""
-    from vlrl.training.grpo import open_run
+    ``vlrl train sft`` and ``train/sft.py`` reach it through :func:`vlrl.training.entry.run`."""
+    from vlrl.training.runstate import open_run
 
     run = open_run(recipe, resume=True, force=force)
     if run.finished is not None:
@@ -118,7 +103,7 @@ def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
 
 
 def sft_kwargs(recipe: Recipe) -> dict[str, Any]:
-    from vlrl.training.grpo import device_defaults
+    from vlrl.training.runstate import device_defaults
 
     kwargs = device_defaults({"output_dir": recipe.output_dir, **recipe.trainer})
     kwargs.setdefault("max_length", None)  # truncating image tokens breaks VLM inputs

@@ -4,6 +4,11 @@ A row source is a JSONL/JSON/parquet file, a ``save_to_disk`` folder, or ``built
 ``builtin:tiny_math[:N]``, which generate a few small images with MCQs, rubrics and numeric answers so
 the tiny CPU recipes run with nothing prepared. :func:`record_image` finds a row's image and
 :func:`load_record_image` decodes it through the one loader, :func:`vlrl.core.images.load_image`.
+
+:func:`read_row` is the one adapter from a record to its parts (id, images, the other columns),
+whatever layout it came in (vlrl's, or the public RL layout :func:`adapt_row` reads), and
+:func:`record_prompt` finds its own user text; :func:`source_columns` names a source's columns
+without reading it all.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,8 @@ from vlrl.core.sources.columns import IMAGE_LIST_COLUMNS, RECORD_IMAGE_COLUMNS
 
 IMAGE_KEYS = RECORD_IMAGE_COLUMNS
 BUILTINS = ("tiny_captions", "tiny_math")
+BUILTIN_COLUMNS = {"tiny_captions": ("id", "image", "questions", "rubrics"),
+                   "tiny_math": ("id", "image", "question", "answer", "response")}
 _COLORS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
 _SHAPES = ("circle", "square", "triangle")
 
@@ -91,9 +99,32 @@ def builtin_records(name: str, n: int, root: Path, seed: int = 0) -> list[dict[s
 # -- reading sources -------------------------------------------------------------------------------
 
 
-def _parse_builtin(source: str) -> tuple[str, int]:
+def parse_builtin(source: str) -> tuple[str, int]:
+    """``builtin:NAME[:N]`` → ``(NAME, N)``; ``N`` defaults to 8."""
     name, _, n = source.removeprefix("builtin:").partition(":")
     return name, int(n) if n else 8
+
+
+def source_columns(source: str) -> set[str]:
+    """The column names of a source's records, read cheaply: a built-in's are known, a schema-backed
+    source (dataset folder, parquet) has uniform columns so one record is enough, and a JSON/JSONL
+    file is read for its first 50 records. Raises ``ValueError`` for an unknown built-in or a source
+    with no records."""
+    if source.startswith("builtin:"):
+        name, _ = parse_builtin(source)
+        if name not in BUILTINS:
+            raise ValueError(f"unknown built-in dataset {name!r}; available: {', '.join(BUILTINS)}")
+        return set(BUILTIN_COLUMNS[name])
+    uniform = Path(source).is_dir() or Path(source).suffix == ".parquet"
+    cols: set[str] = set()
+    for i, rec in enumerate(iter_source(source)):
+        cols |= set(rec)
+        if uniform or i >= 49:
+            break
+    else:
+        if not cols:  # an empty source has no columns: say so instead of listing what is missing
+            raise ValueError(f"{source!r} holds no records; point data.source at a non-empty dataset")
+    return cols
 
 
 def adapt_row(rec: Any) -> Any:
@@ -148,7 +179,7 @@ def iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[di
 
 def _iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
     if source.startswith("builtin:"):
-        name, n = _parse_builtin(source)
+        name, n = parse_builtin(source)
         root = Path(cache_dir or Path.home() / ".cache" / "vlrl") / "builtin_data" / f"{name}-{n}"
         yield from builtin_records(name, n, root)
         return
@@ -181,6 +212,7 @@ def _iter_source(source: str, cache_dir: str | Path | None = None) -> Iterator[d
 
 
 def record_image(rec: dict[str, Any]) -> Any:
+    """A record's (first) image: the first image column it has (:data:`IMAGE_KEYS`), as stored."""
     for key in IMAGE_KEYS:
         v = rec.get(key)
         if v is None:
@@ -189,6 +221,54 @@ def record_image(rec: dict[str, Any]) -> Any:
             return v[0] if isinstance(v, list) and v else None
         return v
     return None
+
+
+def record_images(rec: dict[str, Any]) -> list[Any]:
+    """Every image of a record: all of ``images`` (a list), else the one :func:`record_image` finds."""
+    many = rec.get("images")
+    if isinstance(many, (list, tuple)) and len(many) > 1:
+        return [x for x in many if x is not None]
+    one = record_image(rec)
+    return [] if one is None else [one]
+
+
+def record_prompt(rec: dict[str, Any]) -> str | None:
+    """The record's own user text: a non-blank ``prompt`` string as it is, or the user's text of chat
+    messages (:func:`prompt_text`); ``None`` when the record brings none."""
+    own = rec.get("prompt")
+    if isinstance(own, str) and own.strip():
+        return own
+    if isinstance(own, list):  # chat messages (the public RL layout: "<image> Please describe ...")
+        return prompt_text(own)
+    return None
+
+
+@dataclass
+class Row:
+    """A record taken apart by :func:`read_row`."""
+
+    id: str
+    """The record's ``id``, else its position in the source."""
+    record: dict[str, Any]
+    """The record as read (public RL layout adapted), for templates and method-specific columns."""
+    images: list[Any]
+    """Every image, as stored (paths, bytes, HF image features or PIL images); empty when it has none."""
+    columns: dict[str, Any]
+    """Every column but the images and the prompt, ``id`` included: what rewards read."""
+
+
+def read_row(rec: dict[str, Any], index: int) -> Row:
+    """The one adapter from a record (already through :func:`adapt_row`) to its parts."""
+    rid = str(rec.get("id", index))
+    columns = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k != "prompt"}
+    columns.setdefault("id", rid)
+    return Row(id=rid, record=rec, images=record_images(rec), columns=columns)
+
+
+def iter_rows(source: str, cache_dir: str | Path | None = None) -> Iterator[Row]:
+    """:func:`iter_source`'s records, each taken apart by :func:`read_row`."""
+    for i, rec in enumerate(iter_source(source, cache_dir=cache_dir)):
+        yield read_row(rec, i)
 
 
 def load_record_image(src: Any, root: str | None, record: str) -> Any:

@@ -1,0 +1,63 @@
+"""The completions log: what the policy wrote at each logging step, with its rewards and images.
+
+Every logging step after a fresh generation batch, :func:`write_completions` writes
+``<output_dir>/completions/step-NNNNN.jsonl``, one line per completion: the prompt text, the
+completion, each reward's value, the advantage, the image files (saved once each under
+``completions/images/``, named by content) and any column a reward logged with TRL's ``log_extra``
+(e.g. hfrrf's gold answer and parsed prediction). A run can be audited from these files alone,
+without wandb.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+
+def message_text(messages: Any) -> str:
+    """A prompt or completion as plain text: ``role: text`` per message (image parts left out)."""
+    if isinstance(messages, str):
+        return messages
+    parts = []
+    for m in messages or []:
+        c = m.get("content")
+        if isinstance(c, list):
+            c = "".join(p.get("text", "") for p in c if p.get("type") == "text")
+        parts.append(f"{m.get('role')}: {c}")
+    return "\n".join(parts)
+
+
+def write_completions(logs: dict[str, Any], output_dir: Path, step: int) -> Path:
+    """Write the latest generation batch to ``completions/step-NNNNN.jsonl`` (images saved once each)."""
+    out = output_dir / "completions"
+    img_dir = out / "images"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    prompts, completions = list(logs["prompt"]), list(logs["completion"])
+    images = list(logs.get("images") or [])
+    rewards = {k: list(v) for k, v in logs["rewards"].items()}
+    adv = list(logs["advantages"])
+    extra = {k: list(v) for k, v in (logs.get("extra") or {}).items()}
+    path = out / f"step-{step:05d}.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=False)):
+            files = []
+            for img in (images[i] if i < len(images) and images[i] else []):
+                if hasattr(img, "tobytes"):
+                    name = hashlib.sha1(img.tobytes()).hexdigest()[:16] + ".png"
+                    if not (img_dir / name).exists():
+                        img.save(img_dir / name)
+                    files.append(f"images/{name}")
+            rec = {
+                "step": step,
+                "prompt": message_text(p),
+                "completion": message_text(c).removeprefix("assistant: "),
+                "images": files,
+                "rewards": {k: (v[i] if i < len(v) else None) for k, v in rewards.items()},
+                "advantage": adv[i] if i < len(adv) else None,
+            }
+            for k, v in extra.items():  # reward-logged columns, e.g. hfrrf's gold answer and parsed prediction
+                rec.setdefault(k, v[i] if i < len(v) else None)
+            fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+    return path
