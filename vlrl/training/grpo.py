@@ -133,8 +133,9 @@ def _trainer_class():
 
         def log(self, logs, start_time=None):
             """Adds the step timing, writes the completions JSONL, and keeps TRL from showing the last
-            step's completions a second time with the end-of-training summary. ``log`` is the public hook
-            for this: ``on_log`` sees the logs only after they were copied into ``log_history``."""
+            step's completions a second time with the end-of-training summary. ``log`` is public and meant
+            to be overridden; ``on_log`` would be too late for the timing, which must be in the logs
+            before ``Trainer.log`` copies them into ``log_history``."""
             if "loss" in logs and self._vlrl_t_log is not None:  # reward time as a share of step time
                 now = time.perf_counter()
                 step_s, self._vlrl_t_log = now - self._vlrl_t_log, now

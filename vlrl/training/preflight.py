@@ -1,6 +1,6 @@
 """Pre-flight probes: everything a run will need from the outside world, checked before the policy loads.
 
-:func:`vlrl.training.recipe.validate` checks what a recipe *says*; this module checks that the world
+:func:`vlrl.training.validation.validate` checks what a recipe *says*; this module checks that the world
 can *give* it: a reward backend that does not answer, or an integration that is not installed, would
 otherwise surface after a 7B policy has loaded (``wandb`` missing) or, worse, never (a dead
 ``answerer`` makes every reward ``None``, every advantage 0, and the run "succeeds" having learnt
