@@ -379,3 +379,23 @@ def test_the_one_dispatch_refuses_an_unknown_method_instead_of_running_sft():
 
     with pytest.raises(RecipeError, match="'sfft' is unknown"):
         run(SimpleNamespace(method="sfft"))
+
+
+def test_scripts_and_the_cli_take_the_options_of_one_table():
+    """``train/<method>.py`` (argparse) and ``vlrl train <method>`` (typer) are built from one table:
+    the same parameters, in the same order, parsed to the same values."""
+    import typer.main
+
+    from vlrl.cli.train import app
+    from vlrl.training.entry import COMMANDS, options_for, parse_args
+
+    group = typer.main.get_command(app)
+    assert set(group.commands) == set(COMMANDS)
+    for name in COMMANDS:
+        assert [p.name for p in group.commands[name].params] == [o.name for o in options_for(name)]
+    argv = ["--recipe", "r.yaml", "--no-resume", "--force", "output_dir=d", "max_steps=2"]
+    parsed = vars(parse_args(argv, method="grpo"))
+    assert parsed == {"recipe": "r.yaml", "resume": False, "force": True, "overrides": ["output_dir=d", "max_steps=2"]}
+    assert group.commands["grpo"].make_context("grpo", list(argv)).params == parsed
+    with pytest.raises(SystemExit):  # SFT takes no --resume, in either
+        parse_args(["--recipe", "r.yaml", "--no-resume"], method="sft")
