@@ -16,11 +16,11 @@ Three questions are answered before any model loads, each with a one-line messag
   every reward was ``None`` the run stops with :class:`RunFailed`, instead of "succeeding" on zero
   advantages.
 
-It also holds what every trainer of a run shares, so GRPO, PTST and SFT open, resume and close a
-run the same way: :func:`open_run` (everything before the policy loads), :func:`latest_checkpoint`,
-:func:`train_or_finish`, the trainer defaults for the device (:func:`device_defaults`), the callbacks
-every trainer gets (:func:`trainer_callbacks`) and :func:`is_main_process` (only rank 0 writes
-run-level files).
+It also holds what the trainers share, so GRPO, PTST stages and SFT prepare and resume the same
+way: :func:`prepare` and :func:`open_run` (everything before the policy loads; PTST's
+``open_ptst`` builds on :func:`prepare`), :func:`latest_checkpoint`, :func:`train_or_finish`, the
+trainer defaults for the device (:func:`device_defaults`), the callbacks every trainer gets
+(:func:`trainer_callbacks`) and :func:`is_main_process` (only rank 0 writes run-level files).
 """
 
 from __future__ import annotations
