@@ -29,16 +29,12 @@ def _typer_param(o: Option) -> Any:
 def _command(name: str, body: Callable[..., None]) -> None:
     """Register ``vlrl train <name>`` with the table's options as its parameters."""
     opts = options_for(name)
-
-    def command(**kwargs: Any) -> None:
-        body(**kwargs)
-
-    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=_typer_param(o),
                            annotation=_ANNOTATIONS[o.kind]) for o in opts])
-    command.__annotations__ = {o.name: _ANNOTATIONS[o.kind] for o in opts}
-    command.__name__ = f"{name}_cmd"
-    app.command(name, help=COMMANDS[name])(command)
+    body.__annotations__ = {o.name: _ANNOTATIONS[o.kind] for o in opts}
+    body.__name__ = f"{name}_cmd"
+    app.command(name, help=COMMANDS[name])(body)
 
 
 def _train(method: str) -> Callable[..., None]:
