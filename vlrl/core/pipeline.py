@@ -16,6 +16,7 @@ reason, keyed the same way so a rerun does not list them twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -141,20 +142,46 @@ def in_shard(key: str, shard: tuple[int, int]) -> bool:
     return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % n == i
 
 
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Write JSON so a reader (or a killed writer) never sees half a file."""
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """Open ``path`` for writing so a reader (or a killed writer) never sees half a file.
+
+    The content goes to a temporary file in the same folder, is fsynced, and replaces ``path`` in
+    one rename when the block ends without an error. On any error (unencodable text, a folder in the
+    way, a full disk) the temporary file is removed and ``path`` keeps what it had.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, ensure_ascii=False, default=str)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:  # unencodable text, a folder in the way, a full disk: leave no temp file
+    except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """Write one JSON document atomically (see :func:`atomic_open`)."""
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=2, ensure_ascii=False, default=str)
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
+    """Write a whole JSONL file atomically, one record a line; returns how many were written.
+
+    For files written in one go (exports, reports, datasets). A job that appends as it goes and
+    must resume after ``kill -9`` uses :class:`JsonlStore` instead.
+    """
+    n = 0
+    with atomic_open(path) as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            n += 1
+    return n
 
 
 def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
