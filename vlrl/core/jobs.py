@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends.base import BackendError
+from vlrl.core.backends.probe import PROBE_TIMEOUT_S, probe_backend
 from vlrl.core.pipeline import atomic_write_json
 from vlrl.core.redact import redact
 
@@ -203,78 +203,15 @@ def check_identity(stored: dict[str, Any] | None, settings: dict[str, Any], *, w
 # -- pre-flight -----------------------------------------------------------------------------------
 
 
-def preflight(spec: Any, timeout: float = 5.0) -> None:
+def preflight(spec: Any, timeout: float = PROBE_TIMEOUT_S) -> None:
     """Check a backend spec can work, in seconds, before any record is processed.
 
-    ``hf:PATH``: the folder exists and its config loads. ``openai:URL@MODEL``: ``GET URL/models``
-    answers and lists MODEL. Raises :class:`BackendError` with one line; anything that is not a spec
-    string (a ready backend object, a captions file) passes.
+    The probe is :func:`vlrl.core.backends.probe.probe_backend` (the one training uses too): an
+    ``hf:`` folder whose config loads, an ``openai:`` server whose ``/models`` lists the model.
+    Raises :class:`BackendError` with one redacted line; anything that is not a spec string (a
+    ready backend object) passes.
     """
-    if not isinstance(spec, str):
-        return
-    head, sep, rest = spec.partition("=")
-    if sep and re.fullmatch(r"[A-Za-z0-9_.\-]+", head):  # NAME=SPEC
-        spec = rest
-    if spec.endswith(".jsonl"):  # a captions file standing in for a model
-        if not Path(spec).expanduser().is_file():
-            raise BackendError(f"captions file '{spec}' does not exist")
-        return
-    if ":" not in spec:
-        return
-    from vlrl.core.backends import parse_spec
-
-    kind, target, opts = parse_spec(spec)
-    if kind == "hf" and target.startswith("tiny:"):
-        return  # built on first use by the backend (vlrl.core.tiny), nothing to check yet
-    if kind == "hf":
-        p = Path(target).expanduser()
-        if not p.is_dir():
-            raise BackendError(f"hf backend: model folder '{target}' does not exist")
-        if not (p / "config.json").is_file():
-            raise BackendError(f"hf:{target}: not a model folder (no config.json)")
-        try:
-            from transformers import AutoConfig
-
-            AutoConfig.from_pretrained(str(p))
-        except Exception as e:  # noqa: BLE001 - any failure to read the config is the one line we print
-            raise BackendError(f"hf:{target}: its config does not load ({type(e).__name__}: {redact(str(e).splitlines()[0] if str(e) else '')})") from None
-        return
-    base_url, _, model = target.rpartition("@")
-    if not base_url:
-        return  # the backend itself reports the malformed spec
-    _check_openai(base_url.rstrip("/"), model, opts.get("api_key_env", "OPENAI_API_KEY"), timeout)
-
-
-def _check_openai(base_url: str, model: str, key_env: str, timeout: float) -> None:
-    # stdlib urllib: one GET needs no client library, and pre-flight must not depend on the openai SDK's transport
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(f"{base_url}/models")
-    if os.environ.get(key_env):
-        req.add_header("Authorization", f"Bearer {os.environ[key_env]}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, body = resp.status, resp.read(1_000_000)
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read(2000)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        why = getattr(e, "reason", e)
-        raise BackendError(f"openai:{base_url}: server not reachable ({redact(why)}); is it running?") from None
-    if status in (401, 403):
-        raise BackendError(f"openai:{base_url}: the server refused the API key (HTTP {status}); check ${key_env}")
-    if status == 404:
-        logger.warning("openai:%s: the server has no /models listing; model %r not checked", base_url, model)
-        return
-    if status >= 400:
-        raise BackendError(f"openai:{base_url}: GET /models answered HTTP {status}: {redact(body[:200].decode('utf-8', 'replace'))}")
-    try:
-        ids = [m.get("id") for m in json.loads(body).get("data", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
-        raise BackendError(f"openai:{base_url}: GET /models did not answer a model list; is this an OpenAI-compatible /v1 URL?") from None
-    if model not in ids:
-        shown = ", ".join(map(str, ids[:8])) + (" …" if len(ids) > 8 else "")
-        raise BackendError(f"openai:{base_url}: serves no model {model!r} (it serves: {shown or 'none'})")
+    probe_backend(spec, timeout).raise_for_problem()
 
 
 def preflight_all(specs: Iterable[Any]) -> None:
