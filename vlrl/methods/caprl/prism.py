@@ -43,6 +43,7 @@ from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
+from vlrl.rewards.answer_check import last_boxed, math_equal, math_number
 
 logger = logging.getLogger(__name__)
 
@@ -154,44 +155,27 @@ def score_short(pred: str, golds: list[Any], qtype: str) -> float:
 
 
 def boxed_answer(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j].strip()
-    return None
+    """The content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed), or None.
+
+    Read by :func:`vlrl.rewards.answer_check.last_boxed`, the reader Vision-R1's reward uses, so
+    ``\\fbox{}`` counts too."""
+    boxed = last_boxed(text)
+    return None if boxed is None else boxed.strip()
 
 
 def _plain(boxed: str) -> str:
     """A boxed LaTeX answer as plain text for the type's metric: a number's value (``\\frac{25}{2}``
     → ``12.5``, so relaxed accuracy applies), else the text without ``\\text{}`` wrappers."""
-    from math_verify import parse
-
-    try:
-        for v in parse(f"${boxed}$"):
-            if getattr(v, "is_number", False):
-                return str(float(v))
-    except Exception:  # noqa: BLE001 - not math: keep the text
-        pass
+    value = math_number(boxed)
+    if value is not None:
+        return str(value)
     return re.sub(r"\\text\{([^}]*)\}", r"\1", boxed)
 
 
 def verified(pred: str, golds: list[Any]) -> bool:
-    """math-verify equivalence of the boxed answer with any gold answer (numbers, fractions, LaTeX)."""
-    from math_verify import parse, verify
-
-    try:
-        p = parse(f"${pred}$")
-        return bool(p) and any(verify(parse(f"${g}$"), p) for g in golds)
-    except Exception:  # noqa: BLE001 - math-verify raises on text it cannot read; that is "not verified"
-        return False
+    """math-verify equivalence of the boxed answer with any gold answer (numbers, fractions, LaTeX),
+    each check bounded in time (:func:`vlrl.rewards.answer_check.math_equal`)."""
+    return any(math_equal(pred, str(g)) for g in golds)
 
 
 def short_answer(text: str) -> str:
