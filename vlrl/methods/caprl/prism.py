@@ -37,7 +37,7 @@ from typing import Any
 
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.core.jobs import check_identity
+from vlrl.core.identity import check_identity, read_identity
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
@@ -286,9 +286,8 @@ def evaluate_prism(
     made_by = {"captioner": cap_b.identity(), "prompt": prompt, "max_tokens": caption_max_tokens, "n": n,
                "temperature": sampling.temperature, "seed": sampling.seed}
     made_by_path = out / STATE_CAPTIONS_IDENTITY
-    if made_by_path.exists():
-        check_identity(json.loads(made_by_path.read_text(encoding="utf-8")), made_by, where=str(out),
-                       what="eval prism captions")
+    if (stored := read_identity(made_by_path)) is not None:
+        check_identity(stored, made_by, where=str(out), what="eval prism captions")
     else:
         atomic_write_json(made_by_path, made_by)
     done = JsonlStore(out / STATE_CAPTIONS, key_field="image")
