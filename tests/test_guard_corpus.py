@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
 import pytest
 
+from vlrl.core.stats import wilson
 from vlrl.rewards.guards import GuardSet
 
 CORPUS = Path(__file__).parent / "fixtures" / "guard_corpus.jsonl"
@@ -49,13 +49,6 @@ SEMANTIC = ["self_praise", "grader_address"]
 
 def half(row_id: str) -> str:
     return "dev" if int(hashlib.sha256(row_id.encode()).hexdigest(), 16) % 2 == 0 else "held_out"
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - spread, centre + spread
 
 
 @pytest.fixture(scope="module")
