@@ -63,21 +63,21 @@ from vlrl.core.backends.base import (
 )
 from vlrl.core.backends.openai_wire import (
     MalformedReply,
-    _append_to_last_user,
-    _describe,
-    _gather_all,
-    _gather_or_raise,
-    _one_line,
-    _retryable,
-    _sampling_kwargs,
-    _strip_prefix,
-    _top_k_body,
-    _tristate,
+    append_to_last_user,
+    describe_error,
+    gather_all,
+    gather_or_raise,
     image_data_url,
+    is_retryable,
+    one_line,
     probs_from_top_logprobs,
     reply_problem,
     retry_after_seconds,
+    sampling_kwargs,
+    strip_prefix,
+    top_k_body,
     top_logprobs_from_response,
+    tristate,
 )
 
 logger = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class OpenAIBackend(Backend):
         retry_after_max=120 (the longest ``Retry-After`` honoured, seconds).
         """
         conv: dict[str, Callable[[Any], Any]] = {
-            "concurrency": int, "timeout": float, "max_retries": int, "api_key_env": str, "logprobs": _tristate,
+            "concurrency": int, "timeout": float, "max_retries": int, "api_key_env": str, "logprobs": tristate,
             "prefix_mode": str, "image_format": str, "backoff": float, "backoff_max": float, "sample_tokens": int,
             "logprobs_evidence": int, "retry_after_max": float,
         }  # fmt: skip
@@ -263,7 +263,7 @@ class OpenAIBackend(Backend):
             self.stats.add(retries=1)
             logger.debug(
                 "openai request %s: attempt %d failed (%s); retrying",
-                rid, state.attempt_number, _describe(state.outcome.exception(), self.timeout),
+                rid, state.attempt_number, describe_error(state.outcome.exception(), self.timeout),
             )
 
         backoff = wait_exponential_jitter(initial=self.backoff, max=self.backoff_max, jitter=self.backoff)
@@ -278,7 +278,7 @@ class OpenAIBackend(Backend):
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=wait,
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(is_retryable),
             sleep=self._sleep or asyncio.sleep,
             before_sleep=before_sleep,
             reraise=True,
@@ -296,8 +296,8 @@ class OpenAIBackend(Backend):
                         raise MalformedReply(problem)
                     return resp
         except Exception as e:
-            reason = _describe(e, self.timeout)
-            if _retryable(e):
+            reason = describe_error(e, self.timeout)
+            if is_retryable(e):
                 reason += f" (gave up after {attempts} attempt{'s' if attempts != 1 else ''})"
             raise RequestFailed(reason, getattr(e, "status_code", None)) from e
         raise AssertionError("unreachable")  # pragma: no cover
@@ -330,7 +330,7 @@ class OpenAIBackend(Backend):
             )
         if replies:
             self.supports_n = got >= n
-        replies += await _gather_or_raise([send(k, 1) for k in range(got, n)])
+        replies += await gather_or_raise([send(k, 1) for k in range(got, n)])
         texts, reasons = [], []
         for r in replies:
             for c in r.choices:
@@ -351,7 +351,7 @@ class OpenAIBackend(Backend):
             # Probe whether the server continues a partial assistant turn before sending the batch.
             probe = self.supports_continue is None and any(_assistant_tail(r.messages) is not None for r in requests)
             head = [await coros.pop(0)] if probe else []
-            return head + await _gather_all(coros)
+            return head + await gather_all(coros)
 
         return self._run(run_all())
 
@@ -360,12 +360,12 @@ class OpenAIBackend(Backend):
         try:
             messages = self._convert_messages(req.messages)
         except Exception as e:
-            return ChatResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
+            return ChatResult(error=f"openai request {rid}: bad input: {one_line(e)}")
         sp = req.sampling
 
         async def call(msgs: list[dict], extra: dict | None) -> Any:
-            body = {**(_top_k_body(sp) or {}), **(extra or {})} or None
-            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, **_sampling_kwargs(sp))
+            body = {**(top_k_body(sp) or {}), **(extra or {})} or None
+            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, **sampling_kwargs(sp))
 
         tail = _assistant_tail(messages)
         try:
@@ -375,7 +375,7 @@ class OpenAIBackend(Backend):
                 # A trailing assistant message is a pre-fill ("The answer is"): the model must
                 # continue it, not close it and start a fresh turn (see _with_prefix).
                 texts, reasons, pt, ct = await self._with_prefix(messages[:-1], tail, call)
-                texts = [_strip_prefix(t, tail) for t in texts]
+                texts = [strip_prefix(t, tail) for t in texts]
         except RequestFailed as e:
             return ChatResult(error=f"openai request {rid}: {e}")
         return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=pt, completion_tokens=ct)
@@ -390,7 +390,7 @@ class OpenAIBackend(Backend):
                 self.supports_continue is None and any(r.prefix for r in requests)
             )
             head = [await coros.pop(0)] if unknown else []
-            return head + await _gather_all(coros)
+            return head + await gather_all(coros)
 
         return self._run(run_all())
 
@@ -401,7 +401,7 @@ class OpenAIBackend(Backend):
         try:
             messages = self._convert_messages(req.messages)
         except Exception as e:
-            return ChoiceResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
+            return ChoiceResult(error=f"openai request {rid}: bad input: {one_line(e)}")
         try:
             if self.supports_logprobs is not False:
                 result = await self._score_logprobs(rid, messages, req)
@@ -461,7 +461,7 @@ class OpenAIBackend(Backend):
 
         texts, _, pt, ct = await self._with_prefix(messages, req.prefix, call)
         self.stats.add(prompt_tokens=pt, completion_tokens=ct)
-        texts = [_strip_prefix(t, req.prefix) for t in texts]
+        texts = [strip_prefix(t, req.prefix) for t in texts]
         probs, mass = choices_from_samples(texts, req.choices)
         return ChoiceResult(probs=probs, method="sampled", mass=mass)
 
@@ -489,7 +489,7 @@ class OpenAIBackend(Backend):
                         self.base_url,
                     )
                 self.supports_continue = False
-        return await call(_append_to_last_user(messages, prefix), None)
+        return await call(append_to_last_user(messages, prefix), None)
 
     def _no_logprobs(self, why: str) -> None:
         """Switch ``score_choices`` to sampling for good (logged once; part of the cache key)."""

@@ -24,7 +24,7 @@ from vlrl.core.records import (
     RecordError,
     RubricItem,
 )
-from vlrl.core.sources.dataset import DatasetSource, _find_image_column, load_any_dataset
+from vlrl.core.sources.dataset import DatasetSource, find_image_column, load_any_dataset
 from vlrl.core.sources.dataset import undecoded as _undecoded
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def infer_record_type(columns: Iterable[str]) -> type:
         return RubricItem
     if {"text", "model"} <= cols:
         return Caption
-    if _find_image_column(cols):
+    if find_image_column(cols):
         return ImageRef
     raise ValueError(f"cannot tell which record kind has columns {sorted(cols)}")
 
