@@ -260,3 +260,11 @@ async def gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
     return list(out)
 
 
+def assistant_tail(messages: list[dict]) -> str | None:
+    """The text of a trailing assistant message (a pre-fill to continue), else None."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else None
