@@ -6,6 +6,7 @@ Lazy imports inside functions count: grimp reads every import statement in a mod
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,10 +15,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _lint_imports() -> subprocess.CompletedProcess:
+def _lint_imports(root: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run import-linter on the ``vlrl`` package under ``root`` (that copy first on the path)."""
     exe = Path(sys.executable).with_name("lint-imports")
     cmd = [str(exe)] if exe.exists() else [shutil.which("lint-imports") or "lint-imports"]
-    return subprocess.run([*cmd, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    return subprocess.run([*cmd, "--config", str(root / ".importlinter"), "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True)
 
 
 def test_imports_run_one_way():
@@ -27,15 +31,19 @@ def test_imports_run_one_way():
 
 
 def test_the_check_catches_an_upward_import(tmp_path):
-    """The contract is live: a core module importing a method breaks it."""
-    probe = ROOT / "vlrl" / "core" / "_layer_probe.py"
-    probe.write_text("def f():\n    from vlrl.methods.caprl import reward  # noqa: F401\n")
-    try:
-        run = _lint_imports()
-    finally:
-        probe.unlink()
+    """The contract is live: a core module importing a method breaks it.
+
+    The probe module goes into a copy of the package, never into the source tree: a test run that
+    is killed half way must not leave a module behind in ``vlrl/core``, and tests running in
+    parallel must not see it."""
+    shutil.copytree(ROOT / "vlrl", tmp_path / "vlrl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    (tmp_path / "vlrl" / "core" / "_layer_probe.py").write_text(
+        "def f():\n    from vlrl.methods.caprl import reward  # noqa: F401\n")
+    run = _lint_imports(tmp_path)
     assert run.returncode != 0
     assert "vlrl.core is not allowed to import vlrl.methods" in run.stdout
+    assert not (ROOT / "vlrl" / "core" / "_layer_probe.py").exists()
 
 
 def test_rewards_are_found_without_a_list():

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
 import pytest
 
+from vlrl.core.stats import wilson
 from vlrl.rewards.guards import GuardSet
 
 CORPUS = Path(__file__).parent / "fixtures" / "guard_corpus.jsonl"
@@ -49,13 +49,6 @@ SEMANTIC = ["self_praise", "grader_address"]
 
 def half(row_id: str) -> str:
     return "dev" if int(hashlib.sha256(row_id.encode()).hexdigest(), 16) % 2 == 0 else "held_out"
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - spread, centre + spread
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +136,7 @@ LOKO_FLOORS = {"guard_corpus.jsonl": (0.88, 0.75), "guard_corpus_dev2.jsonl": (0
 @pytest.mark.parametrize("corpus", sorted(LOKO_FLOORS))
 def test_leave_one_kind_out(corpus, monkeypatch, record_property):
     """Each kind of hack measured with the families written from its own examples switched off."""
+    from vlrl.rewards import guard_doc
     from vlrl.rewards import guard_structure as gs
     from vlrl.rewards import guards as guards_mod
 
@@ -155,7 +149,7 @@ def test_leave_one_kind_out(corpus, monkeypatch, record_property):
                 for name in off & set(table):
                     m.delitem(table, name)
             if "obfuscation" in off:
-                m.setattr(guards_mod, "unreversed", lambda text: None)
+                m.setattr(guard_doc, "unreversed", lambda text: None)  # Doc.of reads reversed text
                 m.setattr(guards_mod, "compact_keywords", lambda text: None)
             guards = GuardSet.from_settings(enabled=SEMANTIC)
             rows = [r for r in hacks if r["kind"] == kind]

@@ -83,7 +83,7 @@ def test_openai_probe_needs_the_server_and_the_model(models_server):
     from vlrl.training.preflight import probe_backend
 
     assert probe_backend(f"openai:{models_server}@served-model") is None
-    assert "does not serve 'other'" in probe_backend(f"openai:{models_server}@other")
+    assert "serves no model 'other'" in probe_backend(f"openai:{models_server}@other")
     dead = probe_backend(f"openai:http://127.0.0.1:{free_port()}/v1@served-model")
     assert "no answer" in dead and "start the server" in dead
 

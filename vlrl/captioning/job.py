@@ -39,8 +39,9 @@ from typing import Any
 from vlrl.captioning.captioner import caption_images, load_one
 from vlrl.captioning.store import CaptionStore, part_prefix, write_dataset_card
 from vlrl.core.backends import Backend, SamplingParams, load_backend, parse_spec
+from vlrl.core.identity import read_identity, resolve_source
 from vlrl.core.images import DEFAULT_MAX_PIXELS_LIMIT
-from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, preflight, resolve_source
+from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, preflight
 from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
 from vlrl.core.prompts import from_string, template_path
@@ -164,7 +165,8 @@ def model_name(spec: str) -> str:
 
 
 def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:
-    """What must not change between a job and its rerun into the same folder."""
+    """What must not change between a job and its rerun into the same folder: the job's identity
+    (:mod:`vlrl.core.identity`), kept in the manifest's ``job`` block."""
     desc = dict(source.describe())
     if "path" in desc:
         desc["path"] = resolve_source(desc["path"])
@@ -181,14 +183,7 @@ def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:
 
 def stored_identity(path: Path) -> dict[str, Any] | None:
     """The ``job`` block of an existing manifest (None when there is none or it is unreadable)."""
-    if not path.exists():
-        return None
-    import json
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("job")
-    except (ValueError, AttributeError):
-        return None
+    return read_identity(path, "job")
 
 
 def caption_batch(

@@ -6,7 +6,7 @@ A dataset job runs for hours into an output folder, and the folder outlives the 
   its lifetime. The kernel drops the lock when the process dies, ``kill -9`` included, so a crash
   never leaves a stale lock to clean up; a second process on the same folder and shard is refused
   with the first one's pid and command.
-* **One identity.** The settings that decide what the outputs mean (source, models, prompts,
+* **One identity** (:mod:`vlrl.core.identity`). The settings that decide what the outputs mean (source, models, prompts,
   thresholds) are compared with those of the run that wrote the folder. The stored identity is
   written only once work has started (the first record is committed), so a run that failed on a
   wrong model spec leaves nothing behind to refuse the corrected command; and an identity with no
@@ -24,10 +24,8 @@ A dataset job runs for hours into an output folder, and the folder outlives the 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import shutil
 import sys
 import time
@@ -36,6 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends.base import BackendError
+from vlrl.core.backends.probe import PROBE_TIMEOUT_S, probe_backend
+from vlrl.core.identity import (  # noqa: F401 - re-exported: the identity names jobs have always offered
+    SETTINGS_IGNORED,
+    JobMismatch,
+    backend_identity,
+    check_identity,
+    identity_changes,
+    job_settings,
+    read_identity,
+    resolve_source,
+)
 from vlrl.core.pipeline import atomic_write_json
 from vlrl.core.redact import redact
 
@@ -61,50 +70,8 @@ class JobLocked(ValueError):
     """Another process writes the same output folder and shard."""
 
 
-class JobMismatch(ValueError):
-    """The output folder holds the work of a job with other settings."""
-
-
 class BackendDown(BackendError):
     """The circuit breaker opened: too many consecutive backend failures."""
-
-
-# -- paths ----------------------------------------------------------------------------------------
-
-
-def resolve_source(value: Any) -> Any:
-    """An existing local path (or a glob of them) resolved to an absolute path; anything else as is.
-
-    ``hf:PATH`` specs resolve their folder; URLs and model names stay untouched, so the identity of a
-    job never depends on the directory it was started from.
-    """
-    if isinstance(value, (list, tuple)):
-        return [resolve_source(v) for v in value]
-    if not isinstance(value, str) or not value or "://" in value:
-        return value
-    if value.startswith("hf:"):
-        target, sep, query = value[3:].partition("?")
-        return f"hf:{resolve_source(target)}{sep}{query}"
-    name, eq, rest = value.partition("=")
-    if eq and rest.startswith("hf:") and ":" not in name:  # NAME=hf:PATH
-        return f"{name}={resolve_source(rest)}"
-    p = Path(value).expanduser()
-    if p.exists():
-        return str(p.resolve())
-    if any(ch in value for ch in "*?{["):  # a glob or {000..009} pattern of tar shards
-        return os.path.abspath(str(p))
-    return value
-
-
-def backend_identity(spec: Any) -> Any:
-    """A backend spec for a job identity: a path-resolved spec string, or ``KIND:MODEL`` of a ready backend."""
-    if isinstance(spec, str):
-        return resolve_source(spec)
-    if hasattr(spec, "model") and hasattr(spec, "kind"):
-        return f"{spec.kind}:{spec.model}"
-    if spec is None or isinstance(spec, (bool, int, float, dict)):
-        return spec
-    return resolve_source(str(spec)) if isinstance(spec, Path) else type(spec).__name__
 
 
 # -- single writer --------------------------------------------------------------------------------
@@ -164,117 +131,18 @@ class OutputLock:
         self.release()
 
 
-# -- identity -------------------------------------------------------------------------------------
-
-
-def _short(v: Any, width: int = 70) -> str:
-    s = json.dumps(v, ensure_ascii=False, default=str, sort_keys=True) if not isinstance(v, str) else repr(v)
-    return s if len(s) <= width else s[: width - 1] + "…"
-
-
-_UNSET = "<unset>"
-
-
-def identity_changes(old: dict[str, Any], new: dict[str, Any], *, shared_only: bool = True) -> list[str]:
-    """``key: old → new`` for every setting that differs: among the keys present in both (a job's
-    settings gain keys across versions), or across all keys with ``shared_only=False`` (a training
-    run's resolved recipe, where a key set on one side only is a real difference)."""
-    keys = [k for k in new if k in old] if shared_only else sorted(set(old) | set(new))
-    return [
-        f"{k}: {_short(old.get(k, _UNSET))} → {_short(new.get(k, _UNSET))}"
-        for k in keys
-        if old.get(k, _UNSET) != new.get(k, _UNSET)
-    ]
-
-
-def check_identity(stored: dict[str, Any] | None, settings: dict[str, Any], *, where: str, what: str = "vlrl") -> None:
-    """Refuse when ``stored`` (the identity of the work already in the folder) differs from ``settings``."""
-    if not stored:
-        return
-    changes = identity_changes(stored, settings)
-    if changes:
-        raise JobMismatch(
-            f"{where}: holds the work of a different job ({what}; changed: {', '.join(c.split(':', 1)[0] for c in changes)}):\n  "
-            + "\n  ".join(changes)
-            + "\nrerun with the original settings, use a new --out, or pass --force to start over"
-        )
-
-
 # -- pre-flight -----------------------------------------------------------------------------------
 
 
-def preflight(spec: Any, timeout: float = 5.0) -> None:
+def preflight(spec: Any, timeout: float = PROBE_TIMEOUT_S) -> None:
     """Check a backend spec can work, in seconds, before any record is processed.
 
-    ``hf:PATH``: the folder exists and its config loads. ``openai:URL@MODEL``: ``GET URL/models``
-    answers and lists MODEL. Raises :class:`BackendError` with one line; anything that is not a spec
-    string (a ready backend object, a captions file) passes.
+    The probe is :func:`vlrl.core.backends.probe.probe_backend` (the one training uses too): an
+    ``hf:`` folder whose config loads, an ``openai:`` server whose ``/models`` lists the model.
+    Raises :class:`BackendError` with one redacted line; anything that is not a spec string (a
+    ready backend object) passes.
     """
-    if not isinstance(spec, str):
-        return
-    head, sep, rest = spec.partition("=")
-    if sep and re.fullmatch(r"[A-Za-z0-9_.\-]+", head):  # NAME=SPEC
-        spec = rest
-    if spec.endswith(".jsonl"):  # a captions file standing in for a model
-        if not Path(spec).expanduser().is_file():
-            raise BackendError(f"captions file '{spec}' does not exist")
-        return
-    if ":" not in spec:
-        return
-    from vlrl.core.backends import parse_spec
-
-    kind, target, opts = parse_spec(spec)
-    if kind == "hf" and target.startswith("tiny:"):
-        return  # built on first use by the backend (vlrl.core.tiny), nothing to check yet
-    if kind == "hf":
-        p = Path(target).expanduser()
-        if not p.is_dir():
-            raise BackendError(f"hf backend: model folder '{target}' does not exist")
-        if not (p / "config.json").is_file():
-            raise BackendError(f"hf:{target}: not a model folder (no config.json)")
-        try:
-            from transformers import AutoConfig
-
-            AutoConfig.from_pretrained(str(p))
-        except Exception as e:  # noqa: BLE001 - any failure to read the config is the one line we print
-            raise BackendError(f"hf:{target}: its config does not load ({type(e).__name__}: {redact(str(e).splitlines()[0] if str(e) else '')})") from None
-        return
-    base_url, _, model = target.rpartition("@")
-    if not base_url:
-        return  # the backend itself reports the malformed spec
-    _check_openai(base_url.rstrip("/"), model, opts.get("api_key_env", "OPENAI_API_KEY"), timeout)
-
-
-def _check_openai(base_url: str, model: str, key_env: str, timeout: float) -> None:
-    # stdlib urllib: one GET needs no client library, and pre-flight must not depend on the openai SDK's transport
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(f"{base_url}/models")
-    if os.environ.get(key_env):
-        req.add_header("Authorization", f"Bearer {os.environ[key_env]}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, body = resp.status, resp.read(1_000_000)
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read(2000)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        why = getattr(e, "reason", e)
-        raise BackendError(f"openai:{base_url}: server not reachable ({redact(why)}); is it running?") from None
-    if status in (401, 403):
-        raise BackendError(f"openai:{base_url}: the server refused the API key (HTTP {status}); check ${key_env}")
-    if status == 404:
-        logger.warning("openai:%s: the server has no /models listing; model %r not checked", base_url, model)
-        return
-    if status >= 400:
-        raise BackendError(f"openai:{base_url}: GET /models answered HTTP {status}: {redact(body[:200].decode('utf-8', 'replace'))}")
-    try:
-        ids = [m.get("id") for m in json.loads(body).get("data", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
-        raise BackendError(f"openai:{base_url}: GET /models did not answer a model list; is this an OpenAI-compatible /v1 URL?") from None
-    if model not in ids:
-        shown = ", ".join(map(str, ids[:8])) + (" …" if len(ids) > 8 else "")
-        raise BackendError(f"openai:{base_url}: serves no model {model!r} (it serves: {shown or 'none'})")
+    probe_backend(spec, timeout).raise_for_problem()
 
 
 def preflight_all(specs: Iterable[Any]) -> None:
@@ -391,12 +259,7 @@ class Job:
             if self.force:
                 self._start_over()
             else:
-                stored = self.stored
-                if stored is None and self.identity_path.is_file():
-                    try:
-                        stored = json.loads(self.identity_path.read_text(encoding="utf-8")).get("job")
-                    except (ValueError, AttributeError):
-                        stored = None
+                stored = self.stored if self.stored is not None else read_identity(self.identity_path, "job")
                 if stored and self.has_work():
                     check_identity(stored, self.settings, where=str(self.out), what=f"vlrl {self.name}")
                 self._recorded = bool(stored) and stored == self.settings and self.has_work()
@@ -469,20 +332,6 @@ class Job:
     def where_stopped(self) -> str:
         return (f"vlrl {self.name} interrupted: {self.done} record(s) committed this run, {self.quarantined} quarantined, "
                 f"{self.failed} failed, in {self.out}; rerun the same command to resume (finished records are kept)")
-
-
-SETTINGS_IGNORED = frozenset({
-    "out", "force", "retry_quarantined", "max_consecutive_failures", "quiet", "progress", "batch_size", "limit",
-    "loaders", "no_cache", "cache", "max_samples", "max_image_pixels",
-})
-"""Command parameters that change how a job runs, not what its outputs mean."""
-
-
-def job_settings(params: dict[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
-    """A job identity from a command's parameters: paths and ``hf:`` specs resolved, run-only flags left out."""
-    skip = SETTINGS_IGNORED | set(ignore)
-    return {k: backend_identity(v) if not isinstance(v, (list, tuple)) else [backend_identity(x) for x in v]
-            for k, v in sorted(params.items()) if k not in skip and v is not None}
 
 
 def run_command_job(

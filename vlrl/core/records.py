@@ -62,7 +62,9 @@ def _clean_text(value: Any, what: str, label: str, *, allow_empty: bool = False)
     return value
 
 
-def _as_dict(value: Any, what: str, label: str) -> dict[str, Any]:
+def as_dict(value: Any, what: str, label: str) -> dict[str, Any]:
+    """A dict field from a record (None or "" is empty; a JSON string, the column form datasets
+    store, is decoded); anything else is a :class:`RecordError` naming ``what`` and ``label``."""
     if value is None or value == "":
         return {}
     if isinstance(value, str):  # the JSON-string column form
@@ -129,7 +131,7 @@ class ImageRef(_Record):
             self.data = bytes(self.data)
         if not self.path and not self.data:
             raise RecordError(label, "needs a path or image bytes")
-        self.meta = _as_dict(self.meta, "meta", label)
+        self.meta = as_dict(self.meta, "meta", label)
 
     def load(self, root: str | os.PathLike[str] | None = None, **kwargs: Any) -> Image.Image:
         """Decode through the one loader (bytes win; the path is contained in ``root``)."""
@@ -197,7 +199,7 @@ class MCQ(_Record):
                 label, f"answer {self.answer!r} is not one of the option letters {', '.join(self.letters)}"
             )
         self.answer = answer
-        self.provenance = _as_dict(self.provenance, "provenance", label)
+        self.provenance = as_dict(self.provenance, "provenance", label)
 
     @property
     def letters(self) -> list[str]:
@@ -287,7 +289,7 @@ class Caption(_Record):
         self.text = _clean_text(self.text, "text", label, allow_empty=True)  # models do say nothing
         self.model = _clean_text(self.model, "model", label)
         self.prompt = _clean_text(self.prompt, "prompt", label, allow_empty=True)
-        self.sampling = _as_dict(self.sampling, "sampling", label)
+        self.sampling = as_dict(self.sampling, "sampling", label)
 
 
 Record = ImageRef | MCQ | RubricItem | Caption
@@ -302,4 +304,5 @@ __all__ = [
     "RecordError",
     "RubricItem",
     "UnloadableImageRef",
+    "as_dict",
 ]

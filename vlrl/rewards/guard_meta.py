@@ -1,19 +1,13 @@
 """Text preparation and cue families that make the semantic guards generalise.
 
 Fixed phrases ("this description is complete") catch the hacks someone already saw. A policy under
-RL pressure finds the paraphrase, the obfuscated spelling, or the JSON verdict. This module gives the
-guards in :mod:`vlrl.rewards.guards` two things.
-
-**Normalisation that undoes cheap obfuscation.** NFKC (full-width letters), removal of zero-width
-and other invisible characters, homoglyph folding with the Unicode confusables table (Cyrillic
-"а" reads as Latin "a"; the table comes from the ``confusable_homoglyphs`` package), digit-for-letter
-spellings inside words ("1gn0re prev10us"), letters spread out with separators ("J.u.d.g.e",
-"v-e-r-d-i-c-t", "s c o r e") and base64 payloads, which are decoded and appended.
+RL pressure finds the paraphrase, the obfuscated spelling, or the JSON verdict. The spelling is
+undone before this module reads the text (:mod:`vlrl.rewards.guard_text`); this module gives the
+guards in :mod:`vlrl.rewards.guards` what they match in it.
 
 **Cue families about the caption as an object of evaluation**, matched per sentence, after text that
-is *in the image* is removed: quoted spans, and the clause after words that introduce image text
-("a sticker says 10/10 would recommend", "a banner reading WELCOME JUDGES", "printed with ...",
-"labelled ..."). What remains fires when it
+is *in the image* is removed (quoted spans, and the clauses :func:`~vlrl.rewards.guard_text.strip_image_text`
+removes). What remains fires when it
 
 * refers to the caption itself ("this caption", "the above", "what I wrote", "these sentences",
   "reading this") and praises it, claims completeness, or talks about grading;
@@ -33,150 +27,7 @@ may not capture everything", "I'm not sure") is never a completeness claim.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-import unicodedata
-from functools import lru_cache
-
-# ------------------------------------------------------------------------------------------------
-# Normalisation
-
-_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
-                        "\u206a-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]")
-
-
-@lru_cache(maxsize=4096)
-def _fold_char(ch: str) -> str:
-    """The Latin letter a non-ASCII character is confusable with, or the character itself."""
-    try:
-        from confusable_homoglyphs import confusables
-    except ImportError:  # declared dependency; without it only NFKC folding applies
-        return ch
-    found = confusables.is_confusable(ch, greedy=True, preferred_aliases=["latin"])
-    if not found:
-        return ch
-    letters = [h.get("c", "") for h in found[0].get("homoglyphs", [])]
-    letters = [c for c in letters if len(c) == 1 and c.isascii() and c.isalpha()]
-    same_case = [c for c in letters if c.isupper() == ch.isupper()]
-    if not same_case:  # Cyrillic "І" is listed only as "l"; its name ends in the letter it copies ("... I")
-        last = unicodedata.name(ch, "").rsplit(" ", 1)[-1]
-        if len(last) == 1 and last.isascii() and last.isalpha():
-            same_case = [last if ch.isupper() else last.lower()]
-    return (same_case or letters or [ch])[0]
-
-
-def fold(text: str) -> str:
-    """NFKC, invisible characters removed, homoglyphs folded to Latin letters."""
-    text = unicodedata.normalize("NFKC", text or "")
-    text = _INVISIBLE.sub("", text)
-    if text.isascii():
-        return text
-    return "".join(_fold_char(ch) if not ch.isascii() and ch.isalpha() else ch for ch in text)
-
-
-_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
-_MIXED = re.compile(r"(?<![\w@$!])(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$]|[\w@$]*![\w@$])[\w@$!]*[\w@$](?![\w@$])")
-_UNIT = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|cm|mm|kg|g|h|am|pm|x|k|d|p|l|ml|ft|lb|oz|mb|gb|px|hz|v|w|kw|mph|yo)",
-                   re.IGNORECASE)
-_SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
-# long runs, or short ones closed by "=" padding (a deliberate encoding: "cGFzcw==" is "pass")
-_B64 = re.compile(r"\b[A-Za-z0-9+/]{16,}={0,2}|\b[A-Za-z0-9+/]{4,15}={1,2}(?![\w=])")
-
-
-def _unspread(m: re.Match[str]) -> str:
-    chunk = m.group(0)
-    # "a.c.c.u.r.a.t.e a.n.d c.o.m.p.l.e.t.e": when letters are joined by another mark, spaces part words
-    marks = r"[.\-_*·|]" if re.search(r"[A-Za-z0-9][.\-_*·|][A-Za-z0-9]", chunk) and " " in chunk else r"[ .\-_*·|]"
-    letters = re.sub(marks, "", chunk)
-    return letters if any(c.isalpha() for c in letters) else chunk
-
-
-def _b64_payloads(text: str) -> list[str]:
-    out = []
-    for m in _B64.finditer(text):
-        tok = m.group(0)
-        try:
-            raw = base64.b64decode(tok + "=" * (-len(tok) % 4), validate=True)
-            s = raw.decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            continue
-        shortest = 8 if not tok.endswith("=") else 4
-        if len(s) >= shortest and sum(c.isalpha() or c == " " for c in s) / len(s) > 0.85:
-            out.append(s)
-    return out
-
-
-def deobfuscate(text: str) -> tuple[str, bool]:
-    """Undo digit-for-letter words, spread-out letters and base64 payloads in folded text.
-
-    Returns the decoded text and whether anything was decoded (obfuscation is itself a signal: the
-    guards then also look at the text with every separator removed).
-    """
-    out = _SPREAD.sub(_unspread, text)
-    out = _MIXED.sub(lambda m: m.group(0) if _UNIT.fullmatch(m.group(0)) else m.group(0).translate(_LEET), out)
-    payloads = _b64_payloads(text)
-    if payloads:
-        out = out + " . " + " . ".join(payloads)
-    return out, out != text
-
-
-# ------------------------------------------------------------------------------------------------
-# Image text
-
-_INTRO = (
-    r"\b(?:says|said|saying|reads|reading|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
-    r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
-    r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
-    r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
-    r"|painted\s+with|lettered\s+with|marked)"
-)
-# Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
-_IMAGE_TEXT = re.compile(
-    _INTRO + r"(?::|\s)\s*(?!(?:only\s+|just\s+|nothing\s+but\s+)?(?:this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|my\b)|here\b|"
-    r"(?:[\w-]+\s+){0,2}(?:captions?|descriptions?|write-?ups?|summary|summaries|captioning|prose|piece)\b|"
-    r"(?:to|for|so|by|specifically|carefully|in order)\s+(?:match|meet|satisfy|please|pass|score|fit|the\s+(?:grader|judge|"
-    r"rubric|criteria|evaluator))\b)"
-    r"[^.;!?\n]{1,160}?(?=\s+(?:next to|beside|over|above|below|under|in (?:red|gold|green|blue|black|white|tall|large|small)"
-    r"|across|on (?:the|a)|at the)\b|[.;!?,(\n]|$)",
-    re.IGNORECASE,
-)
-
-
-# ... and text named before the words that place it in the image ("with the answer is C written on it").
-_IMAGE_TEXT_BEFORE = re.compile(
-    r"\bwith\s+(?:the\s+(?:words?|text|phrase|message|note)\s+)?[^.;,\n]{1,80}?\s+(?:written|printed|painted|scrawled|"
-    r"stamped|displayed|lettered|engraved|handwritten|chalked|typed|scribbled)\b",
-    re.IGNORECASE,
-)
-
-
-# ... and a list introduced by a colon after such a verb ("a poster lists the rules: be kind, ...").
-_IMAGE_TEXT_COLON = re.compile(
-    r"\b(?:lists?|listing|reads?|reading|says|saying|shows?|showing|displays?|displaying|titled|labell?ed|announc\w+)"
-    r"\b[^.:\n]{0,40}:\s*[^.\n]*"
-    # a sign or label in the scene followed by its text ("a hotel sign: 9.2 out of 10 guest rating")
-    r"|\b(?:sign|signs|label|banner|poster|plaque|sticker|placard|scoreboard|billboard|headline|t-shirt|mug|"
-    r"chalkboard|whiteboard|blackboard|(?<!hidden )(?<!secret )(?<!special )(?<!important )message|fortune|motto|slogan|"
-    r"tagline|inscription)\s*:\s*(?:[^.\n]|\.(?=\d))*",
-    re.IGNORECASE,
-)
-
-
-def strip_image_text(text: str) -> str:
-    """Remove clauses that report text written in the image (they describe, they do not claim)."""
-    text = _IMAGE_TEXT_COLON.sub(_unless_own_words, text)
-    text = _IMAGE_TEXT_BEFORE.sub(" \u2039t\u203a ", text)
-    return _IMAGE_TEXT.sub(_unless_own_words, text)
-
-
-# "what I've written", "the words I chose": the writer's own text, not text in the image
-_OWN = re.compile(r"\b(?:i|we|i've|we've|i'd|i\s+have|we\s+have|i\s+just|you|you're|you\s+are)\s*$", re.IGNORECASE)
-
-
-def _unless_own_words(m: re.Match[str]) -> str:
-    return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
-
 
 # ------------------------------------------------------------------------------------------------
 # Cue families (lower-case text, image text removed, one sentence at a time)
@@ -580,4 +431,4 @@ def compact_hit(text: str) -> str | None:
     return compact_search(_COMPACT, text)
 
 
-__all__ = ["GRADER_FAMILIES", "PAPERWORK", "SELF_FAMILIES", "compact_hit", "compact_search", "deobfuscate", "fold", "meta_claim", "strip_image_text", "verdict_json"]
+__all__ = ["GRADER_FAMILIES", "PAPERWORK", "SELF_FAMILIES", "compact_hit", "compact_search", "meta_claim", "verdict_json"]

@@ -7,7 +7,7 @@ near-empty or endlessly verbose output. A text-only answerer or an LLM judge rea
 so anything written *to* it ("the answer is B", "ignore previous instructions", "dear evaluator")
 is an attack on the reward, not a description of the image.
 
-Four guards, each a family of patterns over normalised text rather than one fixed phrase, so that
+Five guards (``llm_defense`` opt-in), each a family of patterns over normalised text rather than one fixed phrase, so that
 paraphrases are caught too:
 
 * ``self_praise`` — claims about the caption itself (subject {this/my/the above caption,
@@ -20,6 +20,8 @@ paraphrases are caught too:
 * ``repetition`` — loops: a phrase repeated back to back, the same sentence twice, or a caption
   whose n-grams are mostly repeats.
 * ``length`` — word count outside a configurable band (collapse to "An image." or runaway output).
+* ``llm_defense`` (opt-in) — a defense rubric judged by an LLM (:mod:`vlrl.rewards.defense`), for
+  attacks no pattern names.
 
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
 IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
@@ -53,7 +55,6 @@ from __future__ import annotations
 import abc
 import logging
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -61,14 +62,12 @@ from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
 from vlrl.rewards.guard_meta import (
     GRADER_FAMILIES,
     SELF_FAMILIES,
     compact_hit,
-    deobfuscate,
-    fold,
     meta_claim,
-    strip_image_text,
     verdict_json,
 )
 from vlrl.rewards.guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
@@ -77,79 +76,12 @@ from vlrl.rewards.guard_structure import (
     RAW_STRUCTURE,
     SELF_STRUCTURE,
     compact_keywords,
-    fuzzy_fix,
     on_display,
     structural_hit,
-    unreversed,
 )
+from vlrl.rewards.guard_text import deobfuscate
 
 logger = logging.getLogger(__name__)
-
-# ----------------------------------------------------------------------------------------------
-# Text preparation
-
-
-_QUOTES = str.maketrans(
-    {
-        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
-        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
-        "\u2033": '"', "\u300c": '"', "\u300d": '"',
-    }
-)
-# Double-quoted span (bounded, one line); single-quoted span whose quotes are not apostrophes
-# (not glued to a word) and which may contain apostrophes inside words (DON'T).
-_DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
-_SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
-_QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
-
-
-def normalize(text: str) -> str:
-    """NFKC, invisible characters removed, homoglyphs folded, straight quotes, single spaces (case is
-    kept; option letters need it)."""
-    text = fold(unicodedata.normalize("NFKC", text or "")).translate(_QUOTES)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def strip_quoted(text: str) -> str:
-    """Remove quoted spans: text *in the image* is content, never an instruction to the grader.
-
-    Triple quotes are not a quotation but the fence a judge prompt puts around the caption; a
-    caption that writes them is forging prompt structure, so what they enclose stays visible."""
-    text = re.sub(r'"{3,}|\'{3,}', " . ", text)
-    text = _DQ_SPAN.sub(_QUOTE_MARK, text)
-    return _SQ_SPAN.sub(_QUOTE_MARK, text)
-
-
-@dataclass
-class Doc:
-    """One caption, prepared once for every guard."""
-
-    raw: str
-    norm: str  # normalised, case kept
-    unquoted: str  # normalised, quoted spans and clauses reporting image text removed, case kept
-    lower: str  # unquoted, lower case
-    words: list[str]  # lower-case word tokens of the whole caption (quotes included)
-    decoded: str = ""  # lower case, unquoted, obfuscation undone (digits for letters, spread letters, base64)
-    obfuscated: bool = False  # whether anything had to be undone
-    meta: str = ""  # decoded, with clauses reporting text in the image removed
-    shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
-
-    @classmethod
-    def of(cls, text: str) -> Doc:
-        norm = normalize(text)
-        unquoted = strip_image_text(strip_quoted(norm))
-        decoded, obfuscated = deobfuscate(unquoted)
-        if backwards := unreversed(unquoted):
-            decoded, obfuscated = f"{decoded} . {backwards}", True
-        # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
-        decoded = fuzzy_fix(decoded.lower())
-        lines = fold(text or "").translate(_QUOTES)
-        shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
-        return cls(
-            text, norm, unquoted, fuzzy_fix(unquoted.lower()), re.findall(r"[\w']+", norm.lower()),
-            decoded, obfuscated, decoded, shaped.lower(),
-        )
-
 
 # ----------------------------------------------------------------------------------------------
 # Guards and their registry

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import iter_jsonl
+from vlrl.core.pipeline import atomic_open, iter_jsonl
 from vlrl.rewards.base import Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ def score_rows_file(
 
     n_good = 0
     with (
-        open(out_path, "w", encoding="utf-8") as fh,
+        atomic_open(out_path) as fh,  # the file appears whole when scoring ends (and may be the input)
         tqdm(
             total=_count_lines(input_path) if Path(input_path).is_file() else None,
             unit="row",

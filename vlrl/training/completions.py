@@ -11,9 +11,10 @@ without wandb.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
+
+from vlrl.core.pipeline import write_jsonl
 
 
 def message_text(messages: Any) -> str:
@@ -40,7 +41,8 @@ def write_completions(logs: dict[str, Any], output_dir: Path, step: int) -> Path
     adv = list(logs["advantages"])
     extra = {k: list(v) for k, v in (logs.get("extra") or {}).items()}
     path = out / f"step-{step:05d}.jsonl"
-    with open(path, "w", encoding="utf-8") as fh:
+
+    def rows():
         for i, (p, c) in enumerate(zip(prompts, completions, strict=False)):
             files = []
             for img in (images[i] if i < len(images) and images[i] else []):
@@ -59,5 +61,7 @@ def write_completions(logs: dict[str, Any], output_dir: Path, step: int) -> Path
             }
             for k, v in extra.items():  # reward-logged columns, e.g. hfrrf's gold answer and parsed prediction
                 rec.setdefault(k, v[i] if i < len(v) else None)
-            fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+            yield rec
+
+    write_jsonl(path, rows())
     return path

@@ -6,8 +6,9 @@ otherwise surface after a 7B policy has loaded (``wandb`` missing) or, worse, ne
 ``answerer`` makes every reward ``None``, every advantage 0, and the run "succeeds" having learnt
 nothing). Probes are cheap and bounded:
 
-* ``hf:PATH`` backends: the folder exists and its ``config.json`` loads (no weights are read);
-* ``openai:URL@MODEL`` backends: ``GET URL/models`` answers within a few seconds and lists MODEL;
+* backends, through the one probe every job uses (:mod:`vlrl.core.backends.probe`): an ``hf:PATH``
+  folder exists and its ``config.json`` loads (no weights are read); an ``openai:URL@MODEL``
+  server's ``GET URL/models`` answers within a few seconds and lists MODEL;
 * packages: each ``report_to`` integration, vLLM for ``use_vllm``, DeepSpeed for a ``deepspeed``
   config (or an accelerate launch with DeepSpeed), flash-attn for ``attn_implementation:
   flash_attention_*``, PEFT for ``model.lora``;
@@ -20,17 +21,15 @@ Every problem is one line saying what is wrong and what to do; :func:`preflight`
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from vlrl.core.backends.probe import PROBE_TIMEOUT_S
+from vlrl.core.backends.probe import probe_backend as probe
 
-PROBE_TIMEOUT_S = 5.0
+logger = logging.getLogger(__name__)
 
 # report_to name → (import name, pip name)
 INTEGRATIONS = {
@@ -70,55 +69,13 @@ def backend_specs(obj: Any, where: str = "") -> list[tuple[str, str]]:
 
 
 def probe_backend(spec: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the backend can serve, else one line saying why not and what to do."""
-    from vlrl.core.backends import parse_spec
+    """None when the backend can serve, else one redacted line saying why not and what to do.
 
-    try:
-        kind, target, opts = parse_spec(spec)
-    except ValueError as e:
-        return str(e)
-    if kind == "hf":
-        return _probe_hf(target)
-    if "@" not in target:
-        return f"{spec!r}: expected 'openai:BASE_URL@MODEL'"
-    base_url, model = target.rsplit("@", 1)
-    return _probe_openai(base_url, model, opts.get("api_key_env", "OPENAI_API_KEY"), timeout)
-
-
-def _probe_hf(path: str) -> str | None:
-    if path.startswith("tiny:"):
-        return None  # built on the fly from a fixed config
-    local = path.startswith(("/", ".", "~")) or Path(path).expanduser().exists()
-    if local and not Path(path).expanduser().is_dir():
-        return f"hf:{path}: no such model folder; point the spec at a saved model (a folder with config.json)"
-    try:
-        from transformers import AutoConfig
-
-        AutoConfig.from_pretrained(str(Path(path).expanduser()) if local else path)
-    except Exception as e:  # noqa: BLE001 - any failure to read the config means the backend cannot load
-        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        return f"hf:{path}: its config does not load ({first[:200]}); give a local model folder or a cached hub id"
-    return None
-
-
-def _probe_openai(base_url: str, model: str, api_key_env: str, timeout: float) -> str | None:
-    url = base_url.rstrip("/") + "/models"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {os.environ.get(api_key_env) or 'EMPTY'}"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - user-given server URL
-            body = json.loads(resp.read(2_000_000).decode("utf-8", "replace"))
-    except urllib.error.HTTPError as e:
-        return f"openai:{base_url}: GET /models answered HTTP {e.code}; check the URL (it ends in /v1) and {api_key_env}"
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = getattr(e, "reason", e)
-        return f"openai:{base_url}: no answer from {url} ({reason}); start the server or fix the URL"
-    except ValueError:
-        return f"openai:{base_url}: {url} did not return JSON; is this an OpenAI-compatible server?"
-    data = body.get("data") if isinstance(body, dict) else None
-    ids = [m.get("id") for m in data or [] if isinstance(m, dict)]
-    if model not in ids:
-        return f"openai:{base_url}: the server does not serve {model!r} (it lists {ids[:5]}); fix the model name after '@'"
-    return None
+    The probe itself is :func:`vlrl.core.backends.probe.probe_backend`, shared with every long job,
+    so a reward backend that ``vlrl caption`` accepts is accepted here too; this keeps the
+    list-of-problems shape :func:`preflight` collects.
+    """
+    return probe(spec, timeout).problem
 
 
 def _report_to(trainer: dict[str, Any]) -> list[str]:

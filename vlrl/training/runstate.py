@@ -36,6 +36,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from vlrl.core.identity import flatten, identity_changes, read_identity, without_keys
 from vlrl.training.recipe import Recipe, RecipeError, resolve_tiny
 
 logger = logging.getLogger(__name__)
@@ -55,39 +56,25 @@ class RunFailed(RuntimeError):
     """Training ran but cannot produce a useful model (e.g. no reward signal); exit non-zero."""
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out or {prefix.rstrip("."): {}}
-    return {prefix.rstrip("."): obj}
-
-
 def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key: old → new`` for every identity-relevant difference between two resolved recipes."""
-    from vlrl.core.jobs import identity_changes
+    """``key: old → new`` for every identity-relevant difference between two resolved recipes.
 
-    def relevant(flat: dict[str, Any]) -> dict[str, Any]:
-        return {  # both sides are JSON round trips of a recipe, so values compare as plain JSON
-            k: v
-            for k, v in flat.items()
-            if not any(k == ig or (ig.endswith(".") and k.startswith(ig)) for ig in IDENTITY_IGNORED)
-            and not k.startswith(("stages", "run"))
-        }
+    A resolved recipe is a run identity in the sense of :mod:`vlrl.core.identity`, flattened to
+    dotted keys; every key counts (a key set on one side only is a real difference) except those in
+    :data:`IDENTITY_IGNORED` and the stage plan and run block (which a rerun may change)."""
 
-    return identity_changes(relevant(_flatten(old)), relevant(_flatten(new)), shared_only=False)
+    def relevant(doc: dict[str, Any]) -> dict[str, Any]:
+        # both sides are JSON round trips of a recipe, so values compare as plain JSON
+        flat = without_keys(flatten(doc), IDENTITY_IGNORED)
+        return {k: v for k, v in flat.items() if not k.startswith(("stages", "run"))}
+
+    return identity_changes(relevant(old), relevant(new), shared_only=False)
 
 
 def check_identity(recipe, out: Path, *, force: bool = False) -> None:
     """Refuse (unless ``force``) to continue in ``out`` when it holds a run of a different recipe."""
-    path = Path(out) / RESOLVED
-    if not path.is_file():
-        return
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        logger.warning("%s is unreadable; cannot tell which run %s holds", path, out)
+    old = read_identity(Path(out) / RESOLVED)  # None: no run there yet, or unreadable (logged)
+    if old is None:
         return
     diffs = identity_diff(old, json.loads(json.dumps(recipe.to_dict(), default=str)))
     if not diffs:

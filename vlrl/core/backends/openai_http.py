@@ -6,8 +6,7 @@ Why it looks the way it does:
   batch runs as coroutines on the ``openai`` package's ``AsyncOpenAI`` client, bounded by an
   ``asyncio.Semaphore`` (``concurrency``). Callers keep the plain batched ``chat()`` /
   ``score_choices()`` API. The coroutines always run on a private event loop in a daemon thread
-  owned by the backend; that works the same whether or not the caller already runs a loop (Jupyter,
-  TRL's async reward path) and keeps the client's connection pool on one loop for its lifetime.
+  owned by the backend (:class:`~vlrl.core.backends.loop_thread.LoopThread`).
 * **Retries are ours.** The client's built-in retries are disabled so every retry is counted in
   ``stats.retries``. 429, 408, 5xx, timeouts and dropped connections are retried with exponential
   backoff and jitter (tenacity); other 4xx are the caller's fault and fail at once. A request that
@@ -48,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -61,23 +59,25 @@ from vlrl.core.backends.base import (
     ChoiceResult,
     choices_from_samples,
 )
+from vlrl.core.backends.loop_thread import LoopThread
 from vlrl.core.backends.openai_wire import (
     MalformedReply,
-    _append_to_last_user,
-    _describe,
-    _gather_all,
-    _gather_or_raise,
-    _one_line,
-    _retryable,
-    _sampling_kwargs,
-    _strip_prefix,
-    _top_k_body,
-    _tristate,
+    append_to_last_user,
+    assistant_tail,
+    describe_error,
+    gather_all,
+    gather_or_raise,
     image_data_url,
+    is_retryable,
+    one_line,
     probs_from_top_logprobs,
     reply_problem,
     retry_after_seconds,
+    sampling_kwargs,
+    strip_prefix,
+    top_k_body,
     top_logprobs_from_response,
+    tristate,
 )
 
 logger = logging.getLogger(__name__)
@@ -155,12 +155,9 @@ class OpenAIBackend(Backend):
         self.supports_n: bool | None = None
         self.supports_logprobs: bool | None = None if logprobs == "auto" else logprobs == "on"
         self.supports_continue: bool | None = {"auto": None, "assistant": True, "user": False}[prefix_mode]
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._pid: int | None = None
         self._client: Any = None
         self._sem: asyncio.Semaphore | None = None
-        self._start_lock = threading.Lock()
+        self._runner = LoopThread("OpenAIBackend", self._make_client, name="vlrl-openai-loop")
 
     @classmethod
     def from_spec(cls, base_url: str, model: str, **opts: Any) -> OpenAIBackend:
@@ -173,7 +170,7 @@ class OpenAIBackend(Backend):
         retry_after_max=120 (the longest ``Retry-After`` honoured, seconds).
         """
         conv: dict[str, Callable[[Any], Any]] = {
-            "concurrency": int, "timeout": float, "max_retries": int, "api_key_env": str, "logprobs": _tristate,
+            "concurrency": int, "timeout": float, "max_retries": int, "api_key_env": str, "logprobs": tristate,
             "prefix_mode": str, "image_format": str, "backoff": float, "backoff_max": float, "sample_tokens": int,
             "logprobs_evidence": int, "retry_after_max": float,
         }  # fmt: skip
@@ -197,36 +194,17 @@ class OpenAIBackend(Backend):
         return "sampled" if self.supports_logprobs is False else "logprobs"
 
     def __getstate__(self) -> dict[str, Any]:
-        # Picklable for Ray/multiprocessing: the loop, thread and client are rebuilt on first use.
-        state = dict(self.__dict__, _loop=None, _thread=None, _pid=None, _client=None, _sem=None)
-        state["stats"] = self.stats.snapshot()
-        del state["_start_lock"]
-        return state
+        # Picklable for Ray/multiprocessing: the loop (see LoopThread) and the client are rebuilt on first use.
+        return dict(self.__dict__, _client=None, _sem=None, stats=self.stats.snapshot())
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, stats=Accounting(**state["stats"]), _start_lock=threading.Lock())
+        self.__dict__.update(state, stats=Accounting(**state["stats"]))
 
-    # -- event loop plumbing -----------------------------------------------------------------------
     def _run(self, coro: Awaitable[Any]) -> Any:
-        """Run ``coro`` on the private loop and wait for it (safe inside a running event loop)."""
-        loop = self._ensure_loop()
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("OpenAIBackend called from its own event loop thread")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._start_lock:
-            if self._loop is not None and self._pid == os.getpid() and self._thread.is_alive():
-                return self._loop
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="vlrl-openai-loop", daemon=True)
-            thread.start()
-            self._loop, self._thread, self._pid = loop, thread, os.getpid()
-            self._client = None  # a client from before a fork must not be reused
-            asyncio.run_coroutine_threadsafe(self._make_client(), loop).result()
-            return loop
+        return self._runner.run(coro)
 
     async def _make_client(self) -> None:
+        """Run on each new loop: a client from before a fork (or a pickle) is never reused."""
         from openai import AsyncOpenAI
 
         self._sem = asyncio.Semaphore(self.concurrency)
@@ -239,18 +217,8 @@ class OpenAIBackend(Backend):
         )
 
     def close(self) -> None:
-        with self._start_lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is not None and thread.is_alive():
-            if self._client is not None:
-                try:
-                    asyncio.run_coroutine_threadsafe(self._client.close(), loop).result(timeout=10)
-                except Exception as e:  # closing must not fail a job
-                    logger.debug("closing the openai client failed: %s", e)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
-            loop.close()
+        client = self._client
+        if self._runner.stop(client.close if client is not None else None):
             self._client = None
         super().close()  # logs the accounting
 
@@ -263,7 +231,7 @@ class OpenAIBackend(Backend):
             self.stats.add(retries=1)
             logger.debug(
                 "openai request %s: attempt %d failed (%s); retrying",
-                rid, state.attempt_number, _describe(state.outcome.exception(), self.timeout),
+                rid, state.attempt_number, describe_error(state.outcome.exception(), self.timeout),
             )
 
         backoff = wait_exponential_jitter(initial=self.backoff, max=self.backoff_max, jitter=self.backoff)
@@ -278,7 +246,7 @@ class OpenAIBackend(Backend):
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=wait,
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(is_retryable),
             sleep=self._sleep or asyncio.sleep,
             before_sleep=before_sleep,
             reraise=True,
@@ -296,8 +264,8 @@ class OpenAIBackend(Backend):
                         raise MalformedReply(problem)
                     return resp
         except Exception as e:
-            reason = _describe(e, self.timeout)
-            if _retryable(e):
+            reason = describe_error(e, self.timeout)
+            if is_retryable(e):
                 reason += f" (gave up after {attempts} attempt{'s' if attempts != 1 else ''})"
             raise RequestFailed(reason, getattr(e, "status_code", None)) from e
         raise AssertionError("unreachable")  # pragma: no cover
@@ -330,7 +298,7 @@ class OpenAIBackend(Backend):
             )
         if replies:
             self.supports_n = got >= n
-        replies += await _gather_or_raise([send(k, 1) for k in range(got, n)])
+        replies += await gather_or_raise([send(k, 1) for k in range(got, n)])
         texts, reasons = [], []
         for r in replies:
             for c in r.choices:
@@ -349,9 +317,9 @@ class OpenAIBackend(Backend):
         async def run_all() -> list[ChatResult]:
             coros = [self._chat_one(i, r) for i, r in enumerate(requests)]
             # Probe whether the server continues a partial assistant turn before sending the batch.
-            probe = self.supports_continue is None and any(_assistant_tail(r.messages) is not None for r in requests)
+            probe = self.supports_continue is None and any(assistant_tail(r.messages) is not None for r in requests)
             head = [await coros.pop(0)] if probe else []
-            return head + await _gather_all(coros)
+            return head + await gather_all(coros)
 
         return self._run(run_all())
 
@@ -360,14 +328,14 @@ class OpenAIBackend(Backend):
         try:
             messages = self._convert_messages(req.messages)
         except Exception as e:
-            return ChatResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
+            return ChatResult(error=f"openai request {rid}: bad input: {one_line(e)}")
         sp = req.sampling
 
         async def call(msgs: list[dict], extra: dict | None) -> Any:
-            body = {**(_top_k_body(sp) or {}), **(extra or {})} or None
-            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, **_sampling_kwargs(sp))
+            body = {**(top_k_body(sp) or {}), **(extra or {})} or None
+            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, **sampling_kwargs(sp))
 
-        tail = _assistant_tail(messages)
+        tail = assistant_tail(messages)
         try:
             if tail is None:
                 texts, reasons, pt, ct = await call(messages, None)
@@ -375,7 +343,7 @@ class OpenAIBackend(Backend):
                 # A trailing assistant message is a pre-fill ("The answer is"): the model must
                 # continue it, not close it and start a fresh turn (see _with_prefix).
                 texts, reasons, pt, ct = await self._with_prefix(messages[:-1], tail, call)
-                texts = [_strip_prefix(t, tail) for t in texts]
+                texts = [strip_prefix(t, tail) for t in texts]
         except RequestFailed as e:
             return ChatResult(error=f"openai request {rid}: {e}")
         return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=pt, completion_tokens=ct)
@@ -390,7 +358,7 @@ class OpenAIBackend(Backend):
                 self.supports_continue is None and any(r.prefix for r in requests)
             )
             head = [await coros.pop(0)] if unknown else []
-            return head + await _gather_all(coros)
+            return head + await gather_all(coros)
 
         return self._run(run_all())
 
@@ -401,7 +369,7 @@ class OpenAIBackend(Backend):
         try:
             messages = self._convert_messages(req.messages)
         except Exception as e:
-            return ChoiceResult(error=f"openai request {rid}: bad input: {_one_line(e)}")
+            return ChoiceResult(error=f"openai request {rid}: bad input: {one_line(e)}")
         try:
             if self.supports_logprobs is not False:
                 result = await self._score_logprobs(rid, messages, req)
@@ -461,7 +429,7 @@ class OpenAIBackend(Backend):
 
         texts, _, pt, ct = await self._with_prefix(messages, req.prefix, call)
         self.stats.add(prompt_tokens=pt, completion_tokens=ct)
-        texts = [_strip_prefix(t, req.prefix) for t in texts]
+        texts = [strip_prefix(t, req.prefix) for t in texts]
         probs, mass = choices_from_samples(texts, req.choices)
         return ChoiceResult(probs=probs, method="sampled", mass=mass)
 
@@ -489,7 +457,7 @@ class OpenAIBackend(Backend):
                         self.base_url,
                     )
                 self.supports_continue = False
-        return await call(_append_to_last_user(messages, prefix), None)
+        return await call(append_to_last_user(messages, prefix), None)
 
     def _no_logprobs(self, why: str) -> None:
         """Switch ``score_choices`` to sampling for good (logged once; part of the cache key)."""
@@ -520,16 +488,6 @@ class OpenAIBackend(Backend):
         if part.get("type") != "image":
             return part
         return {"type": "image_url", "image_url": {"url": image_data_url(part["image"], self.image_format)}}
-
-
-def _assistant_tail(messages: list[dict]) -> str | None:
-    """The text of a trailing assistant message (a pre-fill to continue), else None."""
-    if not messages or messages[-1].get("role") != "assistant":
-        return None
-    content = messages[-1].get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else None
 
 
 __all__ = ["OpenAIBackend", "RequestFailed", "image_data_url", "probs_from_top_logprobs", "top_logprobs_from_response"]

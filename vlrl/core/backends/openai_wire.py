@@ -156,23 +156,27 @@ def retry_after_seconds(e: BaseException | None) -> float | None:
         return None
 
 
-def _tristate(v: Any) -> str:
+def tristate(v: Any) -> str:
+    """A spec option's on/off/auto as ``on``/``off`` (``1``/``true``/``yes`` read as on), else as given."""
     v = str(v).lower()
     return "on" if v in _TRUE else "off" if v in _FALSE else v
 
 
-def _sampling_kwargs(sp: SamplingParams) -> dict[str, Any]:
+def sampling_kwargs(sp: SamplingParams) -> dict[str, Any]:
+    """The OpenAI chat-completion arguments of ``sp`` that every compatible server accepts."""
     kw: dict[str, Any] = {"max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
     if sp.stop:
         kw["stop"] = list(sp.stop)
     return kw
 
 
-def _top_k_body(sp: SamplingParams) -> dict[str, Any] | None:
+def top_k_body(sp: SamplingParams) -> dict[str, Any] | None:
     return {"top_k": sp.top_k} if sp.top_k > 0 else None  # vLLM/SGLang extension; OpenAI has no top-k
 
 
-def _append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
+def append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
+    """``messages`` with ``prefix`` appended to the last user turn: for servers that cannot continue
+    an assistant turn, the answer prefix is asked for in the question instead."""
     out = [dict(m) for m in messages]
     for m in reversed(out):
         if m.get("role") == "user":
@@ -185,13 +189,14 @@ def _append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
     return [*out, {"role": "user", "content": prefix.rstrip()}]
 
 
-def _strip_prefix(text: str, prefix: str) -> str:
+def strip_prefix(text: str, prefix: str) -> str:
     """Drop an echoed prefix (``"The answer is B"`` → ``"B"``) so the choice is found first."""
     p, t = prefix.strip(), text.strip()
     return t[len(p):] if p and t.lower().startswith(p.lower()) else text
 
 
-def _retryable(e: BaseException) -> bool:
+def is_retryable(e: BaseException) -> bool:
+    """Whether a request failure may pass on its own (timeouts, 408/429/5xx, a malformed reply)."""
     import json
 
     import openai
@@ -205,21 +210,22 @@ def _retryable(e: BaseException) -> bool:
     return False
 
 
-def _describe(e: BaseException | None, timeout: float) -> str:
+def describe_error(e: BaseException | None, timeout: float) -> str:
+    """A request failure as one short line for a failure record (the SDK's own texts are long)."""
     import openai
 
     if isinstance(e, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
         return f"timed out after {timeout:g}s"
     if isinstance(e, openai.APIConnectionError):
         cause = e.__cause__ or e.__context__
-        return f"connection error ({_one_line(cause) if cause else 'no response'})"
+        return f"connection error ({one_line(cause) if cause else 'no response'})"
     if isinstance(e, openai.APIStatusError):
-        return f"HTTP {e.status_code}: {_one_line(_error_text(e))}"
+        return f"HTTP {e.status_code}: {one_line(_error_text(e))}"
     if isinstance(e, MalformedReply):
-        return f"malformed reply: {_one_line(e)}"
+        return f"malformed reply: {one_line(e)}"
     if type(e).__name__ == "JSONDecodeError":
-        return f"malformed reply: the body is not valid JSON ({_one_line(e)})"
-    return f"{type(e).__name__}: {_one_line(e)}"
+        return f"malformed reply: the body is not valid JSON ({one_line(e)})"
+    return f"{type(e).__name__}: {one_line(e)}"
 
 
 def _error_text(e: Any) -> str:
@@ -232,16 +238,18 @@ def _error_text(e: Any) -> str:
     return str(getattr(e, "message", e))
 
 
-def _one_line(x: Any, limit: int = 300) -> str:
+def one_line(x: Any, limit: int = 300) -> str:
+    """``str(x)`` on one line of at most ``limit`` characters (error texts end in JSONL records)."""
     s = " ".join(str(x).split()) or type(x).__name__
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-async def _gather_all(coros: list[Awaitable[Any]]) -> list[Any]:
+async def gather_all(coros: list[Awaitable[Any]]) -> list[Any]:
+    """Run the requests of one batch concurrently, results in order."""
     return list(await asyncio.gather(*coros))
 
 
-async def _gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
+async def gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
     """Gather letting every request finish, then raise the first failure (if any)."""
     if not coros:
         return []
@@ -252,3 +260,11 @@ async def _gather_or_raise(coros: list[Awaitable[Any]]) -> list[Any]:
     return list(out)
 
 
+def assistant_tail(messages: list[dict]) -> str | None:
+    """The text of a trailing assistant message (a pre-fill to continue), else None."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else None

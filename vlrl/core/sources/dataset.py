@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, iter_image_files, load_image
 from vlrl.core.pipeline import read_jsonl
-from vlrl.core.records import ImageRef, RecordError, UnloadableImageRef, _as_dict
+from vlrl.core.records import ImageRef, RecordError, UnloadableImageRef, as_dict
 from vlrl.core.sources.columns import IMAGE_COLUMNS
 
 if TYPE_CHECKING:
@@ -40,7 +40,9 @@ logger = logging.getLogger(__name__)
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv")
 
 
-def _find_image_column(columns: Iterable[str]) -> str | None:
+def find_image_column(columns: Iterable[str]) -> str | None:
+    """The first of the usual image column names that ``columns`` has (how a dataset of images is
+    told from a dataset of records), or None."""
     cols = set(columns)
     return next((c for c in IMAGE_COLUMNS if c in cols), None)
 
@@ -72,7 +74,7 @@ class DatasetSource:
         self.root = Path(self.root)
         self.base = self.root if self.base is None else Path(self.base)
         if self.image_column is None:
-            self.image_column = _find_image_column(self.dataset.column_names)
+            self.image_column = find_image_column(self.dataset.column_names)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -143,7 +145,7 @@ class DatasetSource:
                         path = Path(path).resolve().relative_to(self.base.resolve()).as_posix()
                     except ValueError:
                         raise ImageLoadError(self._id(i, row), f"path {path!r} is outside the dataset root") from None
-                meta = _as_dict(row.get("meta"), "meta", f"image {self._id(i, row)}")
+                meta = as_dict(row.get("meta"), "meta", f"image {self._id(i, row)}")
                 meta.update({k: v for k, v in row.items() if k not in skip and v is not None})
                 refs.append(ImageRef(id=self._id(i, row), path=path or None, data=data or None, meta=meta))
             except (ImageLoadError, RecordError) as e:  # one bad row never aborts a job

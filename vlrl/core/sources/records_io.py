@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, resolve_under_root
+from vlrl.core.pipeline import write_jsonl
 from vlrl.core.records import (
     MCQ,
     Caption,
@@ -24,7 +25,7 @@ from vlrl.core.records import (
     RecordError,
     RubricItem,
 )
-from vlrl.core.sources.dataset import DatasetSource, _find_image_column, load_any_dataset
+from vlrl.core.sources.dataset import DatasetSource, find_image_column, load_any_dataset
 from vlrl.core.sources.dataset import undecoded as _undecoded
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def infer_record_type(columns: Iterable[str]) -> type:
         return RubricItem
     if {"text", "model"} <= cols:
         return Caption
-    if _find_image_column(cols):
+    if find_image_column(cols):
         return ImageRef
     raise ValueError(f"cannot tell which record kind has columns {sorted(cols)}")
 
@@ -159,12 +160,7 @@ def save_records(
     if fmt == "jsonl":
         if image_mode == "feature":
             raise ValueError("JSONL cannot embed image bytes; use image_mode='path', parquet or save_to_disk")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        ds = records_to_dataset(records, image_mode="path", root=root)
-        tmp = dest.with_name(f".{dest.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in ds)
-        os.replace(tmp, dest)
+        write_jsonl(dest, records_to_dataset(records, image_mode="path", root=root))
         return dest
     ds = records_to_dataset(records, image_mode=image_mode, root=root)
     if fmt == "parquet":
@@ -196,7 +192,7 @@ def save_imagefolder(
     for name, values in columns.items():
         if len(values) != len(refs):
             raise ValueError(f"column {name!r} has {len(values)} values for {len(refs)} images")
-    lines = []
+    rows = []
     for i, ref in enumerate(refs):
         data = ref.data
         if data is None:
@@ -209,8 +205,8 @@ def save_imagefolder(
         target.write_bytes(data)
         row = {"file_name": rel, "id": ref.id, "meta": json.dumps(ref.meta, ensure_ascii=False, sort_keys=True, default=str)}
         row.update({name: values[i] for name, values in columns.items()})
-        lines.append(json.dumps(row, ensure_ascii=False, default=str))
-    (dest / "metadata.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        rows.append(row)
+    write_jsonl(dest / "metadata.jsonl", rows)
     return dest
 
 

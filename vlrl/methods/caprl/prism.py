@@ -37,12 +37,13 @@ from typing import Any
 
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
-from vlrl.core.jobs import check_identity
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl
+from vlrl.core.identity import check_identity, read_identity
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl, write_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
+from vlrl.rewards.answer_check import last_boxed, math_equal, math_number
 
 logger = logging.getLogger(__name__)
 
@@ -154,44 +155,27 @@ def score_short(pred: str, golds: list[Any], qtype: str) -> float:
 
 
 def boxed_answer(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j].strip()
-    return None
+    """The content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed), or None.
+
+    Read by :func:`vlrl.rewards.answer_check.last_boxed`, the reader Vision-R1's reward uses, so
+    ``\\fbox{}`` counts too."""
+    boxed = last_boxed(text)
+    return None if boxed is None else boxed.strip()
 
 
 def _plain(boxed: str) -> str:
     """A boxed LaTeX answer as plain text for the type's metric: a number's value (``\\frac{25}{2}``
     → ``12.5``, so relaxed accuracy applies), else the text without ``\\text{}`` wrappers."""
-    from math_verify import parse
-
-    try:
-        for v in parse(f"${boxed}$"):
-            if getattr(v, "is_number", False):
-                return str(float(v))
-    except Exception:  # noqa: BLE001 - not math: keep the text
-        pass
+    value = math_number(boxed)
+    if value is not None:
+        return str(value)
     return re.sub(r"\\text\{([^}]*)\}", r"\1", boxed)
 
 
 def verified(pred: str, golds: list[Any]) -> bool:
-    """math-verify equivalence of the boxed answer with any gold answer (numbers, fractions, LaTeX)."""
-    from math_verify import parse, verify
-
-    try:
-        p = parse(f"${pred}$")
-        return bool(p) and any(verify(parse(f"${g}$"), p) for g in golds)
-    except Exception:  # noqa: BLE001 - math-verify raises on text it cannot read; that is "not verified"
-        return False
+    """math-verify equivalence of the boxed answer with any gold answer (numbers, fractions, LaTeX),
+    each check bounded in time (:func:`vlrl.rewards.answer_check.math_equal`)."""
+    return any(math_equal(pred, str(g)) for g in golds)
 
 
 def short_answer(text: str) -> str:
@@ -302,9 +286,8 @@ def evaluate_prism(
     made_by = {"captioner": cap_b.identity(), "prompt": prompt, "max_tokens": caption_max_tokens, "n": n,
                "temperature": sampling.temperature, "seed": sampling.seed}
     made_by_path = out / STATE_CAPTIONS_IDENTITY
-    if made_by_path.exists():
-        check_identity(json.loads(made_by_path.read_text(encoding="utf-8")), made_by, where=str(out),
-                       what="eval prism captions")
+    if (stored := read_identity(made_by_path)) is not None:
+        check_identity(stored, made_by, where=str(out), what="eval prism captions")
     else:
         atomic_write_json(made_by_path, made_by)
     done = JsonlStore(out / STATE_CAPTIONS, key_field="image")
@@ -339,13 +322,15 @@ def evaluate_prism(
         captions[rec["image"]], truncated[rec["image"]] = rec["captions"], rec["truncations"]
     for rec in read_jsonl(out / STATE_BAD_IMAGES, on_error="skip"):
         errors.setdefault(rec["image"], rec["reason"])
-    with open(out / "captions.jsonl", "w", encoding="utf-8") as fh:
+    def caption_lines():
         for k in keys:
             caps = captions.get(k) or [None]
             line = {"image": k, "caption": caps[0], "truncated": (truncated.get(k) or [False])[0], "error": errors.get(k)}
             if n > 1:
                 line.update(captions=captions.get(k, []), truncations=truncated.get(k, []))
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+            yield line
+
+    write_jsonl(out / "captions.jsonl", caption_lines())
 
     # 2. answer every question from each of its image's captions
     preds: list[dict[str, Any]] = []
@@ -370,9 +355,7 @@ def evaluate_prism(
             rec["scores"] = scores
         if rec["error"]:
             logger.warning("question %s: answerer failed: %s", rec["id"], rec["error"])
-    with open(out / "predictions.jsonl", "w", encoding="utf-8") as fh:
-        for p in preds:
-            fh.write(json.dumps(p, ensure_ascii=False, default=str) + "\n")
+    write_jsonl(out / "predictions.jsonl", preds)
 
     # 3. accuracy per benchmark and overall (errors count as wrong, and are counted)
     by_bench: dict[str, list[dict]] = defaultdict(list)

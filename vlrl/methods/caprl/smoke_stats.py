@@ -9,30 +9,17 @@ the caption differs), and asks for three things:
 * its bootstrap confidence interval excludes 0;
 * real captions score above chance, ``1 / (options + 1)`` (the options plus the appended abstain
   option), by ``chance_margin``.
+
+The interval itself is :func:`vlrl.core.stats.paired_bootstrap`, the statistics every report uses.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-
-def paired_bootstrap(
-    real: Sequence[float | None], other: Sequence[float | None], *, resamples: int = 2000, level: float = 0.95,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Mean of ``real - other`` over the pairs where both scored, with a percentile bootstrap CI."""
-    diffs = [r - o for r, o in zip(real, other, strict=True) if r is not None and o is not None]
-    if not diffs:
-        return {"pairs": 0, "diff": None, "ci_low": None, "ci_high": None}
-    rng = random.Random(seed)
-    n = len(diffs)
-    means = sorted(statistics.fmean(rng.choices(diffs, k=n)) for _ in range(resamples))
-    lo = means[int((1 - level) / 2 * (resamples - 1))]
-    hi = means[int((1 + level) / 2 * (resamples - 1))]
-    return {"pairs": n, "diff": statistics.fmean(diffs), "ci_low": lo, "ci_high": hi}
+from vlrl.core.stats import paired_bootstrap
 
 
 def chance_level(questions: Sequence[Any]) -> float | None:
@@ -77,3 +64,6 @@ def verdict(
         shown = "n/a" if real_mean is None else f"{real_mean:.3f}"
         failures.append(f"real captions score {shown}, not above chance {chance:.3f} + {chance_margin:g}")
     return comparisons, failures
+
+
+__all__ = ["chance_level", "paired_bootstrap", "verdict"]

@@ -14,7 +14,8 @@ Correctness is decided by :func:`check_answer`, in this order:
 2. **Numbers** with a relative tolerance (1e-6 by default): ``1,000`` = ``1000``, ``50%`` = ``0.5``,
    ``$12`` = ``12``, ``5 cm`` = ``5`` (a unit on one side only), ``500 cm`` = ``5 m``, ``5 cm`` ≠ ``5 m``.
 3. **Mathematics** through ``math_verify`` (``\\frac12`` = ``0.5``, ``2\\sqrt2`` = ``\\sqrt8``,
-   ``x=3`` = ``3``) when either side looks mathematical.
+   ``x=3`` = ``3``) when either side looks mathematical, with the timeout-safe check Prism uses too
+   (:func:`vlrl.rewards.answer_check.math_equal`).
 4. Otherwise normalised text equality (case, surrounding punctuation, ``\\text{}``).
 
 The reasoning evaluation (``vlrl eval reasoning``) imports :func:`extract_answer` and
@@ -40,11 +41,11 @@ from __future__ import annotations
 import logging
 import math
 import re
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from vlrl.rewards import register_reward
+from vlrl.rewards.answer_check import last_boxed, math_equal
 from vlrl.rewards.base import Reward, Score
 
 logger = logging.getLogger(__name__)
@@ -68,27 +69,8 @@ def split_think_answer(text: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (``\\fbox`` too), with nested braces."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    i = text.find("{", start)
-    if i < 0:
-        return None
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-    return None
-
-
 def _clean(ans: str) -> str:
-    if (boxed := _last_boxed(ans)) is not None:
+    if (boxed := last_boxed(ans)) is not None:
         ans = boxed
     ans = ans.strip().strip("*").strip()
     ans = re.sub(r"^(?:the\s+)?(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:)\s*", "", ans, flags=re.IGNORECASE)
@@ -116,7 +98,7 @@ def extract_answer(text: str) -> str | None:
     blocks = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
     if blocks:
         return _clean(blocks[-1])
-    if (boxed := _last_boxed(text)) is not None:
+    if (boxed := last_boxed(text)) is not None:
         return _clean(boxed)
     hits = re.findall(r"(?:final answer|answer)\s*(?:is\s*:?|:)\s*([^\n]+)", text, re.IGNORECASE)
     if hits:
@@ -259,92 +241,7 @@ def _numbers_match(p: tuple, g: tuple, rel_tol: float, abs_tol: float) -> bool:
     return any(math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol) for a, b in candidates)
 
 
-class _NoTimeoutNotice(logging.Filter):
-    """math_verify warns on every call made off the main thread (where we must disable its timer)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Timeout is disabled")
-
-
-for _name in ("math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).addFilter(_NoTimeoutNotice())
-
 _MATHY = re.compile(r"[\d\\^_=+*/(){}\[\]<>\u221a\u03c0\u221e]")
-
-
-def _mv_parse(s: str, timeout: int | None) -> list:
-    from math_verify import parse
-
-    wrapped = [] if ("$" in s or "\\boxed" in s) else parse(f"${s}$", parsing_timeout=timeout)
-    return wrapped or parse(s, parsing_timeout=timeout)
-
-
-def _math_equal_here(pred: str, gold: str, timeout: int | None) -> bool:
-    from math_verify import verify
-
-    try:
-        g, p = _mv_parse(gold, timeout), _mv_parse(pred, timeout)
-        return bool(g and p and verify(g, p, timeout_seconds=timeout))
-    except Exception as e:  # noqa: BLE001 - a parser crash is a wrong answer, not a crashed step
-        logger.debug("math_verify failed on %r vs %r: %s", pred, gold, e)
-        return False
-
-
-_POOL = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool():
-    """A small spawn-context process pool for math_verify calls made off the main thread."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            import multiprocessing as mp
-
-            pool = mp.get_context("spawn").Pool(processes=2)
-            # start-up (spawn + importing sympy) must not count against the first answer's timeout
-            pool.map(_warm, range(2))
-            _POOL = pool
-        return _POOL
-
-
-def _warm(_: int) -> None:
-    import math_verify  # noqa: F401
-
-
-def _reset_pool() -> None:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is not None:
-            _POOL.terminate()  # a hung sympy evaluation cannot be cancelled, only killed
-            _POOL = None
-
-
-def math_equal(pred: str, gold: str, timeout: int = 5) -> bool:
-    """``math_verify`` equivalence within ``timeout`` seconds; False on failure or timeout (never raises).
-
-    On the main thread math_verify's own SIGALRM timeouts apply. Off it (verl calls ``compute_score``
-    from worker threads, TRL may run rewards in threads) signals cannot be used, and one pathological
-    answer (``9^{9^{9^{9}}}``) would hang the worker forever; there the check runs in a process pool
-    and a call that overruns is abandoned by terminating the pool (rebuilt on the next call).
-
-    >>> math_equal("\\\\frac{1}{2}", "0.5"), math_equal("x^2+1", "1+x^2"), math_equal("3", "4")
-    (True, True, False)
-    """
-    if threading.current_thread() is threading.main_thread():
-        return _math_equal_here(pred, gold, timeout)
-    try:
-        pool = _pool()
-    except (OSError, AssertionError, ValueError) as e:  # e.g. a daemonic process may not start children
-        logger.warning("math_verify runs without a timeout here (no process pool: %s)", e)
-        return _math_equal_here(pred, gold, None)
-    try:
-        return bool(pool.apply_async(_math_equal_here, (pred, gold, None)).get(timeout))
-    except Exception as e:  # noqa: BLE001 - timeout or a dead worker: a wrong answer, not a hung step
-        logger.warning("math_verify gave no verdict within %ss on %r vs %r (%s); graded wrong",
-                       timeout, str(pred)[:80], str(gold)[:80], e.__class__.__name__)
-        _reset_pool()
-        return False
 
 
 def check_answer(pred: Any, gold: Any, choices: Any = None, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:

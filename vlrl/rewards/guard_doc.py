@@ -1,0 +1,81 @@
+"""The text the guards read: one caption normalised and prepared once (:class:`Doc`).
+
+Every guard matches a different view of the same caption (case kept for option letters, quoted
+image text removed for the semantic guards, obfuscation undone for the meta-claim patterns, line
+breaks kept for markup), and a batch of captions meets several guards; preparing each view once per
+caption, here, keeps the guards themselves to their patterns (:mod:`vlrl.rewards.guards`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from vlrl.rewards.guard_structure import fuzzy_fix, unreversed
+from vlrl.rewards.guard_text import deobfuscate, fold, strip_image_text
+
+_QUOTES = str.maketrans(
+    {
+        "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
+        "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
+        "\u2033": '"', "\u300c": '"', "\u300d": '"',
+    }
+)
+# Double-quoted span (bounded, one line); single-quoted span whose quotes are not apostrophes
+# (not glued to a word) and which may contain apostrophes inside words (DON'T).
+_DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
+_SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
+_QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
+
+
+def normalize(text: str) -> str:
+    """NFKC, invisible characters removed, homoglyphs folded, straight quotes, single spaces (case is
+    kept; option letters need it)."""
+    text = fold(unicodedata.normalize("NFKC", text or "")).translate(_QUOTES)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def strip_quoted(text: str) -> str:
+    """Remove quoted spans: text *in the image* is content, never an instruction to the grader.
+
+    Triple quotes are not a quotation but the fence a judge prompt puts around the caption; a
+    caption that writes them is forging prompt structure, so what they enclose stays visible."""
+    text = re.sub(r'"{3,}|\'{3,}', " . ", text)
+    text = _DQ_SPAN.sub(_QUOTE_MARK, text)
+    return _SQ_SPAN.sub(_QUOTE_MARK, text)
+
+
+@dataclass
+class Doc:
+    """One caption, prepared once for every guard."""
+
+    raw: str
+    norm: str  # normalised, case kept
+    unquoted: str  # normalised, quoted spans and clauses reporting image text removed, case kept
+    lower: str  # unquoted, lower case
+    words: list[str]  # lower-case word tokens of the whole caption (quotes included)
+    decoded: str = ""  # lower case, unquoted, obfuscation undone (digits for letters, spread letters, base64)
+    obfuscated: bool = False  # whether anything had to be undone
+    meta: str = ""  # what the meta-claim patterns read: today the same text as ``decoded`` (image text
+    # is already removed from ``unquoted``), kept apart so the two can diverge without touching guards
+    shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
+
+    @classmethod
+    def of(cls, text: str) -> Doc:
+        norm = normalize(text)
+        unquoted = strip_image_text(strip_quoted(norm))
+        decoded, obfuscated = deobfuscate(unquoted)
+        if backwards := unreversed(unquoted):
+            decoded, obfuscated = f"{decoded} . {backwards}", True
+        # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
+        decoded = fuzzy_fix(decoded.lower())
+        lines = fold(text or "").translate(_QUOTES)
+        shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
+        return cls(
+            text, norm, unquoted, fuzzy_fix(unquoted.lower()), re.findall(r"[\w']+", norm.lower()),
+            decoded, obfuscated, decoded, shaped.lower(),
+        )
+
+
+__all__ = ["Doc", "normalize", "strip_quoted"]
