@@ -158,7 +158,7 @@ def render(scene: Scene, cfg: WorldConfig) -> Image.Image:
 
 # -- captions -----------------------------------------------------------------------------------
 
-_WHERE = {"left": "on the left", "right": "on the right", "middle": "in the middle"}
+WHERE = {"left": "on the left", "right": "on the right", "middle": "in the middle"}
 
 
 def stated_items(scene: Scene, rng: random.Random | None = None, drop: float = 0.0) -> list[Item]:
@@ -183,7 +183,7 @@ def item_phrase(it: Item) -> str:
 
 
 def caption_from_items(items: list[Item]) -> str:
-    parts = [f"{item_phrase(it)} {_WHERE[it.position]}" for it in items]
+    parts = [f"{item_phrase(it)} {WHERE[it.position]}" for it in items]
     if len(parts) <= 2:
         return " and ".join(parts) + "."
     return ", ".join(parts[:-1]) + " and " + parts[-1] + "."
@@ -204,10 +204,10 @@ def parse_caption(text: str) -> list[Item] | None:
     chunks = [c.strip() for c in t.split(" and ") if c.strip()]
     items = []
     for c in chunks:
-        pos = next((p for p, w in _WHERE.items() if c.endswith(w)), None)
+        pos = next((p for p, w in WHERE.items() if c.endswith(w)), None)
         if pos is None:
             return None
-        body = c[: -len(_WHERE[pos])].split()
+        body = c[: -len(WHERE[pos])].split()
         if body[:2] == ["the", "word"] and len(body) == 3:
             items.append(Item(position=pos, word=body[2]))
             continue
@@ -268,7 +268,7 @@ def questions(scene: Scene, rng: random.Random, n_absent: int = 1, max_count: in
 
     n_shapes = len(scene.shapes)
     for it in scene.items:
-        where = _WHERE[it.position]
+        where = WHERE[it.position]
         if it.is_word:
             add("word", "what word is written?", it.word, _other(rng, WORDS, it.word), {"kind": "word"})
             continue
