@@ -12,7 +12,7 @@ function of the facts the caption states right, states wrong or leaves out (pars
 world's grammar). The captions it is trained on are drawn the way captions come about in this
 world: complete ones, ones with attributes dropped at random, ones with one or two attributes
 mis-stated, ones describing another scene's items (invented or missing shapes), and garbled ones
-(the run-ons and repetitions of a drifting policy; see :func:`vlrl.demos.shapes.tiny_models.warmstart.garble`).
+(the run-ons and repetitions of a drifting policy; see :func:`vlrl.demos.shapes.kit.noise.garble`).
 It never sees the policy's own captions, rubrics or QA answers, and the QA judge that evaluates
 every row of the comparison is a different model (the CapRL demo's judge answerer).
 

@@ -16,7 +16,7 @@ What it is trained on, and why that is honest:
   (:func:`vlrl.methods.rubicap.schema.validate_writer_output`), so deficiency criteria and the
   schema's regression pitfalls appear with the wording the demo will use.
 * **Captions** are varied rewrites of each scene: full, attribute-dropped, mis-stated, with an
-  invented shape, garbled (:func:`vlrl.demos.shapes.tiny_models.warmstart.garble`), and the student's own.
+  invented shape, garbled (:func:`vlrl.demos.shapes.kit.noise.garble`), and the student's own.
   None comes from the policy being trained, and no label comes from the evaluation judge.
 * **Labels** come from a world oracle (:func:`oracle_verdict`): the criterion text is read back
   into the world fact it names, and the caption is read by a strict reader of the world's grammar

@@ -5,7 +5,7 @@ way (see their modules for why none of them is an SFT recipe), but they all take
 AdamW without weight decay, a short linear warm-up then a cosine decay to zero, gradients clipped
 to norm 1, and a log line every :data:`LOG_EVERY` steps. That step lives here, once, so those warm
 starts cannot drift apart. (The captioner is trained by the project's SFT recipe with the same
-schedule; see :func:`vlrl.demos.shapes.tiny_models.warmstart.captioner_recipe`.)
+schedule; see :func:`vlrl.demos.shapes.tiny_models.captioner.captioner_recipe`.)
 
 Cached warm starts are keyed by their settings, not by this code, so the loop must stay exactly
 what it was: the order of operations below (forward through ``loss_fn``, then zero the gradients,

@@ -68,7 +68,7 @@ class VR1Config(DemoSettings):
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
     reasoner_rechecks: int = 0
-    """The stand-in reasoner re-states its step 0..N extra times (overthinking; see ``reasoning.reasoner``)."""
+    """The stand-in reasoner re-states its step 0..N extra times (overthinking; see :func:`vlrl.demos.shapes.standins.reasoning.reasoner`)."""
     sft_steps: int = 400
     sft_batch: int = 16
     sft_lr: float = 2e-3
@@ -283,7 +283,7 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
                        config: VR1Config | None = None, rechecks: int = 0) -> dict[str, Any]:
     """Run (or resume, or reuse) the Vision-R1 demo in ``out``; returns the metrics.
 
-    ``rechecks`` > 0 gives the cold start an overthinking reasoner (see :func:`reasoning.reasoner`).
+    ``rechecks`` > 0 gives the cold start an overthinking reasoner (see :func:`vlrl.demos.shapes.standins.reasoning.reasoner`).
     """
     cfg = config or VR1Config.make(seed=seed, quick=quick, rechecks=rechecks)
     run = open_run(out, cfg, force, cache_dir)
