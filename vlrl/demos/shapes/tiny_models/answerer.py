@@ -27,7 +27,7 @@ from typing import Any
 from vlrl.demos.shapes.kit import world as W
 from vlrl.demos.shapes.kit.noise import corrupt, garble
 from vlrl.demos.shapes.tiny_models.settings import ANSWERER_CHAT_TEMPLATE, WarmStartConfig
-from vlrl.demos.shapes.tiny_models.train_loop import train_steps
+from vlrl.demos.shapes.tiny_models.train_loop import fresh_tiny_lm, train_steps
 
 VALUES = (*W.COLOURS, *W.SHAPES, *W.SIZES, *W.WORDS, *W.NUMBERS, "yes", "no")
 
@@ -107,21 +107,11 @@ def fast_choice(choice_token: Callable[[str, str], int]) -> Callable[[str, str],
 
 def train_answerer(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vlrl.core.backends.hf import HFBackend
-    from vlrl.core.tiny import make_tiny
-
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    tok.chat_template = ANSWERER_CHAT_TEMPLATE
-    make_tiny("qwen2", out, seed=seed, tokenizer=tok, hidden_size=cfg.ans_hidden, num_hidden_layers=cfg.ans_layers,
-              num_attention_heads=4, num_key_value_heads=2, initializer_range=cfg.ans_init)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(str(out))
-    tok = AutoTokenizer.from_pretrained(str(out))
     # The backend the reward will use, around the model being trained: its prompt rendering and
     # choice-token logic label the training data, so training and reward can never disagree.
-    backend = HFBackend(model=model, processor=tok, device="cpu", name="answerer-in-training")
+    model, tok, backend = fresh_tiny_lm(tok_dir, out, seed, chat_template=ANSWERER_CHAT_TEMPLATE, hidden=cfg.ans_hidden,
+                                        layers=cfg.ans_layers, init=cfg.ans_init, name="answerer-in-training")
 
     def render_request(user: str) -> str:
         return backend.render_prompt([{"role": "user", "content": user}])

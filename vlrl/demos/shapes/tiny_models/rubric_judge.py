@@ -259,22 +259,13 @@ def _train_tokenizer(cfg: JudgeConfig, out: Path) -> dict[str, Any]:
 
 def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vlrl.core.backends.hf import HFBackend
-    from vlrl.core.tiny import make_tiny
     from vlrl.demos.shapes.tiny_models.answerer import fast_render
-    from vlrl.demos.shapes.tiny_models.train_loop import train_steps
+    from vlrl.demos.shapes.tiny_models.train_loop import fresh_tiny_lm, train_steps
 
     torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    tok.chat_template = CHAT_TEMPLATE
-    make_tiny("qwen2", out, seed=seed, tokenizer=tok, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
-              num_attention_heads=4, num_key_value_heads=2, initializer_range=cfg.init)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(str(out))
-    tok = AutoTokenizer.from_pretrained(str(out))
-    backend = HFBackend(model=model, processor=tok, device="cpu", name="rubric-judge-in-training")
+    model, tok, backend = fresh_tiny_lm(tok_dir, out, seed, chat_template=CHAT_TEMPLATE, hidden=cfg.hidden,
+                                        layers=cfg.layers, init=cfg.init, name="rubric-judge-in-training")
     chat = fast_render(lambda user: backend.render_prompt([{"role": "user", "content": user}]))
     request = request_renderer()
     t0 = time.time()
