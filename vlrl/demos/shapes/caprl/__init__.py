@@ -1,2 +1,2 @@
-"""``vlrl demo`` (CapRL): the real pipeline (QA curation, GRPO on ``caprl_qa``, caption-QA evaluation)
-on the tiny models of :mod:`~vlrl.demos.shapes.tiny_models`; its data and evaluation are shared."""
+"""``vlrl demo`` (CapRL), no stand-ins: the real QA curation, GRPO on ``caprl_qa`` and caption-QA
+evaluation, on the trained tiny models; the RubiCap demo and the comparison reuse its data and evaluation."""
