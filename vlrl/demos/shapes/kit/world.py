@@ -244,11 +244,13 @@ class Question:
         return asdict(self)
 
 
-def _other(rng: random.Random, values, true) -> str:
+def wrong_value(rng: random.Random, values, true) -> str:
+    """A value of ``values`` other than ``true`` (an MCQ's wrong option)."""
     return rng.choice([v for v in values if v != true])
 
 
-def _two(rng: random.Random, true: str, other: str) -> list[str]:
+def shuffled_pair(rng: random.Random, true: str, other: str) -> list[str]:
+    """The two options of an MCQ in a random order."""
     opts = [true, other]
     rng.shuffle(opts)
     return opts
@@ -264,21 +266,21 @@ def questions(scene: Scene, rng: random.Random, n_absent: int = 1, max_count: in
     qs: list[Question] = []
 
     def add(kind, text, true, other, key):
-        qs.append(Question(f"{scene.id}/q{len(qs)}", kind, text, _two(rng, true, other), true, key))
+        qs.append(Question(f"{scene.id}/q{len(qs)}", kind, text, shuffled_pair(rng, true, other), true, key))
 
     n_shapes = len(scene.shapes)
     for it in scene.items:
         where = WHERE[it.position]
         if it.is_word:
-            add("word", "what word is written?", it.word, _other(rng, WORDS, it.word), {"kind": "word"})
+            add("word", "what word is written?", it.word, wrong_value(rng, WORDS, it.word), {"kind": "word"})
             continue
         key = {"position": it.position}
-        add("colour", f"what colour is the shape {where}?", it.colour, _other(rng, COLOURS, it.colour),
+        add("colour", f"what colour is the shape {where}?", it.colour, wrong_value(rng, COLOURS, it.colour),
             {"kind": "colour", **key})
-        add("shape", f"what shape is {where}?", it.shape, _other(rng, SHAPES, it.shape), {"kind": "shape", **key})
-        add("size", f"what size is the shape {where}?", it.size, _other(rng, SIZES, it.size), {"kind": "size", **key})
+        add("shape", f"what shape is {where}?", it.shape, wrong_value(rng, SHAPES, it.shape), {"kind": "shape", **key})
+        add("size", f"what size is the shape {where}?", it.size, wrong_value(rng, SIZES, it.size), {"kind": "size", **key})
     counts = NUMBERS[: max(2, max_count, n_shapes)]
-    add("count", "how many shapes are there?", NUMBERS[n_shapes - 1], _other(rng, counts, NUMBERS[n_shapes - 1]),
+    add("count", "how many shapes are there?", NUMBERS[n_shapes - 1], wrong_value(rng, counts, NUMBERS[n_shapes - 1]),
         {"kind": "count"})
     if scene.word is None and ask_writing:
         add("word_absent", "is there any writing?", "no", "yes", {"kind": "any_word"})

@@ -78,7 +78,7 @@ class JudgeConfig:
         """Settings plus what the judge learns to read: a request rendered by the reward's own code
         for the committee's rubrics of a fixed scene, and the chat template. A changed judge
         template, writer, schema or committee is a new judge, never a stale cached one."""
-        blob = json.dumps([VERSION, asdict(self), CHAT_TEMPLATE, _request_fingerprint(self.world)], sort_keys=True,
+        blob = json.dumps([VERSION, asdict(self), CHAT_TEMPLATE, request_fingerprint(self.world)], sort_keys=True,
                           default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
@@ -201,7 +201,7 @@ def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request
 
 
 @functools.cache
-def _request_fingerprint(world: W.WorldConfig) -> str:
+def request_fingerprint(world: W.WorldConfig) -> str:
     scene = W.make_scenes(1, 0, world, prefix="judge-key")[0]
     student, rubrics = scene_rubrics(scene, random.Random(0))
     request = request_renderer()
