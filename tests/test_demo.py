@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.demo import DemoConfig, DemoError, prepare_out
+from vlrl.demos.shapes.caprl.runner import DemoConfig
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.base import DemoError, prepare_out
 from vlrl.methods.caprl.mcq import normalize_mcq
 
 CFG = W.WorldConfig()
@@ -150,7 +151,7 @@ def test_a_warm_start_is_built_once_when_two_runs_need_it(tmp_path):
     (the cache folder has one writer; a second training of the same model would only burn CPU)."""
     import threading
 
-    from vlrl.demos.shapes.warmstart import _cached
+    from vlrl.demos.shapes.kit.cache import cached
 
     builds = []
 
@@ -161,7 +162,7 @@ def test_a_warm_start_is_built_once_when_two_runs_need_it(tmp_path):
         return {"kind": "test"}
 
     got = []
-    threads = [threading.Thread(target=lambda: got.append(_cached(tmp_path / "cache" / "m", build))) for _ in range(3)]
+    threads = [threading.Thread(target=lambda: got.append(cached(tmp_path / "cache" / "m", build))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -202,8 +203,8 @@ def test_demo_quick_learns(tmp_path):
 SMALL = textwrap.dedent(
     """
     import sys
-    from vlrl.demos.shapes.demo import DemoConfig, run_demo
-    from vlrl.demos.shapes.warmstart import WarmStartConfig
+    from vlrl.demos.shapes.caprl.runner import DemoConfig, run_demo
+    from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
     if __name__ == "__main__":
         w = WarmStartConfig(sft_steps=8, ans_steps=8, ans_pool=1500, sft_images=128)
         cfg = DemoConfig(seed=0, quick=True, grpo_steps=60, eval_scenes=4, warm=w)

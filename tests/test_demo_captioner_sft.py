@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.warmstart import (
-    WarmStartConfig,
-    build_tokenizer,
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.tiny_models.captioner import (
     caption_prompt_encoding,
     captioner_sft_rows,
     train_captioner,
     write_captioner_sft,
 )
+from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
+from vlrl.demos.shapes.tiny_models.warmstart import build_tokenizer
 
 TINY = WarmStartConfig(sft_images=24, sft_steps=7, sft_batch=5, full_caption_steps=3)
 
@@ -108,7 +108,7 @@ def test_sft_trains_on_the_prompt_grpo_samples_captions_with(captioner, tmp_path
     from trl.data_utils import prepare_multimodal_messages
 
     from vlrl.core.images import load_image
-    from vlrl.demos.shapes.demo import DemoConfig, recipe_dict
+    from vlrl.demos.shapes.caprl.runner import DemoConfig, recipe_dict
     from vlrl.training.data import to_trl_dataset
     from vlrl.training.recipe import load_recipe
     from vlrl.training.sft import build_sft_trainer

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from vlrl.core.pipeline import read_jsonl
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.committee import facts_of, perceive, teacher_items, write_rubrics
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.standins.committee import facts_of, perceive, teacher_items, write_rubrics
 
-M = "py:vlrl.demos.shapes.committee"
+M = "py:vlrl.demos.shapes.standins.committee"
 
 
 @pytest.mark.parametrize("cfg", [W.WorldConfig(), W.WorldConfig(max_shapes=3)])
@@ -120,7 +120,7 @@ def test_committee_and_writer_through_the_real_rubicap_commands(tmp_path):
 def _fact_true(fact: str, sc: W.Scene) -> bool:
     truth = _truth(sc)
     for (where, attr), v in truth.items():
-        place = "" if where == "scene" else W._WHERE[where]
+        place = "" if where == "scene" else W.WHERE[where]
         if attr == "count" and fact == f"The image holds {v} shape{'s' if v != 'one' else ''}.":
             return True
         if attr != "count" and fact == f"The {attr} of the shape {place} is {v}.":

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.scripted import Scripted
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.compare import ROWS, CompareConfig, row_metrics, rubicap_pieces
-from vlrl.demos.shapes.compare_report import MARGIN, claims
-from vlrl.demos.shapes.likert import grade_facts, judge_text, oracle_score, sample_caption, target_text
+from vlrl.demos.shapes.compare.report import MARGIN, claims
+from vlrl.demos.shapes.compare.runner import ROWS, CompareConfig, row_metrics, rubicap_pieces
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.tiny_models.likert import grade_facts, judge_text, oracle_score, sample_caption, target_text
 from vlrl.rewards import build_reward
 
 WORLD = W.WorldConfig()
@@ -135,9 +135,9 @@ def test_claims_follow_the_numbers_either_way():
 def test_rubicap_row_says_why_it_is_unavailable(monkeypatch):
     import sys
 
-    from vlrl.demos.shapes.compare import RowUnavailable
+    from vlrl.demos.shapes.compare.runner import RowUnavailable
 
-    monkeypatch.setitem(sys.modules, "vlrl.demos.shapes.rubicap", None)
+    monkeypatch.setitem(sys.modules, "vlrl.demos.shapes.rubicap.runner", None)
     with pytest.raises(RowUnavailable, match="not available"):
         rubicap_pieces()
 
@@ -162,7 +162,7 @@ def test_compare_quick_end_to_end(tmp_path: Path):
     Five GRPO runs take longer than CI's slow tier should spend, so it is skipped unless
     ``VLRL_RUN_COMPARE=1`` (``VLRL_RUN_COMPARE=1 pytest -m compare``).
     """
-    from vlrl.demos.shapes.compare import run_compare
+    from vlrl.demos.shapes.compare.runner import run_compare
 
     m = run_compare(tmp_path / "cmp", seed=0, quick=True)
     assert m["method"] == "compare" and m["seed"] == 0 and isinstance(m["wall_seconds"], float)
@@ -178,8 +178,8 @@ def test_compare_quick_end_to_end(tmp_path: Path):
 
 def test_metrics_file_shape_and_report_with_an_unavailable_row(tmp_path):
     """build_compare_metrics + the report over a finished run's files (rubric row unavailable)."""
-    from vlrl.demos.shapes.compare import build_compare_metrics
-    from vlrl.demos.shapes.compare_report import write_compare_report
+    from vlrl.demos.shapes.compare.report import write_compare_report
+    from vlrl.demos.shapes.compare.runner import build_compare_metrics
 
     out = tmp_path / "run"
     (out / "eval").mkdir(parents=True)

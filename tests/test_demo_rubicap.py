@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.committee import _rubric, facts_of
-from vlrl.demos.shapes.rubric_judge import (
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.standins.committee import facts_of, rubric_for
+from vlrl.demos.shapes.tiny_models.rubric_judge import (
     FAIL,
     PASS,
     caption_variant,
@@ -58,7 +58,7 @@ def test_oracle_against_the_scene_facts():
     for sc in _scenes(100, 6):
         truth = facts_of(sc.items)
         for key, value in truth.items():
-            criterion, _ = _rubric(key, value)
+            criterion, _ = rubric_for(key, value)
             assert oracle_verdict(criterion, W.caption(sc))
             if key[1] == "count":
                 continue
@@ -69,7 +69,7 @@ def test_oracle_against_the_scene_facts():
             setattr(dropped[slot], key[1], None)
             pool = {"shape": W.SHAPES, "colour": tuple(W.COLOURS), "size": W.SIZES}[key[1]]
             setattr(wrong[slot], key[1], rng.choice([v for v in pool if v != value]))
-            fact = f"The {key[1]} of the shape {W._WHERE[key[0]]} is {value}."
+            fact = f"The {key[1]} of the shape {W.WHERE[key[0]]} is {value}."
             regression = f"States something that contradicts this fact about the image: {fact}"
             assert not oracle_verdict(criterion, W.caption_from_items(dropped))
             assert not oracle_verdict(regression, W.caption_from_items(dropped))
@@ -163,7 +163,7 @@ def test_judge_training_requests_are_what_the_reward_sends():
 
 
 def test_reward_block_builds_through_a_recipe(tmp_path):
-    from vlrl.demos.shapes.rubicap import RubicapConfig, rubicap_reward_block
+    from vlrl.demos.shapes.rubicap.runner import RubicapConfig, rubicap_reward_block
     from vlrl.rewards import build_reward
 
     cfg = RubicapConfig.make(seed=3, quick=True)
@@ -190,7 +190,7 @@ def _eval(acc: float) -> dict:
 
 
 def test_metrics_carry_the_issue_keys(tmp_path):
-    from vlrl.demos.shapes.rubicap import RubicapConfig, build_metrics
+    from vlrl.demos.shapes.rubicap.runner import RubicapConfig, build_metrics
 
     (tmp_path / "judge").mkdir()
     (tmp_path / "judge" / "warmstart.json").write_text(json.dumps({"heldout_acc": 0.93}))
@@ -209,8 +209,9 @@ def test_metrics_carry_the_issue_keys(tmp_path):
 
 
 def test_rubicap_folder_is_not_a_caprl_folder(tmp_path):
-    from vlrl.demos.shapes.demo import DemoConfig, DemoError, prepare_out
-    from vlrl.demos.shapes.rubicap import RubicapConfig
+    from vlrl.demos.shapes.caprl.runner import DemoConfig
+    from vlrl.demos.shapes.kit.base import DemoError, prepare_out
+    from vlrl.demos.shapes.rubicap.runner import RubicapConfig
 
     prepare_out(tmp_path / "x", DemoConfig.make(quick=True), force=False)
     with pytest.raises(DemoError):

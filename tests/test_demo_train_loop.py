@@ -16,7 +16,7 @@ import random
 import pytest
 import torch
 
-from vlrl.demos.shapes.train_loop import LOG_EVERY, train_steps, warmup_cosine
+from vlrl.demos.shapes.tiny_models.train_loop import LOG_EVERY, train_steps, warmup_cosine
 
 STEPS, LR = LOG_EVERY + 30, 3e-2
 
@@ -73,7 +73,7 @@ def test_train_steps_trains_bit_for_bit_what_the_hand_written_loops_trained(capl
         seen.append([p.detach().clone() for p in net.parameters()])
         return "probe 1.000"
 
-    with caplog.at_level(logging.INFO, logger="vlrl.demos.shapes.train_loop"):
+    with caplog.at_level(logging.INFO, logger="vlrl.demos.shapes.tiny_models.train_loop"):
         losses = train_steps(net.parameters(), loss_fn, steps=STEPS, lr=LR, name="net-s0", report=report)
 
     assert losses == ref_losses

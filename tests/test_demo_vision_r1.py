@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from vlrl.core.prompts import render
-from vlrl.demos.shapes import reasoning as R
-from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.kit import problems as P
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.standins import reasoning as R
 from vlrl.methods.vision_r1.cold_start import answer_leak
 from vlrl.methods.vision_r1.reward import HFRRFReward, extract_answer
 
@@ -34,19 +35,19 @@ def _truth(scene: W.Scene, question: str) -> str:
 
 
 def test_problems_match_the_scene_and_cover_every_kind():
-    probs = R.make_problems(400, 5, CFG, "t")
+    probs = P.make_problems(400, 5, CFG, "t")
     kinds = Counter(p["kind"] for _, p in probs)
-    assert set(kinds) == set(R.KINDS) and min(kinds.values()) > 40
+    assert set(kinds) == set(P.KINDS) and min(kinds.values()) > 40
     for sc, p in probs:
         assert p["answer"] == _truth(sc, p["question"]), (sc, p)
         if p["kind"] == "larger":
             assert len(sc.shapes) == 2
     answers = Counter(p["answer"] for _, p in probs if p["kind"] == "count")
     assert {"0", "1", "2"} <= set(answers)  # not a constant answer the student could learn without looking
-    assert [p for _, p in R.make_problems(20, 5, CFG, "t")] == [p for _, p in probs[:20]]  # reproducible
+    assert [p for _, p in P.make_problems(20, 5, CFG, "t")] == [p for _, p in probs[:20]]  # reproducible
     with pytest.raises(ValueError, match="two shapes"):
         one = next(sc for sc, _ in probs if len(sc.shapes) == 1)
-        R.make_problem(one, random.Random(0), "larger")
+        P.make_problem(one, random.Random(0), "larger")
 
 
 def _ask_vlm(vlm, img, prompt):
@@ -56,7 +57,7 @@ def _ask_vlm(vlm, img, prompt):
 def test_stand_in_vlm_describes_without_the_answer_and_reasoner_solves_from_text_alone():
     vlm, reasoner = R.vlm(error_rate="0"), R.reasoner()
     scorer = HFRRFReward()
-    for sc, p in R.make_problems(60, 2, CFG, "v"):
+    for sc, p in P.make_problems(60, 2, CFG, "v"):
         img = W.render(sc, CFG)
         cot = _ask_vlm(vlm, img, render("cold_start_pseudo_cot", question=p["question"], answer=p["answer"], choices=[]))
         assert p["answer"] in cot and W.caption(sc) in cot
@@ -77,7 +78,7 @@ def test_overthinking_reasoner_restates_its_step_without_changing_the_answer():
     plain, over = R.reasoner(), R.reasoner(rechecks="3")
     scorer = HFRRFReward()
     seen = Counter()
-    for sc, p in R.make_problems(120, 6, CFG, "o"):
+    for sc, p in P.make_problems(120, 6, CFG, "o"):
         msg = [{"role": "user", "content": render("cold_start_reason", description=W.caption(sc),
                                                   question=p["question"], choices=[])}]
         a, b = plain(msg, None), over(msg, None)
@@ -95,7 +96,7 @@ def test_overthinking_reasoner_restates_its_step_without_changing_the_answer():
 
 
 def test_stand_in_vlm_mis_perceives_at_its_error_rate():
-    scenes = [sc for sc, _ in R.make_problems(200, 4, CFG, "e")]
+    scenes = [sc for sc, _ in P.make_problems(200, 4, CFG, "e")]
     wrong = sum(_ask_vlm(R.vlm(error_rate="0.3"), W.render(sc, CFG), "Describe.") != W.caption(sc) for sc in scenes)
     assert 0.18 < wrong / len(scenes) < 0.42
 
@@ -112,11 +113,11 @@ def test_solve_needs_every_fact_stated():
 def test_cold_start_keeps_only_correct_chains(tmp_path):
     """The project's cold start with both stand-ins: mis-perceived samples are rejected as wrong answers."""
     from vlrl.core.pipeline import read_jsonl
-    from vlrl.demos.shapes.vision_r1 import write_problems
+    from vlrl.demos.shapes.vision_r1.runner import write_problems
     from vlrl.methods.vision_r1.cold_start import cold_start
 
     src = write_problems(tmp_path / "p", "cs", 80, 1, CFG)
-    stats = cold_start(str(src), "py:vlrl.demos.shapes.reasoning:vlm?error_rate=0.4", "py:vlrl.demos.shapes.reasoning:reasoner",
+    stats = cold_start(str(src), "py:vlrl.demos.shapes.standins.reasoning:vlm?error_rate=0.4", "py:vlrl.demos.shapes.standins.reasoning:reasoner",
                        tmp_path / "cs", batch_size=32, seed=1)
     assert stats["total"] == 80 and 0 < stats["rejected"] < 80
     assert set(stats["reject_reasons"]) == {"wrong_answer"}
@@ -127,7 +128,7 @@ def test_cold_start_keeps_only_correct_chains(tmp_path):
 
 
 def test_metrics_have_every_key_the_issue_names():
-    from vlrl.demos.shapes.vision_r1 import VR1Config, build_metrics
+    from vlrl.demos.shapes.vision_r1.runner import VR1Config, build_metrics
 
     def ev(acc, fmt, toks):
         return {"n": 10, "accuracy": acc, "accuracy_strict_format": acc, "accuracy_when_formatted": acc / fmt,
@@ -152,8 +153,8 @@ def test_metrics_have_every_key_the_issue_names():
 
 
 def test_out_folder_refuses_a_run_with_other_settings(tmp_path):
-    from vlrl.demos.shapes.demo import DemoError, prepare_out
-    from vlrl.demos.shapes.vision_r1 import VR1Config
+    from vlrl.demos.shapes.kit.base import DemoError, prepare_out
+    from vlrl.demos.shapes.vision_r1.runner import VR1Config
 
     out = tmp_path / "run"
     quick = VR1Config.make(quick=True)
@@ -172,8 +173,8 @@ def test_a_run_folder_from_before_rechecks_existed_still_resumes(tmp_path):
     """Default settings keep the fingerprint they had before ``reasoner_rechecks`` was added."""
     from dataclasses import asdict
 
-    from vlrl.demos.shapes.demo import prepare_out
-    from vlrl.demos.shapes.vision_r1 import VR1Config
+    from vlrl.demos.shapes.kit.base import prepare_out
+    from vlrl.demos.shapes.vision_r1.runner import VR1Config
 
     cfg = VR1Config.make(quick=True)
     old = asdict(cfg)

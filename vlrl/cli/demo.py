@@ -11,14 +11,14 @@ import typer
 
 # method -> (runner "module:function", headline keys printed after the run)
 RUNNERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "caprl": ("vlrl.demos.shapes.demo:run_demo",
+    "caprl": ("vlrl.demos.shapes.caprl.runner:run_demo",
               ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed")),
-    "rubicap": ("vlrl.demos.shapes.rubicap:run_rubicap_demo",
+    "rubicap": ("vlrl.demos.shapes.rubicap.runner:run_rubicap_demo",
                 ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "wall_seconds", "seed")),
-    "vision-r1": ("vlrl.demos.shapes.vision_r1:run_vision_r1_demo",
+    "vision-r1": ("vlrl.demos.shapes.vision_r1.runner:run_vision_r1_demo",
                   ("acc_before", "acc_after", "format_before", "format_after", "mean_tokens_before",
                    "mean_tokens_after", "single_stage_acc_after", "wall_seconds", "seed")),
-    "compare": ("vlrl.demos.shapes.compare:run_compare", ("acc_before", "rows", "wall_seconds", "seed")),
+    "compare": ("vlrl.demos.shapes.compare.runner:run_compare", ("acc_before", "rows", "wall_seconds", "seed")),
 }
 
 
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import json
 
-        from vlrl.demos.shapes.demo import DemoError
+        from vlrl.demos.shapes.kit.base import DemoError
 
         if compare and method != "caprl":
             typer.echo("vlrl demo: --compare runs every reward itself; do not combine it with --method", err=True)

@@ -1,2 +1,3 @@
-"""The shapes world behind ``vlrl demo``: synthetic scenes with known facts, tiny warm-started
-models, and the CapRL loop run end to end on a CPU (see docs/demo.md)."""
+"""The shapes world behind ``vlrl demo`` (see docs/demo.md): ``kit/`` is the shared public kit,
+``standins/`` the rule-based stand-ins (code, not models), ``tiny_models/`` the trained tiny models,
+and ``caprl/``, ``rubicap/``, ``vision_r1/`` and ``compare/`` one runner each, all on a laptop CPU."""

@@ -11,16 +11,16 @@ PASS/FAIL), greedy, through the ``hf:`` backend.
 What it is trained on, and why that is honest:
 
 * **Criteria** are the ones the real pipeline writes: for synthetic scenes, rule-based teachers
-  (:mod:`vlrl.demos.shapes.committee`) caption the scene's items, a synthetic terse student caption
+  (:mod:`vlrl.demos.shapes.standins.committee`) caption the scene's items, a synthetic terse student caption
   is diagnosed by the writer, and the writer's answer goes through the real schema
   (:func:`vlrl.methods.rubicap.schema.validate_writer_output`), so deficiency criteria and the
   schema's regression pitfalls appear with the wording the demo will use.
 * **Captions** are varied rewrites of each scene: full, attribute-dropped, mis-stated, with an
-  invented shape, garbled (:func:`vlrl.demos.shapes.warmstart.garble`), and the student's own.
+  invented shape, garbled (:func:`vlrl.demos.shapes.kit.noise.garble`), and the student's own.
   None comes from the policy being trained, and no label comes from the evaluation judge.
 * **Labels** come from a world oracle (:func:`oracle_verdict`): the criterion text is read back
   into the world fact it names, and the caption is read by a strict reader of the world's grammar
-  (:func:`vlrl.demos.shapes.world.parse_caption`). A caption that does not parse states nothing,
+  (:func:`vlrl.demos.shapes.kit.world.parse_caption`). A caption that does not parse states nothing,
   so a garbled or keyword-stuffed caption meets no criterion.
 * **Prompts** are rendered by the reward's own code
   (:meth:`vlrl.methods.rubicap.reward.RubricJudgeReward.request_text`) and the ``hf:`` backend's
@@ -45,7 +45,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.cache import cached
+from vlrl.demos.shapes.kit.noise import corrupt, garble
+from vlrl.demos.shapes.standins.committee import COMMITTEE, facts_of, teacher_items, write_rubrics
 
 logger = logging.getLogger(__name__)
 
@@ -75,14 +78,14 @@ class JudgeConfig:
         """Settings plus what the judge learns to read: a request rendered by the reward's own code
         for the committee's rubrics of a fixed scene, and the chat template. A changed judge
         template, writer, schema or committee is a new judge, never a stale cached one."""
-        blob = json.dumps([VERSION, asdict(self), CHAT_TEMPLATE, _request_fingerprint(self.world)], sort_keys=True,
+        blob = json.dumps([VERSION, asdict(self), CHAT_TEMPLATE, request_fingerprint(self.world)], sort_keys=True,
                           default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 
 # -- the world oracle --------------------------------------------------------------------------
 
-_PLACE = {v: k for k, v in W._WHERE.items()}
+_PLACE = {v: k for k, v in W.WHERE.items()}
 _P = "|".join(re.escape(p) for p in _PLACE)
 _NUM = "|".join(W.NUMBERS)
 _PATTERNS = [
@@ -123,8 +126,6 @@ def criterion_fact(criterion: str) -> tuple[str, tuple[str, str], str]:
 
 def stated_value(criterion: str, caption: str) -> str | None:
     """What ``caption`` states (strictly read) for the fact ``criterion`` is about, or None."""
-    from vlrl.demos.shapes.committee import facts_of
-
     _, key, _ = criterion_fact(criterion)
     return facts_of(W.parse_caption(caption or "")).get(key)
 
@@ -142,21 +143,17 @@ def oracle_verdict(criterion: str, caption: str) -> bool:
 
 
 def _with_invented(items: list[W.Item], rng: random.Random) -> list[W.Item]:
-    from vlrl.demos.shapes.committee import teacher_items
-
     return teacher_items(items, "invent", 1.0, rng)
 
 
 def caption_variant(scene: W.Scene, rng: random.Random) -> str:
     """One rewrite of the scene's caption: full, dropped, mis-stated, invented or garbled."""
-    from vlrl.demos.shapes.warmstart import _corrupt, garble
-
     r = rng.random()
     items = W.stated_items(scene, rng, 0.0 if r < 0.15 else rng.uniform(0.0, 0.8))
     if 0.35 <= r < 0.6:
-        items = _corrupt(items, rng)
+        items = corrupt(items, rng)
         if rng.random() < 0.3:
-            items = _corrupt(items, rng)
+            items = corrupt(items, rng)
     elif 0.6 <= r < 0.75:
         items = _with_invented(items, rng)
     cap = W.caption_from_items(items)
@@ -167,15 +164,13 @@ def caption_variant(scene: W.Scene, rng: random.Random) -> str:
 
 def scene_rubrics(scene: W.Scene, rng: random.Random) -> tuple[str, list[dict[str, Any]]]:
     """A terse student caption of ``scene`` and the rubrics the real writer + schema give it."""
-    from vlrl.demos.shapes.committee import COMMITTEE, teacher_items, write_rubrics
-    from vlrl.demos.shapes.warmstart import _corrupt
     from vlrl.methods.rubicap.schema import validate_writer_output
 
     teachers = {f"T{i}": W.caption_from_items(teacher_items(scene.items, p, r * rng.uniform(0.5, 1.5), rng))
                 for i, (_, p, r) in enumerate(COMMITTEE, 1)}
     stated = W.stated_items(scene, rng, rng.uniform(0.2, 0.9))
     if rng.random() < 0.2:
-        stated = _corrupt(stated, rng)
+        stated = corrupt(stated, rng)
     student = W.caption_from_items(stated)
     out = validate_writer_output(write_rubrics(teachers, student), {k: k for k in teachers}, student=student)
     return student, out["rubrics"]
@@ -206,7 +201,7 @@ def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request
 
 
 @functools.cache
-def _request_fingerprint(world: W.WorldConfig) -> str:
+def request_fingerprint(world: W.WorldConfig) -> str:
     scene = W.make_scenes(1, 0, world, prefix="judge-key")[0]
     student, rubrics = scene_rubrics(scene, random.Random(0))
     request = request_renderer()
@@ -217,7 +212,7 @@ def reward_for_rendering():
     """The reward object whose :meth:`request_text` renders judge requests (the demo's settings)."""
     from vlrl.methods.rubicap.reward import RubricJudgeReward
 
-    return RubricJudgeReward(judge="py:vlrl.demos.shapes.committee:writer", per_rubric=True)
+    return RubricJudgeReward(judge="py:vlrl.demos.shapes.standins.committee:writer", per_rubric=True)
 
 
 def request_renderer():
@@ -242,12 +237,10 @@ def judge_dir(seed: int, cache_dir: Path, cfg: JudgeConfig | None = None) -> Pat
 
 def build_rubric_judge(seed: int, cache_dir: Path, cfg: JudgeConfig | None = None) -> Path:
     """The cached tiny rubric judge for ``seed`` (trained on first use, ~minutes on one core)."""
-    from vlrl.demos.shapes.warmstart import _cached
-
     cfg = cfg or JudgeConfig()
     cache_dir = Path(cache_dir)
-    tok = _cached(cache_dir / f"judge-tokenizer-{cfg.key()}", lambda out: _train_tokenizer(cfg, out))
-    return _cached(judge_dir(seed, cache_dir, cfg), lambda out: train_rubric_judge(cfg, tok, out, seed))
+    tok = cached(cache_dir / f"judge-tokenizer-{cfg.key()}", lambda out: _train_tokenizer(cfg, out))
+    return cached(judge_dir(seed, cache_dir, cfg), lambda out: train_rubric_judge(cfg, tok, out, seed))
 
 
 def _train_tokenizer(cfg: JudgeConfig, out: Path) -> dict[str, Any]:
@@ -266,23 +259,14 @@ def _train_tokenizer(cfg: JudgeConfig, out: Path) -> dict[str, Any]:
 
 def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vlrl.core.backends.hf import HFBackend
-    from vlrl.core.tiny import make_tiny
-    from vlrl.demos.shapes.train_loop import train_steps
-    from vlrl.demos.shapes.warmstart import _fast_render
+    from vlrl.demos.shapes.tiny_models.answerer import fast_render
+    from vlrl.demos.shapes.tiny_models.train_loop import fresh_tiny_lm, train_steps
 
     torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    tok.chat_template = CHAT_TEMPLATE
-    make_tiny("qwen2", out, seed=seed, tokenizer=tok, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
-              num_attention_heads=4, num_key_value_heads=2, initializer_range=cfg.init)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(str(out))
-    tok = AutoTokenizer.from_pretrained(str(out))
-    backend = HFBackend(model=model, processor=tok, device="cpu", name="rubric-judge-in-training")
-    chat = _fast_render(lambda user: backend.render_prompt([{"role": "user", "content": user}]))
+    model, tok, backend = fresh_tiny_lm(tok_dir, out, seed, chat_template=CHAT_TEMPLATE, hidden=cfg.hidden,
+                                        layers=cfg.layers, init=cfg.init, name="rubric-judge-in-training")
+    chat = fast_render(lambda user: backend.render_prompt([{"role": "user", "content": user}]))
     request = request_renderer()
     t0 = time.time()
     train = judge_examples(cfg.pool, seed, "rj-train", cfg.world, lambda c, r: chat(request(c, r)))

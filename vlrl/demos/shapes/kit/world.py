@@ -158,7 +158,7 @@ def render(scene: Scene, cfg: WorldConfig) -> Image.Image:
 
 # -- captions -----------------------------------------------------------------------------------
 
-_WHERE = {"left": "on the left", "right": "on the right", "middle": "in the middle"}
+WHERE = {"left": "on the left", "right": "on the right", "middle": "in the middle"}
 
 
 def stated_items(scene: Scene, rng: random.Random | None = None, drop: float = 0.0) -> list[Item]:
@@ -183,7 +183,7 @@ def item_phrase(it: Item) -> str:
 
 
 def caption_from_items(items: list[Item]) -> str:
-    parts = [f"{item_phrase(it)} {_WHERE[it.position]}" for it in items]
+    parts = [f"{item_phrase(it)} {WHERE[it.position]}" for it in items]
     if len(parts) <= 2:
         return " and ".join(parts) + "."
     return ", ".join(parts[:-1]) + " and " + parts[-1] + "."
@@ -204,10 +204,10 @@ def parse_caption(text: str) -> list[Item] | None:
     chunks = [c.strip() for c in t.split(" and ") if c.strip()]
     items = []
     for c in chunks:
-        pos = next((p for p, w in _WHERE.items() if c.endswith(w)), None)
+        pos = next((p for p, w in WHERE.items() if c.endswith(w)), None)
         if pos is None:
             return None
-        body = c[: -len(_WHERE[pos])].split()
+        body = c[: -len(WHERE[pos])].split()
         if body[:2] == ["the", "word"] and len(body) == 3:
             items.append(Item(position=pos, word=body[2]))
             continue
@@ -244,11 +244,13 @@ class Question:
         return asdict(self)
 
 
-def _other(rng: random.Random, values, true) -> str:
+def wrong_value(rng: random.Random, values, true) -> str:
+    """A value of ``values`` other than ``true`` (an MCQ's wrong option)."""
     return rng.choice([v for v in values if v != true])
 
 
-def _two(rng: random.Random, true: str, other: str) -> list[str]:
+def shuffled_pair(rng: random.Random, true: str, other: str) -> list[str]:
+    """The two options of an MCQ in a random order."""
     opts = [true, other]
     rng.shuffle(opts)
     return opts
@@ -264,21 +266,21 @@ def questions(scene: Scene, rng: random.Random, n_absent: int = 1, max_count: in
     qs: list[Question] = []
 
     def add(kind, text, true, other, key):
-        qs.append(Question(f"{scene.id}/q{len(qs)}", kind, text, _two(rng, true, other), true, key))
+        qs.append(Question(f"{scene.id}/q{len(qs)}", kind, text, shuffled_pair(rng, true, other), true, key))
 
     n_shapes = len(scene.shapes)
     for it in scene.items:
-        where = _WHERE[it.position]
+        where = WHERE[it.position]
         if it.is_word:
-            add("word", "what word is written?", it.word, _other(rng, WORDS, it.word), {"kind": "word"})
+            add("word", "what word is written?", it.word, wrong_value(rng, WORDS, it.word), {"kind": "word"})
             continue
         key = {"position": it.position}
-        add("colour", f"what colour is the shape {where}?", it.colour, _other(rng, COLOURS, it.colour),
+        add("colour", f"what colour is the shape {where}?", it.colour, wrong_value(rng, COLOURS, it.colour),
             {"kind": "colour", **key})
-        add("shape", f"what shape is {where}?", it.shape, _other(rng, SHAPES, it.shape), {"kind": "shape", **key})
-        add("size", f"what size is the shape {where}?", it.size, _other(rng, SIZES, it.size), {"kind": "size", **key})
+        add("shape", f"what shape is {where}?", it.shape, wrong_value(rng, SHAPES, it.shape), {"kind": "shape", **key})
+        add("size", f"what size is the shape {where}?", it.size, wrong_value(rng, SIZES, it.size), {"kind": "size", **key})
     counts = NUMBERS[: max(2, max_count, n_shapes)]
-    add("count", "how many shapes are there?", NUMBERS[n_shapes - 1], _other(rng, counts, NUMBERS[n_shapes - 1]),
+    add("count", "how many shapes are there?", NUMBERS[n_shapes - 1], wrong_value(rng, counts, NUMBERS[n_shapes - 1]),
         {"kind": "count"})
     if scene.word is None and ask_writing:
         add("word_absent", "is there any writing?", "no", "yes", {"kind": "any_word"})

@@ -5,7 +5,7 @@ way (see their modules for why none of them is an SFT recipe), but they all take
 AdamW without weight decay, a short linear warm-up then a cosine decay to zero, gradients clipped
 to norm 1, and a log line every :data:`LOG_EVERY` steps. That step lives here, once, so those warm
 starts cannot drift apart. (The captioner is trained by the project's SFT recipe with the same
-schedule; see :func:`vlrl.demos.shapes.warmstart.captioner_recipe`.)
+schedule; see :func:`vlrl.demos.shapes.tiny_models.captioner.captioner_recipe`.)
 
 Cached warm starts are keyed by their settings, not by this code, so the loop must stay exactly
 what it was: the order of operations below (forward through ``loss_fn``, then zero the gradients,
@@ -20,6 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -71,3 +72,29 @@ def train_steps(params: Iterable[torch.nn.Parameter], loss_fn: Callable[[int], t
             logger.info("%s step %d/%d loss %.3f%s (%.0fs)", name, step + 1, steps,
                         sum(losses[-LOG_EVERY:]) / LOG_EVERY, extra, time.time() - t0)
     return losses
+
+
+def fresh_tiny_lm(tok_dir: Path, out: Path, seed: int, *, chat_template: str, hidden: int, layers: int, init: float,
+                  name: str):
+    """A new tiny Qwen2 LM written to ``out`` (the tokenizer of ``tok_dir`` with ``chat_template``),
+    loaded back for training, and the ``hf:`` backend around it: ``(model, tokenizer, backend)``.
+
+    The text-only tiny models (the QA answerers, the rubric judge) label their training data with
+    that backend's own prompt rendering and choice tokens, so training and use cannot disagree. The
+    seeding order (the init by ``make_tiny``, then ``torch.manual_seed(seed)``) is part of every
+    cached model's identity, like the step in :func:`train_steps`.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vlrl.core.backends.hf import HFBackend
+    from vlrl.core.tiny import make_tiny
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    tok.chat_template = chat_template
+    make_tiny("qwen2", out, seed=seed, tokenizer=tok, hidden_size=hidden, num_hidden_layers=layers,
+              num_attention_heads=4, num_key_value_heads=2, initializer_range=init)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    tok = AutoTokenizer.from_pretrained(str(out))
+    return model, tok, HFBackend(model=model, processor=tok, device="cpu", name=name)

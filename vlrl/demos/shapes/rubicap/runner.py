@@ -3,10 +3,10 @@
 Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes where it stopped):
 
 1. **warm start** — the CapRL demo's captioner, reward answerer (used only by the text-only QA
-   filter) and independent judge answerer (:func:`vlrl.demos.shapes.warmstart.build_all`), plus the
-   tiny rubric judge (:mod:`vlrl.demos.shapes.rubric_judge`); all cached;
+   filter) and independent judge answerer (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the
+   tiny rubric judge (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge`); all cached;
 2. **data** and **curation** — the CapRL demo's scenes and curated questions
-   (:func:`vlrl.demos.shapes.demo.make_data`, :func:`~vlrl.demos.shapes.demo.curate`), so the
+   (:func:`vlrl.demos.shapes.caprl.runner.make_data`, :func:`~vlrl.demos.shapes.caprl.runner.curate`), so the
    held-out QA evaluation is the same as CapRL's;
 3. **rubrics** — a committee of three rule-based teachers with distinct error profiles (terse:
    omissions; careless: wrong attributes; dreamer: invented shapes) captions every image through
@@ -24,34 +24,37 @@ Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes whe
 6. **evaluation after RL**, ``metrics.json`` and ``report.html``.
 
 The QA judge answerer is never a reward here: the reward is the rubric judge, a different model
-trained on different data (:mod:`vlrl.demos.shapes.rubric_judge` says what).
+trained on different data (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge` says what).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import atomic_write_json, read_jsonl
-from vlrl.demos.shapes import demo as D
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.committee import COMMITTEE
-from vlrl.demos.shapes.recipes import run_recipe
-from vlrl.demos.shapes.rubric_judge import JudgeConfig, build_rubric_judge, oracle_verdict
-from vlrl.demos.shapes.warmstart import WarmStart, build_all, default_cache_dir
+from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
+from vlrl.demos.shapes.caprl import runner as caprl
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.base import DemoError, hf_spec, open_run
+from vlrl.demos.shapes.kit.cache import job_process_setup
+from vlrl.demos.shapes.kit.history import read_history, window_mean
+from vlrl.demos.shapes.kit.recipes import run_recipe
+from vlrl.demos.shapes.kit.rewards import grammar_reward_block
+from vlrl.demos.shapes.standins.committee import COMMITTEE
+from vlrl.demos.shapes.tiny_models.rubric_judge import JudgeConfig, build_rubric_judge, oracle_verdict
+from vlrl.demos.shapes.tiny_models.warmstart import WarmStart, build_all
 
 logger = logging.getLogger(__name__)
 
-STAND_INS = "py:vlrl.demos.shapes.committee"
+STAND_INS = "py:vlrl.demos.shapes.standins.committee"
 RUBRIC_FIELDS = ("id", "criterion", "pass_rule", "severity", "weight", "kind")
 
 
 @dataclass(frozen=True)
-class RubicapConfig(D.DemoConfig):
+class RubicapConfig(caprl.DemoConfig):
     """The CapRL demo's settings (world, warm start, GRPO shape, evaluation) plus RubiCap's parts."""
 
     method: str = "rubicap"
@@ -74,7 +77,7 @@ def teacher_specs(cfg) -> list[str]:
 
 
 def judge_spec(judge_dir: Path) -> str:
-    return f"hf:{judge_dir}?device=cpu&dtype=float32&batch_size=256"
+    return hf_spec(judge_dir, 256)
 
 
 def rubicap_reward_block(judge_dir: Path, cfg) -> dict[str, Any]:
@@ -88,16 +91,13 @@ def rubicap_reward_block(judge_dir: Path, cfg) -> dict[str, Any]:
         "name": "rubicap_rubric",
         "settings": {"judge": judge_spec(judge_dir), "per_rubric": True, "temperature": 0.0, "max_tokens": 4,
                      "max_retries": 0, "on_judge_failure": "drop", "seed": cfg.seed},
-        "guards": {"policy": "veto", "min_words": 3, "max_words": 8 * D.max_items(cfg.warm.world),
+        "guards": {"policy": "veto", "min_words": 3, "max_words": 8 * caprl.max_items(cfg.warm.world),
                    "repetition": {"max_consecutive": 2}},
     }
 
 
 def _build_judge_job(seed: int, cache_dir: str, cfg: JudgeConfig) -> str:
-    import torch
-
-    torch.set_num_threads(1)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    job_process_setup()
     return str(build_rubric_judge(seed, Path(cache_dir), cfg))
 
 
@@ -106,7 +106,7 @@ def warm_start(cfg: RubicapConfig, cache: Path) -> tuple[WarmStart, Path]:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from vlrl.demos.shapes.rubric_judge import judge_dir
+    from vlrl.demos.shapes.tiny_models.rubric_judge import judge_dir
 
     final = judge_dir(cfg.seed, cache, cfg.judge)
     if (final / "warmstart.json").exists():
@@ -148,9 +148,9 @@ def prepare_rubric_data(out: Path, cfg, ws: WarmStart) -> Path:
     rubrics = _rubrics_for(out, cfg, ws, "train")
     rows = [{**r, "rubrics": rubrics[r["id"]]} for r in read_jsonl(out / "data" / "train.jsonl") if r["id"] in rubrics]
     if not rows:
-        raise D.DemoError("rubric synthesis gave no training image a rubric set; see DIR/rubrics/train/synthesis")
+        raise DemoError("rubric synthesis gave no training image a rubric set; see DIR/rubrics/train/synthesis")
     path = out / "data" / "rubicap_train.jsonl"
-    D._write_jsonl(path, rows)
+    write_jsonl(path, rows)
     stats = json.loads((out / "rubrics" / "train" / "synthesis" / "stats.json").read_text())
     atomic_write_json(out / "data" / "rubicap_train_stats.json",
                       {"rows": len(rows), **{k: stats.get(k) for k in ("images", "accepted", "solved", "rejected",
@@ -198,7 +198,7 @@ def verdict_accuracy(judge_dir: Path, cfg, captions: list[str], ids: list[str],
 
 
 def evaluate(model_dir: Path, out: Path, cfg, ws: WarmStart, judge_dir: Path) -> dict[str, Any]:
-    res = D.evaluate(model_dir, out, cfg, ws.judge, ws.answerer)
+    res = caprl.evaluate(model_dir, out, cfg, ws.judge, ws.answerer)
     rubrics = json.loads((out / "data" / "rubicap_eval_rubrics.json").read_text())
     for kind in ("greedy", "sampled"):
         res[f"rubric_judge_{kind}"] = verdict_accuracy(judge_dir, cfg, res["captions"][kind], res["ids"], rubrics)
@@ -211,25 +211,16 @@ def evaluate(model_dir: Path, out: Path, cfg, ws: WarmStart, judge_dir: Path) ->
 def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick: bool = False, force: bool = False,
                      cache_dir: str | Path | None = None, config: RubicapConfig | None = None) -> dict[str, Any]:
     """Run (or resume, or reuse) the RubiCap demo in ``out``; returns the metrics."""
-    import torch
-
-    out = Path(out)
     cfg = config or RubicapConfig.make(seed=seed, quick=quick)
-    prev = D.prepare_out(out, cfg, force)
-    if prev is not None:
-        prev["reused"] = True
-        return prev
-    stages = D.Stages(out)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    run = open_run(out, cfg, force, cache_dir)
+    if run.reused is not None:
+        return run.reused
+    out, stages = run.out, run.stages
+    ws, judge_dir = stages.timed("warm_start", lambda: warm_start(cfg, run.cache))
+    answerer_spec = hf_spec(ws.answerer, 256)
 
-    t = time.time()
-    ws, judge_dir = warm_start(cfg, cache)
-    stages.add_time("warm_start", time.time() - t)
-    torch.set_num_threads(1)  # see the CapRL demo: a second thread spins more than it helps here
-    answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
-
-    stages.run("data", lambda: D.make_data(out, cfg))
-    stages.run("curate", lambda: D.curate(out, cfg, answerer_spec))
+    stages.run("data", lambda: caprl.make_data(out, cfg))
+    stages.run("curate", lambda: caprl.curate(out, cfg, answerer_spec))
     stages.run("rubrics", lambda: (prepare_rubric_data(out, cfg, ws), prepare_eval_rubrics(out, cfg, ws)))
     stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                    evaluate(ws.captioner, out, cfg, ws, judge_dir)))
@@ -239,11 +230,11 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
 
     before = json.loads((out / "eval" / "before.json").read_text())
     after = json.loads((out / "eval" / "after.json").read_text())
-    history = D.read_history(out / "grpo")
+    history = read_history(out / "grpo")
     curation = json.loads((out / "data" / "curation.json").read_text())
     metrics = build_metrics(cfg, before, after, history, curation, stages.times, judge_dir, out)
     metrics["wall_seconds"] = round(sum(stages.times.values()), 1)
-    from vlrl.demos.shapes.report import write_report
+    from vlrl.demos.shapes.kit.report import write_report
 
     write_report(out, cfg, metrics, before, after, history, **report_parts(metrics))
     atomic_write_json(out / "metrics.json", metrics)
@@ -252,19 +243,18 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
 
 def write_recipe(out: Path, cfg, ws: WarmStart, judge_dir: Path) -> Path:
     """The CapRL demo's recipe with the rubric reward and the rubric training rows."""
-    return D.write_recipe(out, cfg, ws.captioner, ws.answerer, rewards=[
-        rubicap_reward_block(judge_dir, cfg),
-        {"name": "vlrl.demos.shapes.rewards:GrammarReward", "weight": 1.0, "settings": {"penalty": 1.0}},
+    return caprl.write_recipe(out, cfg, ws.captioner, ws.answerer, rewards=[
+        rubicap_reward_block(judge_dir, cfg), grammar_reward_block(),
     ], source=out / "data" / "rubicap_train.jsonl")
 
 
 def build_metrics(cfg, before: dict, after: dict, history: list[dict], curation: dict, times: dict[str, float],
                   judge_dir: Path, out: Path, window: int = 5) -> dict[str, Any]:
-    m = D.build_metrics(cfg, before, after, history, curation, times, window=window)
+    m = caprl.build_metrics(cfg, before, after, history, curation, times, window=window)
     rewards = [h["rewards/rubicap_rubric/mean"] for h in history if h.get("rewards/rubicap_rubric/mean") is not None]
     m["method"] = "rubicap"
-    m["reward_first"] = round(sum(rewards[:window]) / len(rewards[:window]), 4) if rewards else None
-    m["reward_last"] = round(sum(rewards[-window:]) / len(rewards[-window:]), 4) if rewards else None
+    m["reward_first"] = window_mean(rewards, window, last=False)
+    m["reward_last"] = window_mean(rewards, window, last=True)
     # Drop the CapRL reward answerer's accuracies under their old names: here it is no reward.
     for k in [k for k in m if k.startswith("reward_answerer_")]:
         m[k.replace("reward_answerer_", "filter_answerer_")] = m.pop(k)

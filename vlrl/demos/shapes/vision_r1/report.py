@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import read_jsonl
-from vlrl.demos.shapes.report import _png, _thumb
+from vlrl.demos.shapes.kit.report import png, thumb
 
 
 def _plots(metrics: dict[str, Any], history: list[dict], single: list[dict]) -> dict[str, str]:
@@ -36,7 +36,7 @@ def _plots(metrics: dict[str, Any], history: list[dict], single: list[dict]) -> 
     ax[1].set_title("completion length (tokens)")
     for a in ax:
         a.set_xlabel("RL step")
-    out["training"] = _png(fig)
+    out["training"] = png(fig)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -50,7 +50,7 @@ def _plots(metrics: dict[str, Any], history: list[dict], single: list[dict]) -> 
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
     ax.set_title("held-out problems (greedy, one try each)")
-    out["eval"] = _png(fig)
+    out["eval"] = png(fig)
     plt.close(fig)
     return out
 
@@ -68,7 +68,7 @@ def write_report(out: Path, cfg, metrics: dict[str, Any], evals: dict[str, dict]
         return f"<td><small>{html.escape(p.get('output') or '')}</small><br>{mark}</td>"
 
     ex = "".join(
-        f"<tr><td><img src='data:image/png;base64,{_thumb(out / 'data' / r['image'])}'></td>"
+        f"<tr><td><img src='data:image/png;base64,{thumb(out / 'data' / r['image'])}'></td>"
         f"<td>{html.escape(r['question'])}<br><b>{html.escape(r['answer'])}</b></td>"
         + cell("before", r["id"]) + cell("ptst", r["id"]) + cell("single", r["id"]) + "</tr>"
         for r in rows[:n_examples]

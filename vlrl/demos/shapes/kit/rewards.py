@@ -4,15 +4,15 @@ A text answerer is a lenient, learned reader, and a policy under RL pressure fin
 still rewards but a strict reader cannot parse ("... on the left and small red triangle on the
 right", run-ons that chain items with "on"). In a closed world the grammar is known, so the demo
 adds a format reward in the spirit of DeepSeek-R1's: 0 for a caption that parses
-(:func:`vlrl.demos.shapes.world.parse_caption`), ``-penalty`` otherwise. Recipes name it by its dotted path,
-``vlrl.demos.shapes.rewards:GrammarReward``, like any user reward.
+(:func:`vlrl.demos.shapes.kit.world.parse_caption`), ``-penalty`` otherwise. Recipes name it by its dotted path,
+``vlrl.demos.shapes.kit.rewards:GrammarReward``, like any user reward.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from vlrl.demos.shapes.world import parse_caption
+from vlrl.demos.shapes.kit.world import parse_caption
 from vlrl.rewards.base import Reward, Score
 
 
@@ -28,3 +28,8 @@ class GrammarReward(Reward):
             ok = parse_caption(text or "") is not None
             out.append(Score(0.0 if ok else -self.penalty, {"parse_ok": float(ok)}))
         return out
+
+
+def grammar_reward_block() -> dict[str, Any]:
+    """The recipes' ``rewards[]`` entry for :class:`GrammarReward` (every GRPO demo adds it beside its main reward)."""
+    return {"name": "vlrl.demos.shapes.kit.rewards:GrammarReward", "weight": 1.0, "settings": {"penalty": 1.0}}

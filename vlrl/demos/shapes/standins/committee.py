@@ -6,8 +6,8 @@ there are none, so the shapes world provides stand-ins that run *through the rea
 ``vlrl data rubrics`` call them exactly as they would call a served model, and the writer's JSON
 goes through the real schema, strictness checks and corrective retries.
 
-**Teachers** (``py:vlrl.demos.shapes.committee:teacher?profile=...&rate=...``) read the picture with
-a pixel rule (:func:`perceive`: connected regions of the palette colours; fill ratio tells square,
+**Teachers** (``py:vlrl.demos.shapes.standins.committee:teacher?profile=...&rate=...``) read the picture with
+a pixel rule (:func:`~vlrl.demos.shapes.standins.perception.perceive`: connected regions of the palette colours; fill ratio tells square,
 circle and triangle apart, width tells size; no access to the scene's facts) and then make the
 mistakes of their *profile*, seeded by the image so a rerun gives the same caption:
 
@@ -16,7 +16,7 @@ mistakes of their *profile*, seeded by the image so a rerun gives the same capti
 * ``invent`` — with probability ``rate`` adds a shape that is not there (a hallucinating one);
 * ``exact`` — none of the above.
 
-**Writer** (``py:vlrl.demos.shapes.committee:writer``) implements the paper's rules over the
+**Writer** (``py:vlrl.demos.shapes.standins.committee:writer``) implements the paper's rules over the
 world's grammar: a *consensus fact* is a statement at least two teachers make that no more teachers
 contradict; each consensus fact the student caption contradicts or leaves out is a *deficiency*
 with a severity (critical: wrong shape count or wrong shape type; important: a wrong colour or size,
@@ -26,89 +26,20 @@ binary rubric. It is a deterministic stand-in for an LLM writer, documented as s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
 from collections import Counter
 from typing import Any
 
-from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.standins.perception import image_of, image_seed, perceive
 
 PROFILES = ("exact", "omit", "wrong", "invent")
 # The RubiCap demo's committee, (name, error profile, rate): omissions, wrong attributes, invented
 # shapes. The demo runs it, and its rubric judge is trained on rubrics this committee produces.
 COMMITTEE = (("terse", "omit", 0.35), ("careless", "wrong", 0.15), ("dreamer", "invent", 0.3))
 _ATTRS = ("shape", "colour", "size")
-
-
-# -- perception --------------------------------------------------------------------------------
-
-
-def perceive(image: Any) -> list[W.Item]:
-    """The items of a rendered scene read from its pixels (shapes only; words are not read).
-
-    Pixels of each palette colour are grouped into 4-connected regions; tiny regions (antialiasing
-    specks) are ignored. A region's fill ratio (area over bounding box) names its shape (square ~1,
-    circle ~0.79, triangle ~0.5), its width its size, and the regions' left-to-right order their
-    slots.
-    """
-    from PIL import Image
-
-    img = image if isinstance(image, Image.Image) else Image.open(image)
-    img = img.convert("RGB")
-    w, h = img.size
-    px = img.load()
-    palette = {rgb: name for name, rgb in W.COLOURS.items()}
-    seen = [[False] * w for _ in range(h)]
-    regions = []
-    for y in range(h):
-        for x in range(w):
-            colour = palette.get(px[x, y])
-            if colour is None or seen[y][x]:
-                continue
-            stack, cells = [(x, y)], []
-            seen[y][x] = True
-            while stack:
-                cx, cy = stack.pop()
-                cells.append((cx, cy))
-                for nx, ny in ((cx + 1, cy), (cx - 1, cy), (cx, cy + 1), (cx, cy - 1)):
-                    if 0 <= nx < w and 0 <= ny < h and not seen[ny][nx] and px[nx, ny] == px[x, y]:
-                        seen[ny][nx] = True
-                        stack.append((nx, ny))
-            if len(cells) >= 6:
-                regions.append((colour, cells))
-    regions.sort(key=lambda r: sum(c[0] for c in r[1]) / len(r[1]))
-    positions = W.POSITIONS.get(len(regions))
-    if positions is None:
-        return []
-    items = []
-    for pos, (colour, cells) in zip(positions, regions, strict=True):
-        xs, ys = [c[0] for c in cells], [c[1] for c in cells]
-        bw, bh = max(xs) - min(xs) + 1, max(ys) - min(ys) + 1
-        fill = len(cells) / (bw * bh)
-        shape = "square" if fill > 0.9 else "circle" if fill > 0.65 else "triangle"
-        # large items are 0.36 of the image (or of a third's share), small ones 0.19
-        share = w * (2 / max(len(regions), 2))
-        size = "large" if bw > 0.275 * share else "small"
-        items.append(W.Item(position=pos, shape=shape, colour=colour, size=size))
-    return items
-
-
-def _image_of(messages: list[dict[str, Any]]) -> Any:
-    for m in messages:
-        if isinstance(m.get("content"), list):
-            for p in m["content"]:
-                if p.get("type") == "image":
-                    return p["image"]
-    raise ValueError("no image in the request")
-
-
-def _image_seed(image: Any, salt: str) -> random.Random:
-    from PIL import Image
-
-    img = image if isinstance(image, Image.Image) else Image.open(image)
-    return random.Random(hashlib.sha1(img.convert("RGB").tobytes() + salt.encode()).hexdigest())
 
 
 # -- teachers ----------------------------------------------------------------------------------
@@ -145,11 +76,11 @@ def teacher(profile: str = "exact", rate: str = "0.3", name: str = ""):
     p = float(rate)
 
     def reply(messages, sampling):
-        image = _image_of(messages)
+        image = image_of(messages)
         seen = perceive(image)
         if not seen:
             return "an empty dark image."
-        said = teacher_items(seen, profile, p, _image_seed(image, f"{profile}/{rate}/{name}"))
+        said = teacher_items(seen, profile, p, image_seed(image, f"{profile}/{rate}/{name}"))
         return W.caption_from_items(said)
 
     return reply
@@ -174,14 +105,14 @@ def facts_of(items: list[W.Item] | None) -> dict[tuple[str, str], str]:
     return out
 
 
-def _rubric(key: tuple[str, str], value: str) -> tuple[str, str]:
+def rubric_for(key: tuple[str, str], value: str) -> tuple[str, str]:
     where, attr = key
     if attr == "count":
         n = value
         return (f"The caption describes exactly {n} shape{'s' if n != 'one' else ''}.",
                 f"Pass if the caption describes {n} shape{'s' if n != 'one' else ''} and no other; "
                 "fail if it describes more or fewer.")
-    place = W._WHERE[where]
+    place = W.WHERE[where]
     if attr == "shape":
         return (f"The caption says the shape {place} is a {value}.",
                 f"Pass if the caption names the shape {place} as a {value}; fail if it names another shape or none.")
@@ -193,7 +124,7 @@ def _rubric(key: tuple[str, str], value: str) -> tuple[str, str]:
 def _fact(key: tuple[str, str], value: str) -> str:
     if key[1] == "count":
         return f"The image holds {value} shape{'s' if value != 'one' else ''}."
-    return f"The {key[1]} of the shape {W._WHERE[key[0]]} is {value}."
+    return f"The {key[1]} of the shape {W.WHERE[key[0]]} is {value}."
 
 
 def write_rubrics(teachers: dict[str, str], student: str) -> dict[str, Any]:
@@ -233,12 +164,12 @@ def write_rubrics(teachers: dict[str, str], student: str) -> dict[str, Any]:
         else:
             severity = "minor"
         did = f"d{len(deficiencies) + 1}"
-        where = "the scene" if k[0] == "scene" else f"the shape {W._WHERE[k[0]]}"
+        where = "the scene" if k[0] == "scene" else f"the shape {W.WHERE[k[0]]}"
         what = f"states {got} for the {k[1]} of {where}" if got else f"does not give the {k[1]} of {where}"
         span = got if got and re.search(rf"\b{re.escape(got)}\b", student) else None
         deficiencies.append({"id": did, "severity": severity, "description": f"The caption {what}; it is {value}.",
                              "facts": [fid[k]], "student_span": span})
-        criterion, rule = _rubric(k, value)
+        criterion, rule = rubric_for(k, value)
         rubrics.append({"id": f"r{len(rubrics) + 1}", "deficiency": did, "criterion": criterion, "pass_rule": rule,
                         "pitfall": False})
     facts = [{"id": fid[k], "fact": _fact(k, v), "sources": labels} for k, v, labels in consensus]

@@ -8,14 +8,14 @@ and never a reward) grades every row's held-out captions:
 * ``caprl_qa_exact`` / ``caprl_qa_sample`` — CapRL's QA reward with the demo's reward answerer,
   reading the gold letter's probability (exact) or sampling the answer (sample, the public code's way);
 * ``rubicap_rubric`` — RubiCap's rubric judge on per-image rubrics (the pieces of
-  ``vlrl demo --method rubicap``: :mod:`vlrl.demos.shapes.rubicap`);
-* ``likert_judge`` — a holistic judge that scores the caption 1–10 (:mod:`vlrl.demos.shapes.likert`);
+  ``vlrl demo --method rubicap``: :mod:`vlrl.demos.shapes.rubicap.runner`);
+* ``likert_judge`` — a holistic judge that scores the caption 1–10 (:mod:`vlrl.demos.shapes.tiny_models.likert`);
 * ``rouge_l`` — ROUGE-L F against the scene's full caption (the world's reference caption).
 
 Every row keeps the CapRL demo's guards (length veto, repetition) and its grammar format reward, so
 the main reward is the only thing that differs. Per row: the judge's held-out accuracy,
 hallucination rate (the judge picks a wrong concrete option), mean caption length in words, and
-the row's reward over GRPO steps. :mod:`vlrl.demos.shapes.compare_report` writes ``report.html``
+the row's reward over GRPO steps. :mod:`vlrl.demos.shapes.compare.report` writes ``report.html``
 and says which of the papers' claims the numbers reproduce.
 
 Stages leave markers under ``DIR/state`` (``grpo_<row>``, ``eval_<row>``), so a killed run resumes
@@ -25,32 +25,23 @@ at the row it was in (TRL checkpoints resume inside a row).
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
-from vlrl.demos.shapes.demo import (
-    DemoConfig,
-    DemoError,
-    Stages,
-    curate,
-    evaluate,
-    make_data,
-    prepare_out,
-    read_history,
-    recipe_dict,
-)
-from vlrl.demos.shapes.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge
-from vlrl.demos.shapes.likert import PROMPT as LIKERT_PROMPT
-from vlrl.demos.shapes.recipes import run_recipe, save_recipe
-from vlrl.demos.shapes.warmstart import build_all, default_cache_dir
+from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, make_data, recipe_dict
+from vlrl.demos.shapes.kit.base import DemoError, DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.history import read_history, window_mean
+from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
+from vlrl.demos.shapes.tiny_models.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge
+from vlrl.demos.shapes.tiny_models.likert import PROMPT as LIKERT_PROMPT
+from vlrl.demos.shapes.tiny_models.warmstart import build_all
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +52,7 @@ TRAIN_ORDER = ("no_rl", "caprl_qa_exact", "caprl_qa_sample", "rouge_l", "rubicap
 
 
 @dataclass(frozen=True)
-class CompareConfig:
+class CompareConfig(DemoSettings):
     seed: int = 0
     quick: bool = False
     demo: DemoConfig = field(default_factory=DemoConfig)
@@ -75,8 +66,8 @@ class CompareConfig:
         demo = DemoConfig(seed=seed, quick=quick, grpo_steps=40, eval_scenes=60) if quick else DemoConfig(seed=seed)
         return cls(seed=seed, quick=quick, demo=demo)
 
-    def fingerprint(self) -> str:
-        return hashlib.sha1(json.dumps(["compare", asdict(self)], sort_keys=True, default=str).encode()).hexdigest()[:12]
+    def identity(self) -> list[Any]:
+        return ["compare", super().identity()]
 
 
 class RowUnavailable(RuntimeError):
@@ -101,7 +92,7 @@ def row_rewards(row: str, out: Path, cfg: CompareConfig, ws, base: dict[str, Any
     if row == "likert_judge":
         judge = build_likert_judge(cfg.seed, cache_dir, cfg.likert, cfg.demo.warm)
         return {"reward": {"name": "likert_judge", "guards": guards, "settings": {
-            "judge": f"hf:{judge}?device=cpu&dtype=float32&batch_size=64", "prompt": LIKERT_PROMPT,
+            "judge": hf_spec(judge, 64), "prompt": LIKERT_PROMPT,
             "max_tokens": JUDGE_MAX_TOKENS, "temperature": 0.0, "max_retries": 1}}}
     if row == "rubicap_rubric":
         rub = rubicap_pieces()
@@ -119,12 +110,12 @@ def rubicap_pieces():
     import importlib
 
     try:
-        mod = importlib.import_module("vlrl.demos.shapes.rubicap")
+        mod = importlib.import_module("vlrl.demos.shapes.rubicap.runner")
     except ImportError as e:
-        raise RowUnavailable(f"not available: the RubiCap demo (vlrl.demos.shapes.rubicap) is not installed ({e})") from None
+        raise RowUnavailable(f"not available: the RubiCap demo (vlrl.demos.shapes.rubicap.runner) is not installed ({e})") from None
     missing = [n for n in ("build_rubric_judge", "prepare_rubric_data", "rubicap_reward_block") if not hasattr(mod, n)]
     if missing:
-        raise RowUnavailable(f"not available: vlrl.demos.shapes.rubicap lacks {', '.join(missing)}")
+        raise RowUnavailable(f"not available: vlrl.demos.shapes.rubicap.runner lacks {', '.join(missing)}")
     return mod
 
 
@@ -150,23 +141,13 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
 
     ``config`` replaces the settings chosen by ``seed``/``quick`` (tests shrink every stage with it).
     """
-    import torch
-
-    out = Path(out)
     cfg = config or CompareConfig.make(seed=seed, quick=quick)
-    prev = prepare_out(out, cfg, force)
-    if prev is not None:
-        prev["reused"] = True
-        return prev
-    stages = Stages(out)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    dcfg = cfg.demo
-
-    t = time.time()
-    ws = build_all(dcfg.warm, cfg.seed, cfg.seed + dcfg.judge_seed_offset, cache)
-    stages.add_time("warm_start", time.time() - t)
-    torch.set_num_threads(1)  # see run_demo: a second OpenMP thread spins more than it helps here
-    answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
+    run = open_run(out, cfg, force, cache_dir)
+    if run.reused is not None:
+        return run.reused
+    out, stages, cache, dcfg = run.out, run.stages, run.cache, cfg.demo
+    ws = stages.timed("warm_start", lambda: build_all(dcfg.warm, cfg.seed, cfg.seed + dcfg.judge_seed_offset, cache))
+    answerer_spec = hf_spec(ws.answerer, 256)
 
     stages.run("data", lambda: make_data(out, dcfg))
     stages.run("curate", lambda: curate(out, dcfg, answerer_spec))
@@ -196,7 +177,7 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
             stages.add_time(f"grpo_{row}", time.time() - t)
 
     metrics = build_compare_metrics(out, cfg, status, stages.times)
-    from vlrl.demos.shapes.compare_report import write_compare_report
+    from vlrl.demos.shapes.compare.report import write_compare_report
 
     write_compare_report(out, cfg, metrics)
     atomic_write_json(out / "metrics.json", metrics)
@@ -213,11 +194,6 @@ def main_reward_key(history: list[dict[str, Any]]) -> str | None:
             if k.startswith("rewards/") and k.endswith("/mean") and "shapes_grammar" not in k:
                 return k
     return None
-
-
-def _window(vals: list[float], window: int, last: bool) -> float | None:
-    part = vals[-window:] if last else vals[:window]
-    return round(sum(part) / len(part), 4) if part else None
 
 
 def row_metrics(row: str, ev: dict[str, Any], history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
@@ -241,8 +217,8 @@ def row_metrics(row: str, ev: dict[str, Any], history: list[dict[str, Any]], win
         "sampled_mean_words": round(ev["stats_sampled"]["words"], 2),
         "reward_answerer_acc_after": round(ev["reward_answerer_greedy"]["acc"], 4),
         "reward_key": key,
-        "reward_first": _window(rewards, window, last=False),
-        "reward_last": _window(rewards, window, last=True),
+        "reward_first": window_mean(rewards, window, last=False),
+        "reward_last": window_mean(rewards, window, last=True),
         "reward_curve": [round(r, 4) for r in rewards],
         "grpo_steps": max((h["step"] for h in history), default=0),
     }

@@ -3,12 +3,12 @@
 Stages (markers under ``DIR/state``; an interrupted run resumes where it stopped):
 
 1. **warm starts** (cached under the demo cache by settings hash and seed):
-   the CapRL demo's tiny Qwen2.5-VL captioner (:mod:`vlrl.demos.shapes.warmstart`, trained on
+   the CapRL demo's tiny Qwen2.5-VL captioner (:mod:`vlrl.demos.shapes.tiny_models.warmstart`, trained on
    shapes-world captions only), then the **student**: the captioner after
    *modality-bridging cold start + SFT*. The cold start is the project's
    (:func:`vlrl.methods.vision_r1.cold_start.cold_start`, what ``vlrl data cold-start`` runs) with
    two documented rule-based stand-ins behind the ``py:`` backend seam
-   (:mod:`vlrl.demos.shapes.reasoning`): a VLM that reads the pixels by rule and sometimes
+   (:mod:`vlrl.demos.shapes.standins.reasoning`): a VLM that reads the pixels by rule and sometimes
    mis-perceives, and a text reasoner that solves from the description alone. Only samples whose
    answer HFRRF's checker calls right are kept. SFT is the project's (:func:`vlrl.training.sft.run_sft`,
    what ``vlrl train sft`` runs, TRL's SFTTrainer) on those kept chains.
@@ -39,20 +39,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import atomic_write_json, read_jsonl
+from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.core.prompts import template_path
-from vlrl.demos.shapes import reasoning as R
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.demo import Stages, _write_jsonl, prepare_out, read_history
-from vlrl.demos.shapes.recipes import run_recipe, save_recipe
-from vlrl.demos.shapes.warmstart import (
-    WarmStartConfig,
-    _cached,
-    build_tokenizer,
-    default_cache_dir,
-    paths,
-    train_captioner,
-)
+from vlrl.demos.shapes.kit import problems as P
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.cache import cached
+from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
+from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
+from vlrl.demos.shapes.tiny_models.captioner import train_captioner
+from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
+from vlrl.demos.shapes.tiny_models.warmstart import build_tokenizer, paths
+
+STANDINS = "py:vlrl.demos.shapes.standins.reasoning"
+"""The cold start's rule-based VLM and reasoner (:mod:`vlrl.demos.shapes.standins.reasoning`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +61,14 @@ STUDENT_VERSION = 2
 
 
 @dataclass(frozen=True)
-class VR1Config:
+class VR1Config(DemoSettings):
     seed: int = 0
     quick: bool = False
     # cold start + SFT (the cached student)
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
     reasoner_rechecks: int = 0
-    """The stand-in reasoner re-states its step 0..N extra times (overthinking; see ``reasoning.reasoner``)."""
+    """The stand-in reasoner re-states its step 0..N extra times (overthinking; see :func:`vlrl.demos.shapes.standins.reasoning.reasoner`)."""
     sft_steps: int = 400
     sft_batch: int = 16
     sft_lr: float = 2e-3
@@ -91,11 +91,11 @@ class VR1Config:
                        eval_problems=90)
         return cls(seed=seed, reasoner_rechecks=rechecks)
 
-    def fingerprint(self) -> str:
+    def identity(self) -> dict[str, Any]:
         d = asdict(self)
         if not d["reasoner_rechecks"]:  # absent when 0, so run folders written before it still resume
             del d["reasoner_rechecks"]
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return d
 
     def student_key(self) -> str:
         keep = {k: getattr(self, k) for k in ("cold_start_problems", "vlm_error_rate", "sft_steps", "sft_batch", "sft_lr")}
@@ -130,14 +130,14 @@ def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldCo
     """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl``."""
     (folder / "images").mkdir(parents=True, exist_ok=True)
     rows = []
-    for sc, prob in R.make_problems(n, seed, world, split):
+    for sc, prob in P.make_problems(n, seed, world, split):
         img = folder / "images" / f"{sc.id}.png"
         W.render(sc, world).save(img)
-        rows.append({"id": R.problem_id(sc.id, prob["question"]), "image": f"images/{sc.id}.png",
+        rows.append({"id": P.problem_id(sc.id, prob["question"]), "image": f"images/{sc.id}.png",
                      "question": prob["question"], "answer": prob["answer"], "kind": prob["kind"],
                      "prompt": student_prompt(prob["question"]), "scene": sc.to_dict()})
     path = folder / f"{split}.jsonl"
-    _write_jsonl(path, rows)
+    write_jsonl(path, rows)
     return path
 
 
@@ -159,20 +159,20 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
         from vlrl.methods.vision_r1.cold_start import cold_start
 
         src = write_problems(tmp / "problems", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world)
-        stats = cold_start(str(src), f"py:vlrl.demos.shapes.reasoning:vlm?error_rate={cfg.vlm_error_rate}",
-                           f"py:vlrl.demos.shapes.reasoning:reasoner?rechecks={cfg.reasoner_rechecks}", tmp / "cold_start", batch_size=64,
+        stats = cold_start(str(src), f"{STANDINS}:vlm?error_rate={cfg.vlm_error_rate}",
+                           f"{STANDINS}:reasoner?rechecks={cfg.reasoner_rechecks}", tmp / "cold_start", batch_size=64,
                            vlm_max_tokens=128, reasoner_max_tokens=256, seed=cfg.seed)
         if not stats["kept"]:
             raise RuntimeError(f"cold start kept no sample ({stats['reject_reasons']})")
         kept = [{**r, "prompt": student_prompt(r["question"])} for r in read_jsonl(tmp / "cold_start" / "sft.jsonl")]
-        _write_jsonl(tmp / "cold_start" / "sft_prompted.jsonl", kept)
+        write_jsonl(tmp / "cold_start" / "sft_prompted.jsonl", kept)
         metrics = run_recipe(write_sft_recipe(tmp, cfg, captioner))
         for ckpt in (tmp / "student").glob("checkpoint-*"):
             shutil.rmtree(ckpt, ignore_errors=True)
         return {"kind": "vision-r1 student", "seed": cfg.seed, "cold_start": stats, "sft": metrics,
                 "examples": [{k: r[k] for k in ("id", "question", "answer", "response", "description")} for r in kept[:6]]}
 
-    return _cached(final, build)
+    return cached(final, build)
 
 
 def write_sft_recipe(root: Path, cfg: VR1Config, captioner: Path) -> Path:
@@ -230,7 +230,7 @@ def rl_recipe(out: Path, cfg: VR1Config, student: Path, name: str, single: bool)
             "gradient_checkpointing": False,
             "report_to": "none",
         },
-        "callbacks": ["vlrl.demos.shapes.demo:HistoryCallback"],
+        "callbacks": [CALLBACK],
     }
     if single:
         recipe["trainer"].update(max_steps=steps, num_generations=group, max_completion_length=cap)
@@ -259,7 +259,7 @@ def evaluate(model_dir: Path, out: Path, name: str, cfg: VR1Config) -> dict[str,
     folder = out / "eval" / name
     if folder.exists():  # a half-written evaluation of an interrupted run is redone from scratch
         shutil.rmtree(folder)
-    m = evaluate_reasoning(f"hf:{model_dir}?device=cpu&dtype=float32&batch_size=64", str(out / "data" / "eval.jsonl"),
+    m = evaluate_reasoning(hf_spec(model_dir, 64), str(out / "data" / "eval.jsonl"),
                            folder, max_tokens=eval_cap(cfg), temperature=0.0, batch_size=64, group_by="kind",
                            seed=cfg.seed, prompt=EVAL_PROMPT)
     shutil.rmtree(folder / "cache", ignore_errors=True)
@@ -283,23 +283,18 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
                        config: VR1Config | None = None, rechecks: int = 0) -> dict[str, Any]:
     """Run (or resume, or reuse) the Vision-R1 demo in ``out``; returns the metrics.
 
-    ``rechecks`` > 0 gives the cold start an overthinking reasoner (see :func:`reasoning.reasoner`).
+    ``rechecks`` > 0 gives the cold start an overthinking reasoner (see :func:`vlrl.demos.shapes.standins.reasoning.reasoner`).
     """
-    import torch
-
-    out = Path(out)
     cfg = config or VR1Config.make(seed=seed, quick=quick, rechecks=rechecks)
-    prev = prepare_out(out, cfg, force)
-    if prev is not None:
-        return {**prev, "reused": True}
-    stages = Stages(out)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    torch.set_num_threads(1)  # tiny models; a second OpenMP thread on a shared CPU only spins
+    run = open_run(out, cfg, force, cache_dir)
+    if run.reused is not None:
+        return run.reused
+    out, stages, cache = run.out, run.stages, run.cache
 
     t = time.time()
     ws = paths(cfg.warm, cfg.seed, cfg.seed, cache)
     build_tokenizer(cfg.warm, cache)
-    _cached(ws.captioner, lambda tmp: train_captioner(cfg.warm, ws.tokenizer, tmp, cfg.seed))
+    cached(ws.captioner, lambda tmp: train_captioner(cfg.warm, ws.tokenizer, tmp, cfg.seed))
     student_dir = build_student(cfg, ws.captioner, cache)
     student = student_dir / "student"
     stages.add_time("warm_start", time.time() - t)
@@ -322,7 +317,7 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
             atomic_write_json(out / "eval" / f"{name}.json", evaluate(model_dir, out, name, cfg))
             stages.finish(f"eval_{name}", time.time() - t)
 
-    from vlrl.demos.shapes.vision_r1_report import write_report
+    from vlrl.demos.shapes.vision_r1.report import write_report
 
     evals = {name: json.loads((out / "eval" / f"{name}.json").read_text()) for name, _, _ in runs}
     info = json.loads((student_dir / "warmstart.json").read_text())
@@ -332,11 +327,6 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
     write_report(out, cfg, metrics, evals, history, single_history, info)
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
-
-
-def _window(vals: list[float], first: bool, window: int) -> float | None:
-    part = vals[:window] if first else vals[-window:]
-    return round(sum(part) / len(part), 4) if part else None
 
 
 def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], single_history: list[dict],
@@ -362,9 +352,10 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
         "reasoner_rechecks": cfg.reasoner_rechecks,
         "single_stage_acc_after": s["acc"], "single_stage_format_after": s["format"],
         "single_stage_mean_tokens_after": s["mean_tokens"],
-        "reward_first": _window(rewards, True, window), "reward_last": _window(rewards, False, window),
-        "single_stage_reward_first": _window(srewards, True, window),
-        "single_stage_reward_last": _window(srewards, False, window),
+        "reward_first": window_mean(rewards, window, last=False),
+        "reward_last": window_mean(rewards, window, last=True),
+        "single_stage_reward_first": window_mean(srewards, window, last=False),
+        "single_stage_reward_last": window_mean(srewards, window, last=True),
         "reward_window_steps": window,
         "acc_by_kind_before": b["by_kind"], "acc_by_kind_after": a["by_kind"], "acc_by_kind_single": s["by_kind"],
         "eval_problems": evals["before"]["n"],

@@ -1,33 +1,21 @@
-"""Shapes-world reasoning problems for the Vision-R1 demo, and the two rule-based stand-ins of its cold start.
+"""The two rule-based stand-ins of the Vision-R1 demo's cold start, used through the ``py:`` backend seam.
 
-**The task.** Each problem asks one question about a scene of one or two shapes (the world the
-demo's captioner was warm-started on) whose answer needs a short chain: find the relevant items,
-then count, compare or subtract. Three kinds:
+Vision-R1's cold start needs a VLM (pseudo chain of thought, then a description) and a strong text
+reasoner. Here, for the problems of :mod:`vlrl.demos.shapes.kit.problems`:
 
-* ``count`` — "how many red shapes are there?" (0, 1 or 2);
-* ``not_count`` — "how many shapes are not red?" (the shape count minus the colour count);
-* ``larger`` — "which shape is larger?" in two-shape scenes ("left", "right" or "same").
-
-The gold answer is a short string graded by HFRRF's own checker (numbers as numbers, words as
-normalised text). The set is deliberately small: the student is a ~1M-parameter Qwen2.5-VL that
-sees each 56×56 image as 4 tokens, and these are the questions whose facts that tower is known to
-bind (colour, shape and size per slot, from the CapRL demo's warm start).
+* :func:`vlm` reads the image with the committee's pixel-rule reader
+  (:func:`vlrl.demos.shapes.standins.perception.perceive`) and states what it saw in the caption
+  grammar; with ``error_rate`` it mis-states one attribute of a scene now and then, like a real VLM,
+  so the cold start's correctness filter has something to reject;
+* :func:`reasoner` never sees the image: it parses the description with the world's grammar
+  (:func:`vlrl.demos.shapes.kit.world.parse_caption`) and works the question out by rule
+  (:func:`solve`). A description it cannot read gets "unknown" as the answer, which the cold start
+  then rejects as wrong.
 
 **The chain.** :func:`solve` turns the facts a description states into a reasoning chain in the
 world's own caption grammar followed by the step the question needs::
 
     <think>a large red circle on the left and a small blue square on the right. red shapes: 1.</think><answer>1</answer>
-
-**Stand-ins (documented as such, used through the ``py:`` backend seam).** Vision-R1's cold start
-needs a VLM (pseudo chain of thought, then a description) and a strong text reasoner. Here:
-
-* :func:`vlm` reads the image with the committee's pixel-rule reader
-  (:func:`vlrl.demos.shapes.committee.perceive`) and states what it saw in the caption grammar;
-  with ``error_rate`` it mis-states one attribute of a scene now and then, like a real VLM, so the
-  cold start's correctness filter has something to reject;
-* :func:`reasoner` never sees the image: it parses the description with the world's grammar
-  (:func:`vlrl.demos.shapes.world.parse_caption`) and works the question out by rule. A description
-  it cannot read gets "unknown" as the answer, which the cold start then rejects as wrong.
 """
 
 from __future__ import annotations
@@ -37,41 +25,11 @@ import random
 import re
 from typing import Any
 
-from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.problems import LARGER, answer_larger
 
-KINDS = ("count", "not_count", "larger")
 _COUNT = re.compile(r"^how many (\w+) shapes are there\?$")
 _NOT = re.compile(r"^how many shapes are not (\w+)\?$")
-_LARGER = "which shape is larger?"
-
-
-def make_problem(scene: W.Scene, rng: random.Random, kind: str | None = None) -> dict[str, Any]:
-    """One problem about ``scene``: ``{"kind", "question", "answer"}``; ``larger`` only with two shapes."""
-    shapes = scene.shapes
-    kinds = [k for k in KINDS if k != "larger" or len(shapes) == 2]
-    kind = kind or rng.choice(kinds)
-    if kind not in kinds:
-        raise ValueError(f"problem kind {kind!r} needs two shapes; the scene has {len(shapes)}")
-    if kind == "larger":
-        return {"kind": kind, "question": _LARGER, "answer": answer_larger(shapes)}
-    # ask about a colour present in the scene half the time (else counts would mostly be 0)
-    present = [it.colour for it in shapes]
-    colour = rng.choice(present) if rng.random() < 0.5 else rng.choice(list(W.COLOURS))
-    n = sum(it.colour == colour for it in shapes)
-    if kind == "count":
-        return {"kind": kind, "question": f"how many {colour} shapes are there?", "answer": str(n)}
-    return {"kind": kind, "question": f"how many shapes are not {colour}?", "answer": str(len(shapes) - n)}
-
-
-def answer_larger(shapes: list[W.Item]) -> str:
-    a, b = shapes[0].size, shapes[1].size
-    return "same" if a == b else ("left" if a == "large" else "right")
-
-
-def make_problems(n: int, seed: int, world: W.WorldConfig, prefix: str) -> list[tuple[W.Scene, dict[str, Any]]]:
-    """``n`` scenes with one problem each, reproducible from ``seed`` and ``prefix`` (split name)."""
-    rng = random.Random(f"vr1-problems/{prefix}/{seed}")
-    return [(sc, make_problem(sc, rng)) for sc in W.make_scenes(n, seed, world, prefix=f"vr1{prefix}-")]
 
 
 def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
@@ -85,7 +43,7 @@ def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
     if m := _NOT.match(question):
         n = sum(it.colour == m.group(1) for it in items)
         return f"{said} shapes: {len(items)}, {m.group(1)}: {n}, {len(items)} - {n} = {len(items) - n}.", str(len(items) - n)
-    if question == _LARGER and len(items) == 2:
+    if question == LARGER and len(items) == 2:
         ans = answer_larger(items)
         return f"{said} left {items[0].size}, right {items[1].size}.", ans
     return None
@@ -127,16 +85,16 @@ def vlm(error_rate: str = "0.1", version: str = "1"):
     the perceived scene alone, so it never states the answer. A mis-perception (``error_rate`` per
     image, decided by the image's pixels so both prompts see the same mistake) goes into both.
     """
-    from vlrl.demos.shapes.committee import _image_of, _image_seed, perceive
+    from vlrl.demos.shapes.standins.perception import image_of, image_seed, perceive
 
     p = float(error_rate)
 
     def reply(messages, sampling):
-        image = _image_of(messages)
+        image = image_of(messages)
         seen = perceive(image)
         if not seen:
             return "an empty dark image."
-        rng = _image_seed(image, f"vr1-vlm/{error_rate}/{version}")
+        rng = image_seed(image, f"vr1-vlm/{error_rate}/{version}")
         if rng.random() < p:
             seen = _slip(seen, rng)
         said = W.caption_from_items(seen)
@@ -186,7 +144,3 @@ def reasoner(version: str = "1", rechecks: str = "0"):
         return format_response(chain, answer)
 
     return reply
-
-
-def problem_id(scene_id: str, question: str) -> str:
-    return f"{scene_id}/{hashlib.sha1(question.encode()).hexdigest()[:6]}"

@@ -12,7 +12,7 @@ function of the facts the caption states right, states wrong or leaves out (pars
 world's grammar). The captions it is trained on are drawn the way captions come about in this
 world: complete ones, ones with attributes dropped at random, ones with one or two attributes
 mis-stated, ones describing another scene's items (invented or missing shapes), and garbled ones
-(the run-ons and repetitions of a drifting policy; see :func:`vlrl.demos.shapes.warmstart.garble`).
+(the run-ons and repetitions of a drifting policy; see :func:`vlrl.demos.shapes.kit.noise.garble`).
 It never sees the policy's own captions, rubrics or QA answers, and the QA judge that evaluates
 every row of the comparison is a different model (the CapRL demo's judge answerer).
 
@@ -31,7 +31,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrl.demos.shapes import world as W
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.base import hf_spec
+from vlrl.demos.shapes.kit.cache import cached, default_cache_dir
+from vlrl.demos.shapes.kit.noise import corrupt, garble
+from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
+from vlrl.demos.shapes.tiny_models.train_loop import train_steps
+from vlrl.demos.shapes.tiny_models.warmstart import build_tokenizer, job, paths
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +108,6 @@ def target_text(score: int) -> str:
 
 def sample_caption(scene: W.Scene, rng: random.Random, world: W.WorldConfig) -> tuple[str, str]:
     """One training caption for ``scene`` and the kind of caption it is."""
-    from vlrl.demos.shapes.warmstart import _corrupt, garble
-
     u = rng.random()
     if u < 0.10:
         return W.caption(scene), "full"
@@ -112,7 +116,7 @@ def sample_caption(scene: W.Scene, rng: random.Random, world: W.WorldConfig) -> 
     if u < 0.75:
         items = W.stated_items(scene, rng, rng.uniform(0.0, 0.6))
         for _ in range(rng.randint(1, 2)):
-            items = _corrupt(items, rng)
+            items = corrupt(items, rng)
         return W.caption_from_items(items), "corrupted"
     if u < 0.88:
         other = W.random_scene(rng, world, "other")
@@ -135,8 +139,6 @@ class LikertConfig:
 
 
 def judge_path(cache_dir: Path, seed: int, cfg: LikertConfig | None = None, warm=None) -> Path:
-    from vlrl.demos.shapes.warmstart import WarmStartConfig
-
     cfg = cfg or LikertConfig()
     warm = warm or WarmStartConfig()
     return Path(cache_dir) / f"likert-{cfg.key(warm.key('cap'))}-s{seed}"
@@ -144,8 +146,6 @@ def judge_path(cache_dir: Path, seed: int, cfg: LikertConfig | None = None, warm
 
 def build_likert_judge(seed: int, cache_dir: Path | None = None, cfg: LikertConfig | None = None, warm=None) -> Path:
     """The cached judge for ``seed`` (trained on first use: its captioner init, then the scoring)."""
-    from vlrl.demos.shapes.warmstart import WarmStartConfig, _cached, _job, build_tokenizer, default_cache_dir, paths
-
     cfg = cfg or LikertConfig()
     warm = warm or WarmStartConfig()
     cache_dir = Path(cache_dir or default_cache_dir())
@@ -155,8 +155,8 @@ def build_likert_judge(seed: int, cache_dir: Path | None = None, cfg: LikertConf
     tok = build_tokenizer(warm, cache_dir)
     init_seed = seed + cfg.init_seed_offset
     init = paths(warm, init_seed, init_seed, cache_dir).captioner
-    _job("captioner", warm, str(tok), str(init), init_seed)
-    return _cached(final, lambda tmp: train_likert_judge(warm, cfg, init, tmp, seed))
+    job("captioner", warm, str(tok), str(init), init_seed)
+    return cached(final, lambda tmp: train_likert_judge(warm, cfg, init, tmp, seed))
 
 
 def judge_text(caption: str) -> str:
@@ -174,7 +174,6 @@ def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vlrl.core.backends.hf import HFBackend
-    from vlrl.demos.shapes.train_loop import train_steps
 
     torch.manual_seed(seed)
     for f in init.iterdir():  # start from the captioner's weights and processor
@@ -250,7 +249,7 @@ def judge_agreement(judge_dir: str, pairs: list[tuple[Any, W.Scene, str, str]]) 
     """The judge's scores through the real ``likert_judge`` reward against the oracle's."""
     from vlrl.rewards import build_reward
 
-    reward = build_reward("likert_judge", judge=f"hf:{judge_dir}?device=cpu&dtype=float32&batch_size=128",
+    reward = build_reward("likert_judge", judge=hf_spec(judge_dir, 128),
                           prompt=PROMPT, max_tokens=JUDGE_MAX_TOKENS, max_retries=0)
     try:
         scores = reward.score([c for _, _, c, _ in pairs], image=[im for im, _, _, _ in pairs])

@@ -18,7 +18,8 @@ from typing import Any
 from vlrl.core.pipeline import read_jsonl
 
 
-def _png(fig) -> str:
+def png(fig) -> str:
+    """A matplotlib figure as base64 PNG, for inlining in a self-contained page."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode()
@@ -51,7 +52,7 @@ def _plots(metrics: dict[str, Any], history: list[dict[str, Any]], reward_key: s
     ax[1].set_xlabel("GRPO step")
     ax[1].set_ylabel("tokens")
     ax[1].set_title("caption length")
-    out["training"] = _png(fig)
+    out["training"] = png(fig)
     plt.close(fig)
 
     fig, ax = plt.subplots(1, 2, figsize=(12, 3.6))
@@ -79,12 +80,13 @@ def _plots(metrics: dict[str, Any], history: list[dict[str, Any]], reward_key: s
     ax[1].set_ylim(0, 1)
     ax[1].set_title("hallucination and omission")
     ax[1].legend(fontsize=8)
-    out["accuracy"] = _png(fig)
+    out["accuracy"] = png(fig)
     plt.close(fig)
     return out
 
 
-def _thumb(path: Path, scale: int = 3) -> str:
+def thumb(path: Path, scale: int = 3) -> str:
+    """An image file enlarged ``scale`` times (nearest neighbour: the pixels stay visible), as base64 PNG."""
     from PIL import Image
 
     img = Image.open(path).convert("RGB")
@@ -107,7 +109,7 @@ def write_report(out: Path, cfg, metrics: dict[str, Any], before: dict, after: d
         r = rows[rid]
         sb, sa = before["judge_greedy"]["per_scene"][i], after["judge_greedy"]["per_scene"][i]
         ex.append(
-            f"<tr><td><img src='data:image/png;base64,{_thumb(out / 'data' / r['image'])}'></td>"
+            f"<tr><td><img src='data:image/png;base64,{thumb(out / 'data' / r['image'])}'></td>"
             f"<td>{html.escape(r['caption_full'])}</td>"
             f"<td>{html.escape(before['captions']['greedy'][i])}<br><small>judge acc {sb:.2f}</small></td>"
             f"<td>{html.escape(after['captions']['greedy'][i])}<br><small>judge acc {sa:.2f}</small></td>"

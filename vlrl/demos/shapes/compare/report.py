@@ -15,12 +15,13 @@ applied whatever the numbers are, so the report cannot be steered toward a story
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from pathlib import Path
 from typing import Any
+
+from vlrl.core.pipeline import read_jsonl
+from vlrl.demos.shapes.kit.report import png
 
 MARGIN = 0.03
 REWARD_RISE = 0.05
@@ -108,12 +109,6 @@ def claims(metrics: dict[str, Any]) -> list[dict[str, str]]:
 # -- the page ----------------------------------------------------------------------------------
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 def _plots(metrics: dict[str, Any]) -> dict[str, str]:
     import matplotlib
 
@@ -130,7 +125,7 @@ def _plots(metrics: dict[str, Any]) -> dict[str, str]:
     ax.set_ylabel("the row's own reward (mean)")
     ax.legend(fontsize=8)
     ax.set_title("reward over steps (each row's reward on its own scale)")
-    out["rewards"] = _png(fig)
+    out["rewards"] = png(fig)
     plt.close(fig)
 
     rows = [r for r in metrics["rows"] if r.get("acc_after") is not None]
@@ -143,7 +138,7 @@ def _plots(metrics: dict[str, Any]) -> dict[str, str]:
         a.set_xticks(range(len(rows)), names, fontsize=7)
         a.set_title(title, fontsize=9)
     ax[0].axhline(metrics["acc_before"], color="k", lw=0.6, ls="--")
-    out["table"] = _png(fig)
+    out["table"] = png(fig)
     plt.close(fig)
     return out
 
@@ -199,8 +194,6 @@ read the verdicts as what this run shows, not as a test of the papers at scale.<
 
 
 def _examples(out: Path, metrics: dict[str, Any], n: int) -> str:
-    from vlrl.core.pipeline import read_jsonl
-
     evs = {}
     for r in metrics["rows"]:
         p = out / "eval" / f"{r['reward']}.json"

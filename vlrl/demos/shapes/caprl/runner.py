@@ -3,9 +3,9 @@
 Stages (each leaves a marker under ``DIR/state`` so an interrupted demo resumes where it stopped):
 
 1. **warm start** — tokenizer, SFT captioner, reward answerer, judge answerer (cached across runs,
-   :mod:`vlrl.demos.shapes.warmstart`: the captioner by the project's SFT recipe, the answerers by their own loop);
+   :mod:`vlrl.demos.shapes.tiny_models.warmstart`: the captioner by the project's SFT recipe, the answerers by their own loop);
 2. **data** — shapes-world scenes for GRPO and held-out evaluation, rendered to PNG, with their
-   MCQs (:mod:`vlrl.demos.shapes.world`);
+   MCQs (:mod:`vlrl.demos.shapes.kit.world`);
 3. **curation** — the text-only half of CapRL's QA filter (:func:`vlrl.methods.caprl.filtering.text_only_filter`)
    asks the tiny answerer every question with *no caption*; what it gets right needs no image and
    is dropped (in a world without printed words, "is there any writing?" is such a question);
@@ -16,7 +16,7 @@ Stages (each leaves a marker under ``DIR/state`` so an interrupted demo resumes 
 5. **GRPO** — a recipe written to ``DIR/recipe.yaml`` and run by the project's trainer
    (:func:`vlrl.training.grpo.run_grpo`, the code behind ``vlrl train grpo``) with the ``caprl_qa``
    reward in exact mode behind the anti-hacking guards; TRL checkpoints make it resumable;
-6. **evaluation after RL**, then ``metrics.json`` and ``report.html`` (:mod:`vlrl.demos.shapes.report`).
+6. **evaluation after RL**, then ``metrics.json`` and ``report.html`` (:mod:`vlrl.demos.shapes.kit.report`).
 
 Accuracy is the judge's argmax letter against the gold letter; "hallucination" is the judge
 choosing a *wrong concrete option* (the caption stated something false or invented), as opposed to
@@ -25,33 +25,29 @@ choosing a *wrong concrete option* (the caption stated something false or invent
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
-import shutil
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import atomic_write_json, read_jsonl
-from vlrl.demos.shapes import world as W
-from vlrl.demos.shapes.recipes import run_recipe, save_recipe
-from vlrl.demos.shapes.warmstart import WarmStartConfig, build_all, default_cache_dir
+from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
+from vlrl.demos.shapes.kit import world as W
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
+from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
+from vlrl.demos.shapes.kit.rewards import grammar_reward_block
+from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
+from vlrl.demos.shapes.tiny_models.warmstart import build_all
 
 logger = logging.getLogger(__name__)
 
 FILTER_PROMPT = "shapes_filter_answer"
 
 
-class DemoError(RuntimeError):
-    """The output folder cannot be used as asked (the message says why and what to do)."""
-
-
 @dataclass(frozen=True)
-class DemoConfig:
+class DemoConfig(DemoSettings):
     seed: int = 0
     quick: bool = False
     grpo_steps: int = 200
@@ -73,70 +69,6 @@ class DemoConfig:
             return cls(seed=seed, quick=True, grpo_steps=60, eval_scenes=60)
         return cls(seed=seed)
 
-    def fingerprint(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-# -- the output folder -------------------------------------------------------------------------
-
-
-def prepare_out(out: Path, cfg: DemoConfig, force: bool) -> dict[str, Any] | None:
-    """Check ``out``: returns finished metrics to reuse, or None to (re)start; raises DemoError."""
-    marker = out / "demo.json"
-    if force and out.exists():
-        if any(out.iterdir()) and not marker.exists():
-            raise DemoError(f"{out} holds files that are not a vlrl demo run; refusing to delete them even with --force")
-        shutil.rmtree(out)
-    if out.exists() and any(out.iterdir()):
-        if not marker.exists():
-            raise DemoError(f"{out} is not empty and is not a vlrl demo folder; choose another --out")
-        prev = json.loads(marker.read_text())
-        if prev.get("fingerprint") != cfg.fingerprint():
-            now = json.loads(json.dumps(asdict(cfg), default=str))
-            was = prev.get("config") or {}
-            diff = ", ".join(f"{k}: {was.get(k)!r} there, {now.get(k)!r} now" for k in sorted(set(now) | set(was))
-                             if was.get(k) != now.get(k) and k not in ("seed", "quick"))
-            raise DemoError(
-                f"{out} holds a demo run with other settings (seed {prev.get('seed')}, quick={prev.get('quick')}"
-                f"{'; ' + diff if diff else ''}); use another --out or pass --force to overwrite it"
-            )
-        if (out / "metrics.json").exists():
-            return json.loads((out / "metrics.json").read_text())
-        logger.info("resuming the interrupted demo in %s", out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(marker, {"fingerprint": cfg.fingerprint(), "seed": cfg.seed, "quick": cfg.quick,
-                               "config": asdict(cfg)})
-    return None
-
-
-class Stages:
-    """Stage markers and per-stage wall time (summed over resumed invocations)."""
-
-    def __init__(self, out: Path) -> None:
-        self.dir = out / "state"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.times_path = self.dir / "timings.json"
-        self.times: dict[str, float] = json.loads(self.times_path.read_text()) if self.times_path.exists() else {}
-
-    def done(self, name: str) -> bool:
-        return (self.dir / f"{name}.done").exists()
-
-    def finish(self, name: str, seconds: float) -> None:
-        self.times[name] = round(self.times.get(name, 0.0) + seconds, 2)
-        atomic_write_json(self.times_path, self.times)
-        (self.dir / f"{name}.done").write_text("ok\n")
-
-    def run(self, name: str, fn: Callable[[], Any]) -> None:
-        """Run stage ``name`` unless an earlier invocation finished it; time it and mark it done."""
-        if not self.done(name):
-            t = time.time()
-            fn()
-            self.finish(name, time.time() - t)
-
-    def add_time(self, name: str, seconds: float) -> None:
-        self.times[name] = round(self.times.get(name, 0.0) + seconds, 2)
-        atomic_write_json(self.times_path, self.times)
-
 
 # -- data and curation -------------------------------------------------------------------------
 
@@ -156,7 +88,7 @@ def make_data(out: Path, cfg: DemoConfig) -> None:
             qs = [q.to_dict() for q in W.scene_questions(sc, rng, world)]
             rows.append({"id": sc.id, "image": f"images/{sc.id}.png", "scene": sc.to_dict(),
                          "caption_full": W.caption(sc), "questions": qs})
-        _write_jsonl(data / f"{split}_raw.jsonl", rows)
+        write_jsonl(data / f"{split}_raw.jsonl", rows)
 
 
 def curate(out: Path, cfg: DemoConfig, answerer: str) -> dict[str, Any]:
@@ -179,7 +111,7 @@ def curate(out: Path, cfg: DemoConfig, answerer: str) -> dict[str, Any]:
             else:
                 k["dropped"] += 1
         out_rows = [{**r, "questions": kept[r["id"]]} for r in rows if kept[r["id"]]]
-        _write_jsonl(data / f"{split}.jsonl", out_rows)
+        write_jsonl(data / f"{split}.jsonl", out_rows)
         stats[split] = {"questions": len(flat), "kept": sum(len(v) for v in kept.values()),
                         "scenes": len(rows), "scenes_kept": len(out_rows)}
     stats["dropped_rate"] = 1 - (stats["train"]["kept"] + stats["eval"]["kept"]) / max(
@@ -193,14 +125,6 @@ def _mcq(q: dict[str, Any]) -> dict[str, Any]:
     return {"question": q["question"], "options": q["options"], "answer": q["answer"]}
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-
-
 # -- evaluation --------------------------------------------------------------------------------
 
 
@@ -209,7 +133,7 @@ def caption_scenes(model_dir: str | Path, out: Path, rows: list[dict[str, Any]],
     from vlrl.captioning.captioner import caption_images
     from vlrl.core.backends import SamplingParams, load_backend
 
-    backend = load_backend(f"hf:{model_dir}?device=cpu&dtype=float32&batch_size=64")
+    backend = load_backend(hf_spec(model_dir, 64))
     try:
         caps = {}
         for name, sp in (("greedy", SamplingParams(max_tokens=cfg.max_completion_length, temperature=0.0)),
@@ -270,7 +194,7 @@ def evaluate(model_dir: str | Path, out: Path, cfg: DemoConfig, judge_dir: Path,
     result: dict[str, Any] = {"captions": caps, "ids": [r["id"] for r in rows]}
     prompt = cfg.warm.answer_prompt
     for who, path in (("judge", judge_dir), ("reward_answerer", answerer_dir)):
-        backend = load_backend(f"hf:{path}?device=cpu&dtype=float32&batch_size=256")
+        backend = load_backend(hf_spec(path, 256))
         try:
             for kind, c in caps.items():
                 result[f"{who}_{kind}"] = judge(backend, c, rows, prompt)
@@ -303,7 +227,7 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
         "rewards": rewards or [{
             "name": "caprl_qa",
             "settings": {
-                "answerer": f"hf:{answerer}?device=cpu&dtype=float32&batch_size=256",
+                "answerer": hf_spec(answerer, 256),
                 "mode": "exact",
                 "questions_per_caption": cfg.questions_per_caption,
                 "rounds": cfg.rounds,
@@ -320,12 +244,7 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
             # Veto loops and run-ons: the longest honest caption of this world has 8 words per item.
             "guards": {"policy": "veto", "min_words": 3, "max_words": 8 * max_items(cfg.warm.world),
                        "repetition": {"max_consecutive": 2}},
-        }, {
-            # Format reward: keep captions in the world's grammar (see vlrl/demos/shapes/rewards.py).
-            "name": "vlrl.demos.shapes.rewards:GrammarReward",
-            "weight": 1.0,
-            "settings": {"penalty": 1.0},
-        }],
+        }, grammar_reward_block()],
         "trainer": {
             "output_dir": str(out / "grpo"),
             "max_steps": cfg.grpo_steps,
@@ -349,44 +268,12 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
             "gradient_checkpointing": False,  # tiny model: recomputing activations only costs time
             "report_to": "none",
         },
-        "callbacks": ["vlrl.demos.shapes.demo:HistoryCallback"],
+        "callbacks": [CALLBACK],
     }
 
 
 def max_items(world: W.WorldConfig) -> int:
     return min(3, world.max_shapes + (world.word_prob > 0))
-
-
-def _history_callback_class():
-    from transformers import TrainerCallback
-
-    class HistoryCallback(TrainerCallback):
-        """Append every trainer log (reward, completion length, ...) to ``output_dir/history.jsonl``."""
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and state.is_world_process_zero:
-                with open(Path(args.output_dir) / "history.jsonl", "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-    return HistoryCallback
-
-
-def __getattr__(name: str):  # the callback class is built lazily so importing this module stays light
-    if name == "HistoryCallback":
-        return _history_callback_class()
-    raise AttributeError(name)
-
-
-def read_history(grpo_dir: Path) -> list[dict[str, Any]]:
-    """Logged training steps (the last record per step wins after a resume)."""
-    path = grpo_dir / "history.jsonl"
-    if not path.exists():
-        return []
-    by_step = {}
-    for rec in read_jsonl(path):
-        if "reward" in rec:
-            by_step[rec["step"]] = rec
-    return [by_step[k] for k in sorted(by_step)]
 
 
 # -- the whole demo ----------------------------------------------------------------------------
@@ -398,25 +285,13 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
 
     ``config`` replaces the settings chosen by ``seed``/``quick`` (tests shrink every stage with it).
     """
-    import torch
-
-    out = Path(out)
     cfg = config or DemoConfig.make(seed=seed, quick=quick)
-    seed = cfg.seed
-    prev = prepare_out(out, cfg, force)
-    if prev is not None:
-        prev["reused"] = True
-        return prev
-    stages = Stages(out)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-
-    t = time.time()
-    ws = build_all(cfg.warm, seed, seed + cfg.judge_seed_offset, cache)
-    stages.add_time("warm_start", time.time() - t)
-    # One thread: the models are tiny, and on a shared or busy CPU a second OpenMP thread spins
-    # far more than it helps (GRPO steps were seen going from ~3 s to ~20 s).
-    torch.set_num_threads(1)
-    answerer_spec = f"hf:{ws.answerer}?device=cpu&dtype=float32&batch_size=256"
+    run = open_run(out, cfg, force, cache_dir)
+    if run.reused is not None:
+        return run.reused
+    out, stages, seed = run.out, run.stages, cfg.seed
+    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, seed + cfg.judge_seed_offset, run.cache))
+    answerer_spec = hf_spec(ws.answerer, 256)
 
     stages.run("data", lambda: make_data(out, cfg))
     stages.run("curate", lambda: logger.info("QA curation: text-only filter dropped %.1f%% of questions",
@@ -427,7 +302,7 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                        evaluate(out / "grpo", out, cfg, ws.judge, ws.answerer)))
 
-    from vlrl.demos.shapes.report import write_report
+    from vlrl.demos.shapes.kit.report import write_report
 
     before = json.loads((out / "eval" / "before.json").read_text())
     after = json.loads((out / "eval" / "after.json").read_text())
@@ -450,8 +325,8 @@ def build_metrics(cfg: DemoConfig, before: dict, after: dict, history: list[dict
         "quick": cfg.quick,
         "acc_before": round(before["judge_greedy"]["acc"], 4),
         "acc_after": round(after["judge_greedy"]["acc"], 4),
-        "reward_first": round(sum(rewards[:window]) / max(1, len(rewards[:window])), 4) if rewards else None,
-        "reward_last": round(sum(rewards[-window:]) / max(1, len(rewards[-window:])), 4) if rewards else None,
+        "reward_first": window_mean(rewards, window, last=False),
+        "reward_last": window_mean(rewards, window, last=True),
         "reward_window_steps": window,
         "grpo_steps": len(history) and max(h["step"] for h in history),
         "wall_seconds": None,

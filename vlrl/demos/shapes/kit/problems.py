@@ -1,0 +1,60 @@
+"""Shapes-world reasoning problems with gold answers: the task of the Vision-R1 demo.
+
+Each problem asks one question about a scene of one or two shapes (the world the demo's captioner
+was warm-started on) whose answer needs a short chain: find the relevant items, then count, compare
+or subtract. Three kinds:
+
+* ``count`` — "how many red shapes are there?" (0, 1 or 2);
+* ``not_count`` — "how many shapes are not red?" (the shape count minus the colour count);
+* ``larger`` — "which shape is larger?" in two-shape scenes ("left", "right" or "same").
+
+The gold answer is a short string graded by HFRRF's own checker (numbers as numbers, words as
+normalised text). The set is deliberately small: the student is a ~1M-parameter Qwen2.5-VL that
+sees each 56×56 image as 4 tokens, and these are the questions whose facts that tower is known to
+bind (colour, shape and size per slot, from the CapRL demo's warm start). The rule-based reasoner
+that solves them from a description is a stand-in (:mod:`vlrl.demos.shapes.standins.reasoning`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+from vlrl.demos.shapes.kit import world as W
+
+KINDS = ("count", "not_count", "larger")
+LARGER = "which shape is larger?"
+
+
+def make_problem(scene: W.Scene, rng: random.Random, kind: str | None = None) -> dict[str, Any]:
+    """One problem about ``scene``: ``{"kind", "question", "answer"}``; ``larger`` only with two shapes."""
+    shapes = scene.shapes
+    kinds = [k for k in KINDS if k != "larger" or len(shapes) == 2]
+    kind = kind or rng.choice(kinds)
+    if kind not in kinds:
+        raise ValueError(f"problem kind {kind!r} needs two shapes; the scene has {len(shapes)}")
+    if kind == "larger":
+        return {"kind": kind, "question": LARGER, "answer": answer_larger(shapes)}
+    # ask about a colour present in the scene half the time (else counts would mostly be 0)
+    present = [it.colour for it in shapes]
+    colour = rng.choice(present) if rng.random() < 0.5 else rng.choice(list(W.COLOURS))
+    n = sum(it.colour == colour for it in shapes)
+    if kind == "count":
+        return {"kind": kind, "question": f"how many {colour} shapes are there?", "answer": str(n)}
+    return {"kind": kind, "question": f"how many shapes are not {colour}?", "answer": str(len(shapes) - n)}
+
+
+def answer_larger(shapes: list[W.Item]) -> str:
+    a, b = shapes[0].size, shapes[1].size
+    return "same" if a == b else ("left" if a == "large" else "right")
+
+
+def make_problems(n: int, seed: int, world: W.WorldConfig, prefix: str) -> list[tuple[W.Scene, dict[str, Any]]]:
+    """``n`` scenes with one problem each, reproducible from ``seed`` and ``prefix`` (split name)."""
+    rng = random.Random(f"vr1-problems/{prefix}/{seed}")
+    return [(sc, make_problem(sc, rng)) for sc in W.make_scenes(n, seed, world, prefix=f"vr1{prefix}-")]
+
+
+def problem_id(scene_id: str, question: str) -> str:
+    return f"{scene_id}/{hashlib.sha1(question.encode()).hexdigest()[:6]}"
