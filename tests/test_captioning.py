@@ -369,7 +369,7 @@ def test_openai_backend_requests_in_flight_and_failed_request_retried_on_rerun(t
 
 @pytest.mark.slow
 def test_bench_caption_reports_the_five_numbers(tiny_vlm, tmp_path):
-    from vlrl.captioning.bench import bench_caption
+    from vlrl.bench.caption import bench_caption
 
     res = bench_caption(model=tiny_vlm, n_images=4, batch_size=4, max_tokens=4, large_factor=2, workdir=tmp_path)
     assert set(res) == {"batched_images_per_s", "single_images_per_s", "speedup", "peak_rss_mb_small", "peak_rss_mb_large"}

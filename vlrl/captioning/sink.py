@@ -17,7 +17,7 @@ import resource
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vlrl.captioning.store import CaptionStore, write_dataset_card
 from vlrl.core.backends import parse_spec
@@ -26,9 +26,7 @@ from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.pipeline import Quarantine, atomic_write_json
 from vlrl.core.sources import ImageSource
 
-if TYPE_CHECKING:
-    from vlrl.captioning.job import CaptionJob
-
+CaptionJob = Any  # vlrl.captioning.job.CaptionJob, which imports this module (named, not imported)
 logger = logging.getLogger(__name__)
 
 

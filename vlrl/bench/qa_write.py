@@ -3,7 +3,7 @@
 The dataset write of ``vlrl data qa-curate`` used to build a Python list of every kept image's bytes
 before handing it to ``datasets`` (peak RSS about 6x the image bytes). It now streams rows to Arrow
 a few at a time. This bench measures it: it writes ``images`` random (incompressible) PNGs, runs the
-dataset write in a fresh Python process per corpus size, and reports that process's peak resident
+dataset write in a fresh Python process per corpus size (:mod:`vlrl.bench.qa_write_child`), and reports that process's peak resident
 memory before and after the write. A streamed write keeps the peak flat when the corpus grows 10x.
 """
 
@@ -15,22 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-_CHILD = r"""
-import json, resource, sys
-from pathlib import Path
-args = json.loads(sys.argv[1])
-from vlrl.core.sources import load_any_dataset
-from vlrl.methods.caprl.curate import _write_dataset
-source = load_any_dataset(args["images"])
-refs = {r.id: r for r in source.image_refs()}
-records = [{"id": i, "questions": [{"question": "Which colour?", "options": ["red", "blue", "green"], "answer": "A",
-            "visual_acc": 1.0, "text_acc": 0.0, "kept": True, "reason": None}]} for i in sorted(refs)]
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-_write_dataset(Path(args["dest"]), records, refs, source.root)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-sys.stdout.write(json.dumps({"rss_before_kb": before, "rss_peak_kb": after}) + "\n")
-"""
 
 
 def bench_qa_write(images: int = 40, scale: int = 10, side: int = 384, seed: int = 0) -> dict[str, Any]:
@@ -50,7 +34,7 @@ def bench_qa_write(images: int = 40, scale: int = 10, side: int = 384, seed: int
                 Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(folder / f"{i:06d}.png")
             image_mb = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
             arg = json.dumps({"images": str(folder), "dest": str(Path(tmp) / f"dataset-{n}")})
-            proc = subprocess.run([sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, check=False)
+            proc = subprocess.run([sys.executable, "-m", "vlrl.bench.qa_write_child", arg], capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise RuntimeError(f"dataset write of {n} images failed: {proc.stderr.strip().splitlines()[-1:]}")
             res = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""`vlrl bench ...` commands."""
+"""The ``vlrl bench ...`` commands: parse flags, run a bench of this package, write its JSON, print its ratios."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def bench_caption_cmd(
     import json as _json
     from pathlib import Path as _Path
 
-    from vlrl.captioning.bench import bench_caption
+    from vlrl.bench.caption import bench_caption
 
     try:
         res = bench_caption(model=model, n_images=images, batch_size=batch_size, max_tokens=max_tokens, threads=threads)
@@ -35,8 +35,6 @@ def bench_caption_cmd(
     typer.echo(f"speedup: {res['speedup']:.2f}x")
 
 
-# Here rather than in vlrl/methods/caprl/commands.py: besides CapRL's own bench it runs a tiny GRPO
-# trainer (the reward's share of a step), and only the CLI layer may use both methods and training.
 @app.command("reward", help="caprl_qa throughput and spread: sample mode (N=4) vs exact mode on the same backend.")
 def bench_reward_cmd(
     json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
@@ -50,13 +48,13 @@ def bench_reward_cmd(
     import json as _json
     from pathlib import Path as _Path
 
-    from vlrl.methods.caprl.bench import bench_reward
+    from vlrl.bench.reward import bench_reward
 
     try:
         res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
                            rounds=rounds)
         if grpo_steps > 0:
-            from vlrl.training.bench import grpo_reward_share
+            from vlrl.bench.grpo_share import grpo_reward_share
 
             res["grpo_step_share"] = grpo_reward_share(grpo_steps)
     except (OSError, ValueError, RuntimeError) as e:
@@ -77,3 +75,28 @@ def bench_reward_cmd(
         if isinstance(g, dict):
             typer.echo(f"tiny GRPO ({mode}): reward {g['reward_seconds']}s of {g['train_seconds']}s "
                        f"({g['reward_share']:.0%})")
+
+
+@app.command("qa-write", help="Peak memory of writing the curated QA dataset at 1x and 10x corpus size (streamed write).")
+def bench_qa_write_cmd(
+    json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+    images: int = typer.Option(40, "--images", min=1, help="Images in the small corpus."),
+    scale: int = typer.Option(10, "--scale", min=2, help="The large corpus is this many times larger."),
+    side: int = typer.Option(384, "--side", min=8, help="Side of the random-noise PNGs, in pixels."),
+) -> None:
+    import json as _json
+    from pathlib import Path as _Path
+
+    from vlrl.bench.qa_write import bench_qa_write
+
+    try:
+        res = bench_qa_write(images, scale, side)
+    except (OSError, ValueError, RuntimeError) as e:
+        typer.echo(f"vlrl bench qa-write: {e}", err=True)
+        raise typer.Exit(2) from None
+    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+    for r in res["runs"]:
+        typer.echo(f"{r['images']:>6} images ({r['image_mb']} MB): peak RSS {r['rss_peak_mb']} MB "
+                   f"(+{r['write_peak_growth_mb']} MB during the write)")
+    typer.echo(f"corpus x{res['corpus_ratio']}, peak RSS x{res['peak_ratio']}")
