@@ -100,3 +100,31 @@ def bench_qa_write_cmd(
         typer.echo(f"{r['images']:>6} images ({r['image_mb']} MB): peak RSS {r['rss_peak_mb']} MB "
                    f"(+{r['write_peak_growth_mb']} MB during the write)")
     typer.echo(f"corpus x{res['corpus_ratio']}, peak RSS x{res['peak_ratio']}")
+
+
+@app.command("paths", help="Every other batched model path (qa-curate, teacher captions, Prism, caption-QA, exact reward): batched vs one request at a time.")
+def bench_paths_cmd(
+    json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+    vlm: str | None = typer.Option(None, "--vlm", help="VLM backend spec (default: build the tiny Qwen2.5-VL)."),
+    answerer: str | None = typer.Option(None, "--answerer", help="Text answerer backend spec (default: build a tiny Qwen2)."),
+    images: int = typer.Option(8, "--images", min=2, help="Images (and QA rows) per path."),
+    only: list[str] = typer.Option([], "--only", help="Run only this path (repeatable)."),
+) -> None:
+    import json as _json
+    from pathlib import Path as _Path
+
+    from vlrl.bench.paths import bench_paths
+
+    try:
+        res = bench_paths(vlm, answerer, images=images, only=only or None)
+    except (OSError, ValueError, RuntimeError) as e:
+        typer.echo(f"vlrl bench paths: {e}", err=True)
+        raise typer.Exit(2) from None
+    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+    for name, roles in res["paths"].items():
+        for role, r in roles.items():
+            b, s = r["batched"], r["single"]
+            sp = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+            typer.echo(f"{name:>16} {role:>9}: batched {b['model_seconds']:.3f}s ({b['requests_per_call']} requests/call), "
+                       f"one at a time {s['model_seconds']:.3f}s, speedup {sp}")
