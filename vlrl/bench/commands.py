@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+BENCH_ERRORS = (OSError, ValueError, RuntimeError)
+"""Bad flags, a missing file, or a child run that failed (its stderr tail in the message)."""
+
+
+def run_bench(name: str, bench: Callable[[], dict[str, Any]], json_out: str,
+              errors: tuple[type[BaseException], ...] = BENCH_ERRORS) -> dict[str, Any]:
+    """Run one bench; an expected failure is one line and exit 2, the numbers go to ``json_out``."""
+    import json
+
+    from vlrl.core.pipeline import atomic_open
+
+    try:
+        res = bench()
+    except errors as e:
+        typer.echo(f"vlrl bench {name}: {e}", err=True)
+        raise typer.Exit(2) from None
+    with atomic_open(json_out) as fh:
+        fh.write(json.dumps(res, indent=2) + "\n")
+    return res
 
 
 @app.command("caption", help="Images/s of batched `vlrl caption` vs one-at-a-time generate, and peak RSS vs corpus size.")
@@ -16,18 +39,11 @@ def bench_caption_cmd(
     max_tokens: int = typer.Option(32, "--max-tokens"),
     threads: int | None = typer.Option(None, "--threads", help="OMP_NUM_THREADS for both sides (default: inherit)."),
 ) -> None:
-    import json as _json
-    from pathlib import Path as _Path
-
     from vlrl.bench.caption import bench_caption
 
-    try:
-        res = bench_caption(model=model, n_images=images, batch_size=batch_size, max_tokens=max_tokens, threads=threads)
-    except (ValueError, RuntimeError) as e:  # bad flags, or a child run that failed (its stderr tail follows)
-        typer.echo(f"vlrl bench caption: {e}", err=True)
-        raise typer.Exit(2) from None
-    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+    res = run_bench("caption", lambda: bench_caption(model=model, n_images=images, batch_size=batch_size,
+                                                     max_tokens=max_tokens, threads=threads),
+                    json_out, errors=(ValueError, RuntimeError))
     typer.echo(f"batched (vlrl caption): {res['batched_images_per_s']:.2f} img/s")
     typer.echo(f"single (plain generate): {res['single_images_per_s']:.2f} img/s")
     grow = res["peak_rss_mb_large"] / res["peak_rss_mb_small"] - 1
@@ -45,23 +61,18 @@ def bench_reward_cmd(
     rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question (measured beside the shipped recipe's N=1)."),
     grpo_steps: int = typer.Option(3, "--grpo-steps", min=0, help="Steps of the tiny GRPO recipe timed for the reward's share of a step (0: skip)."),
 ) -> None:
-    import json as _json
-    from pathlib import Path as _Path
-
     from vlrl.bench.reward import bench_reward
 
-    try:
+    def bench() -> dict[str, Any]:
         res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
                            rounds=rounds)
         if grpo_steps > 0:
             from vlrl.bench.grpo_share import grpo_reward_share
 
             res["grpo_step_share"] = grpo_reward_share(grpo_steps)
-    except (OSError, ValueError, RuntimeError) as e:
-        typer.echo(f"vlrl bench reward: {e}", err=True)
-        raise typer.Exit(2) from None
-    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+        return res
+
+    res = run_bench("reward", bench, json_out)
     for key, block in res["by_rounds"].items():
         for mode in ("sample", "exact"):
             r = block[mode]
@@ -84,18 +95,9 @@ def bench_qa_write_cmd(
     scale: int = typer.Option(10, "--scale", min=2, help="The large corpus is this many times larger."),
     side: int = typer.Option(384, "--side", min=8, help="Side of the random-noise PNGs, in pixels."),
 ) -> None:
-    import json as _json
-    from pathlib import Path as _Path
-
     from vlrl.bench.qa_write import bench_qa_write
 
-    try:
-        res = bench_qa_write(images, scale, side)
-    except (OSError, ValueError, RuntimeError) as e:
-        typer.echo(f"vlrl bench qa-write: {e}", err=True)
-        raise typer.Exit(2) from None
-    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+    res = run_bench("qa-write", lambda: bench_qa_write(images, scale, side), json_out)
     for r in res["runs"]:
         typer.echo(f"{r['images']:>6} images ({r['image_mb']} MB): peak RSS {r['rss_peak_mb']} MB "
                    f"(+{r['write_peak_growth_mb']} MB during the write)")
@@ -110,18 +112,9 @@ def bench_paths_cmd(
     images: int = typer.Option(8, "--images", min=2, help="Images (and QA rows) per path."),
     only: list[str] = typer.Option([], "--only", help="Run only this path (repeatable)."),
 ) -> None:
-    import json as _json
-    from pathlib import Path as _Path
-
     from vlrl.bench.paths import bench_paths
 
-    try:
-        res = bench_paths(vlm, answerer, images=images, only=only or None)
-    except (OSError, ValueError, RuntimeError) as e:
-        typer.echo(f"vlrl bench paths: {e}", err=True)
-        raise typer.Exit(2) from None
-    _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-    _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
+    res = run_bench("paths", lambda: bench_paths(vlm, answerer, images=images, only=only or None), json_out)
     for name, roles in res["paths"].items():
         for role, r in roles.items():
             b, s = r["batched"], r["single"]
