@@ -310,3 +310,28 @@ def test_packed_prefix_scoring_matches_one_request_at_a_time(tmp_path, monkeypat
             assert t.probs[letter] == pytest.approx(a.probs[letter], abs=1e-4), (r.id, letter)
         spread.append(a.probs["A"])
     assert max(spread) - min(spread) > 0.05  # the letters do depend on the prompt: the check has teeth
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_one_generate_per_batch_and_samples_do_not_depend_on_batch_mates(tiny_vlm, temperature):
+    """A batch is one left-padded ``generate`` (greedy or sampled, per-request seeds included), and a
+    request's samples are the same alone, beside other requests, and on a rerun (issue #33)."""
+    b = load_backend(f"hf:{tiny_vlm}?batch_size=8")
+    calls = []
+    generate = b.net.generate
+    b.net.generate = lambda **kw: calls.append(kw["input_ids"].shape[0]) or generate(**kw)
+
+    def req(color, text, seed):
+        return ChatRequest([{"role": "user", "content": [{"type": "image", "image": _img(color)}, {"type": "text", "text": text}]}],
+                           SamplingParams(max_tokens=8, temperature=temperature, n=2, seed=seed))
+
+    me = req("red", "Describe.", 5)
+    alone = b.chat([me])[0].texts
+    mates = [req("blue", "Describe every object " * 4, 1), req("green", "Hi", 2), req("white", "What is here?", 3)]
+    calls.clear()
+    together = b.chat([mates[0], me, *mates[1:]])
+    assert calls == [8]  # four requests x n=2 rows, one generate call
+    assert together[1].texts == alone
+    assert b.chat([*mates[::-1], me])[3].texts == alone
+    if temperature > 0:  # seeds matter: another seed draws other samples for the others
+        assert len({tuple(r.texts) for r in together}) > 1

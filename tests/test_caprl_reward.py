@@ -195,7 +195,7 @@ def test_bench_reward_cli(tmp_path):
 @pytest.mark.slow
 def test_grpo_reward_share_times_the_reward_inside_a_real_tiny_grpo_run():
     """The training layer measures it (methods sit below training); both modes run the tiny recipe."""
-    from vlrl.training.bench import grpo_reward_share
+    from vlrl.bench.grpo_share import grpo_reward_share
 
     res = grpo_reward_share(1)
     assert res["steps"] == 1
@@ -276,7 +276,7 @@ def test_exact_mode_on_a_sampling_fallback_reads_the_sampled_letters():
 
 
 def test_bench_reward_with_a_dead_answerer_is_a_clear_error_not_numbers():
-    from vlrl.methods.caprl.bench import bench_reward
+    from vlrl.bench.reward import bench_reward
 
     with pytest.raises(ValueError, match="no caption could be scored in sample mode .*answerer"):
         bench_reward(FactAnswerer(fail=True), n_captions=2, repeats=1, questions_per_caption=1, rounds=1)

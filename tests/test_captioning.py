@@ -369,7 +369,7 @@ def test_openai_backend_requests_in_flight_and_failed_request_retried_on_rerun(t
 
 @pytest.mark.slow
 def test_bench_caption_reports_the_five_numbers(tiny_vlm, tmp_path):
-    from vlrl.captioning.bench import bench_caption
+    from vlrl.bench.caption import bench_caption
 
     res = bench_caption(model=tiny_vlm, n_images=4, batch_size=4, max_tokens=4, large_factor=2, workdir=tmp_path)
     assert set(res) == {"batched_images_per_s", "single_images_per_s", "speedup", "peak_rss_mb_small", "peak_rss_mb_large"}
@@ -486,3 +486,21 @@ def test_tar_shards_reusing_a_key_lose_no_image(tmp_path):
     _tar(tmp_path / "s" / "b.tar", {"0000": _png(rng)})
     ids = [it.image_id for it in open_source(tmp_path / "s")]
     assert ids == ["a/0000", "a/0001", "b/0000"]
+
+
+def test_model_loading_is_reported_apart_from_throughput(folder, tmp_path, monkeypatch):
+    """The model is opened lazily, inside the loop; its seconds must not count as captioning time (#33)."""
+    import time
+
+    import vlrl.captioning.job as job_mod
+
+    def slow_open(job, spec, cache_name="responses.sqlite"):
+        time.sleep(0.6)
+        return ScriptedBackend()
+
+    monkeypatch.setattr(job_mod, "open_backend", slow_open)
+    monkeypatch.setattr(job_mod, "preflight", lambda spec: None)
+    m = run_caption(_job(folder, tmp_path / "out", batch_size=5))["this_run"]
+    assert m["captioned"] == 12 and m["model_load_seconds"] >= 0.6
+    assert m["images_per_s"] == pytest.approx(12 / (m["seconds"] - m["model_load_seconds"]), rel=0.1)
+    assert m["images_per_s"] > 12 / m["seconds"]

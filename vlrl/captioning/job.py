@@ -18,6 +18,9 @@ runs for days, on preemptible machines, over corpora with broken files in them. 
   each batch as one left-padded ``generate``, the ``openai:`` backend keeps the batch's requests in
   flight concurrently (raise ``--batch-size`` and the spec's ``concurrency`` together for vLLM).
 
+Its own loop, not :func:`vlrl.core.stage.run_stage`: captions go to rolling JSONL/Parquet parts of a
+:class:`CaptionStore` (run_stage writes one ``JsonlStore``), and images are decoded on loader threads ahead of the model.
+
 ``engine="ray"`` hands the same job to :mod:`vlrl.captioning.ray_engine` (see :func:`vlrl.captioning.run_caption`); the output is identical.
 """
 
@@ -26,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import resource
 import threading
 import time
 from collections.abc import Iterator
@@ -37,13 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.captioning.captioner import caption_images, load_one
-from vlrl.captioning.store import CaptionStore, part_prefix, write_dataset_card
+from vlrl.captioning.sink import Sink
+from vlrl.captioning.store import part_prefix
 from vlrl.core.backends import Backend, SamplingParams, load_backend, parse_spec
-from vlrl.core.identity import read_identity, resolve_source
 from vlrl.core.images import DEFAULT_MAX_PIXELS_LIMIT
-from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, Job, preflight
-from vlrl.core.jobs import retry_quarantined as _retry_quarantined
-from vlrl.core.pipeline import Quarantine, atomic_write_json, batched, in_shard, parse_shard
+from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES, preflight
+from vlrl.core.pipeline import batched, in_shard, parse_shard
 from vlrl.core.prompts import from_string, template_path
 from vlrl.core.sources import ImageItem, ImageSource, TarShardSource, open_source
 from vlrl.core.sources.stream import bad_locator
@@ -158,34 +159,6 @@ class PromptRenderer:
         return self.template.render(image_id=item.image_id, meta=item.meta).strip()
 
 
-def model_name(spec: str) -> str:
-    """What a spec names, without where it is served (so one vLLM per GPU counts as one model)."""
-    kind, target, _ = parse_spec(spec)
-    return target.rsplit("@", 1)[-1] if kind == "openai" else str(Path(target).resolve()) if Path(target).exists() else target
-
-
-def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:
-    """What must not change between a job and its rerun into the same folder: the job's identity
-    (:mod:`vlrl.core.identity`), kept in the manifest's ``job`` block."""
-    desc = dict(source.describe())
-    if "path" in desc:
-        desc["path"] = resolve_source(desc["path"])
-    return {
-        "source": desc,
-        "model": sorted({model_name(s) for s in job.models}),
-        "prompt": job.prompt_text(),
-        "sampling": job.sampling().to_dict(),
-        "format": job.output_format,
-        "shard": list(job.shard_tuple),
-        "max_pixels": job.max_pixels,
-    }
-
-
-def stored_identity(path: Path) -> dict[str, Any] | None:
-    """The ``job`` block of an existing manifest (None when there is none or it is unreadable)."""
-    return read_identity(path, "job")
-
-
 def caption_batch(
     backend: Backend, loaded: list[tuple[ImageItem, Any, str]], sampling: SamplingParams
 ) -> list[tuple[dict[str, Any] | None, str | None]]:
@@ -231,161 +204,6 @@ def caption_batch(
             )
         )
     return out
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-class Sink:
-    """Everything the job writes: caption parts, quarantine, manifest, progress bar. One writer."""
-
-    def __init__(self, job: CaptionJob, source: ImageSource) -> None:
-        self.job = job
-        names = job.names()
-        job.out.mkdir(parents=True, exist_ok=True)
-        self.manifest_path = job.out / names["manifest"]
-        self.fp = fingerprint(job, source)
-        # one writer per folder and shard; the identity lives in the manifest's "job" block
-        self.guard = Job(
-            "caption", job.out, self.fp, shard=job.shard_tuple, force=job.force,
-            outputs=[names["manifest"], names["quarantine"], f"captions/{names['prefix']}-*", f"captions/.{names['prefix']}-*"],
-            has_work=lambda: self._has_work(names), stored=stored_identity(self.manifest_path),
-            max_consecutive_failures=job.max_consecutive_failures,
-        ).__enter__()
-        try:
-            if job.retry_quarantined:
-                _retry_quarantined(job.out / names["quarantine"])
-            self.store = CaptionStore(job.out / "captions", prefix=names["prefix"], fmt=job.output_format, max_records=job.part_size)
-            self.quarantine = Quarantine(job.out / names["quarantine"], key_field="image_id")
-        except BaseException:
-            self.guard.__exit__(None, None, None)
-            raise
-        self.source = source
-        self.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.t0 = time.perf_counter()
-        self.loop_t0: float | None = None
-        self.new = self.new_quarantined = self.failed = 0
-        self.models: set[str] = set()
-        self._last_manifest = 0.0
-        self.bar = None
-        self._closed: dict[str, Any] | None = None
-        self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
-        if self.started_work:
-            self.write_manifest("running")
-
-    def _has_work(self, names: dict[str, str]) -> bool:
-        folder = self.job.out / "captions"
-        if any(p.stat().st_size > 0 for p in folder.glob(f"{names['prefix']}-*")) if folder.is_dir() else False:
-            return True
-        q = self.job.out / names["quarantine"]
-        return q.is_file() and q.stat().st_size > 0
-
-    def _start_work(self) -> None:
-        """The first committed record: only now is the job's identity written (a failed first run leaves none)."""
-        if not self.started_work:
-            self.started_work = True
-            write_dataset_card(self.job.out, self.job.output_format)
-            self.guard.started()
-            self.write_manifest("running")
-
-    def is_done(self, image_id: str) -> bool:
-        return image_id in self.store or image_id in self.quarantine
-
-    def start_progress(self, total: int | None) -> None:
-        from tqdm.auto import tqdm
-
-        done = len(self.store) + len(self.quarantine)
-        self.bar = tqdm(
-            total=total, initial=min(done, total) if total else done, unit="img", desc="captioning",
-            disable=not self.job.progress, dynamic_ncols=True, smoothing=0.1,
-        )
-        self.loop_t0 = time.perf_counter()
-
-    def add_quarantined(self, item_id: str, reason: str, locator: dict | None = None) -> None:
-        if item_id not in self.quarantine:
-            self._start_work()
-            self.quarantine.add(item_id, reason, locator=locator or {})
-            self.new_quarantined += 1
-            self.guard.quarantined += 1
-        self._tick(1)
-
-    def add_caption(self, record: dict[str, Any]) -> None:
-        self._start_work()
-        if self.store.append(record):
-            self.new += 1
-            self.guard.done += 1
-            self.models.add(record["model"])
-        self.guard.breaker.success()
-        self._tick(1)
-
-    def add_failure(self, item_id: str, error: str) -> None:
-        self.failed += 1
-        self.guard.failed += 1
-        logger.warning("backend failed on %s: %s (will retry on the next run)", item_id, error)
-        self._tick(1)
-        self.guard.breaker.failure(f"{item_id}: {error}")
-
-    def _tick(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-            if self.new_quarantined or self.failed:
-                self.bar.set_postfix(quarantined=self.new_quarantined, failed=self.failed, refresh=False)
-        if self.started_work and time.perf_counter() - self._last_manifest > 30:
-            self.write_manifest("running")
-
-    def write_manifest(self, status: str) -> dict[str, Any]:
-        self._last_manifest = time.perf_counter()
-        m = self.manifest(status)
-        atomic_write_json(self.manifest_path, m)
-        return m
-
-    def manifest(self, status: str) -> dict[str, Any]:
-        elapsed = time.perf_counter() - (self.loop_t0 or self.t0)
-        ext = "jsonl" if self.job.output_format == "jsonl" else "parquet"
-        m = {
-            "status": status,
-            "job": self.fp,
-            "engine": self.job.engine,
-            "backends": sorted(self.models),
-            "output": {
-                "format": self.job.output_format,
-                "data_files": f"captions/{self.job.names()['prefix']}-*.{ext}",
-                "parts": self.store.files(),
-                "quarantine": self.job.names()["quarantine"],
-                "load_with": "datasets.load_dataset(OUT, split='train')",
-            },
-            "counts": {"captioned": len(self.store), "quarantined": len(self.quarantine)},
-            "this_run": {
-                "started_at": self.started,
-                "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "captioned": self.new,
-                "quarantined": self.new_quarantined,
-                "failed": self.failed,
-                "seconds": round(elapsed, 3),
-                "images_per_s": round(self.new / elapsed, 4) if elapsed > 0 else None,
-                "peak_rss_mb": round(peak_rss_mb(), 1),
-            },
-        }
-        return m
-
-    def close(self, interrupted: bool = False) -> dict[str, Any]:
-        """Finish the run; the manifest is written only when the folder holds work of this job."""
-        if self._closed is not None:
-            return self._closed
-        try:
-            if self.bar is not None:
-                self.bar.close()
-            self.store.close(finalize=not interrupted)
-            self.quarantine.close()
-            stopped_early = self.job.limit is not None and self.new >= self.job.limit
-            status = "interrupted" if interrupted else ("incomplete" if self.failed or stopped_early else "complete")
-            self._closed = self.write_manifest(status) if self.started_work else self.manifest(status)  # nothing committed: no identity on disk
-            return self._closed
-        finally:
-            self.guard.__exit__(None, None, None)
-
-
 
 
 def count_in_shard(source: ImageSource, shard: tuple[int, int]) -> int | None:
@@ -477,9 +295,15 @@ def _set_batch_size(backend: Backend, spec: str, batch_size: int) -> None:
 
 
 def open_backend(job: CaptionJob, spec: str, cache_name: str = "responses.sqlite") -> Backend:
+    """The job's backend; afterwards everything alive (torch, transformers, the weights) is frozen out
+    of the garbage collector, whose full passes over those objects otherwise cost a small model's
+    generate about a quarter of its time. A caption job keeps its model to the end, so nothing is lost."""
+    import gc
+
     cache = job.out / "cache" / cache_name if job.cache else None
     backend = load_backend(spec, cache=cache)
     _set_batch_size(backend, spec, job.batch_size)
+    gc.freeze()
     return backend
 
 
@@ -511,7 +335,9 @@ def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[s
                 else:
                     good.append((item, img, prompt))
             if good and backend is None:
+                t_load = time.perf_counter()
                 backend = open_backend(job, job.models[0])  # lazily: a corpus of broken files loads no model
+                sink.model_load_seconds += time.perf_counter() - t_load  # not throughput (issue #33)
             if good:
                 for (item, _, _), (record, error) in zip(good, caption_batch(backend, good, sampling), strict=False):
                     if record is not None:

@@ -13,7 +13,7 @@ Layout, and why:
    server. Workers read images from the locators (the corpus must be on storage every node can
    see), decode them with :func:`vlrl.core.images.load_image`, and return caption records.
 3. **The driver is the single writer.** It consumes the result stream and appends through the
-   same :class:`~vlrl.captioning.job.Sink` (caption parts, quarantine, manifest) as the local
+   same :class:`~vlrl.captioning.sink.Sink` (caption parts, quarantine, manifest) as the local
    engine, so the output format and the exactly-once guarantee are the same: kill the driver at
    any moment, rerun, and the pending list is rebuilt from what is already written.
 """
@@ -31,7 +31,6 @@ from typing import Any
 from vlrl.captioning.job import (
     CaptionJob,
     PromptRenderer,
-    Sink,
     caption_batch,
     count_in_shard,
     job_from_dict,
@@ -40,6 +39,7 @@ from vlrl.captioning.job import (
     open_backend,
     pending_items,
 )
+from vlrl.captioning.sink import Sink
 from vlrl.core.backends.base import BackendError
 from vlrl.core.jobs import preflight_all
 from vlrl.core.sources import ImageItem

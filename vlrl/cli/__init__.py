@@ -20,7 +20,8 @@ import pkgutil
 import typer
 
 import vlrl.methods
-from vlrl.cli import bench, caption, data, demo, eval, models, reward, train
+from vlrl.bench import commands as bench
+from vlrl.cli import caption, data, demo, eval, models, reward, train
 
 app = typer.Typer(
     name="vlrl",

@@ -482,8 +482,7 @@ class _RowSampler:
             sorted_p, order = torch.sort(probs, dim=-1, descending=True)
             drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= self.top_p
             probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
-        out = torch.full_like(scores, -math.inf)
-        for r in range(scores.shape[0]):
-            tok = torch.multinomial(probs[r], 1, generator=self.generators[r])
-            out[r, tok] = 0.0
-        return out
+        # one draw per row from that row's own generator, then a single scatter for the whole batch
+        # (per-row indexing writes cost more than the draws on a small model)
+        toks = torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.generators)])
+        return torch.full_like(scores, -math.inf).scatter_(-1, toks.view(-1, 1), 0.0)

@@ -6,7 +6,6 @@
 * :mod:`vlrl.methods.caprl.curate` — the offline QA curation pipeline (generate, parse, filter).
 * :mod:`vlrl.methods.caprl.smoke` — the reward smoke check (real vs generic/empty/shuffled captions).
 * :mod:`vlrl.methods.caprl.prism` — Prism-style decoupled evaluation (caption, then answer from text).
-* :mod:`vlrl.methods.caprl.bench` — ``sample`` vs ``exact`` reward throughput.
 
 The reward itself lives in :mod:`vlrl.methods.caprl.reward` next to the other rewards.
 """

@@ -1,4 +1,4 @@
-"""CapRL's commands, registered into the ``vlrl`` verb groups (bench, data, eval, reward).
+"""CapRL's commands, registered into the ``vlrl`` verb groups (data, eval, reward).
 
 Commands only parse flags, call this method's library code and print results; heavy imports happen
 inside each command so ``vlrl --help`` stays fast.
@@ -14,7 +14,6 @@ from vlrl.core.job_flags import Force, MaxConsecutiveFailures, RetryQuarantined,
 
 def register(groups: dict[str, typer.Typer]) -> None:
     """Add this method's commands to the ``vlrl`` verb groups (``groups["data"]`` is ``vlrl data``)."""
-    bench = groups["bench"]
     data = groups["data"]
     evals = groups["eval"]
     reward = groups["reward"]
@@ -241,28 +240,3 @@ def register(groups: dict[str, typer.Typer]) -> None:
                       f"macro {res['macro']:.3f}" if res["macro"] is not None else "", str(res["errors"]))
         Console().print(table)
         typer.echo(f"results -> {out}/results.json")
-
-
-    @bench.command("qa-write", help="Peak memory of writing the curated QA dataset at 1x and 10x corpus size (streamed write).")
-    def bench_qa_write_cmd(
-        json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
-        images: int = typer.Option(40, "--images", min=1, help="Images in the small corpus."),
-        scale: int = typer.Option(10, "--scale", min=2, help="The large corpus is this many times larger."),
-        side: int = typer.Option(384, "--side", min=8, help="Side of the random-noise PNGs, in pixels."),
-    ) -> None:
-        import json as _json
-        from pathlib import Path as _Path
-
-        from vlrl.methods.caprl.bench_write import bench_qa_write
-
-        try:
-            res = bench_qa_write(images, scale, side)
-        except (OSError, ValueError, RuntimeError) as e:
-            typer.echo(f"vlrl bench qa-write: {e}", err=True)
-            raise typer.Exit(2) from None
-        _Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        _Path(json_out).write_text(_json.dumps(res, indent=2) + "\n")
-        for r in res["runs"]:
-            typer.echo(f"{r['images']:>6} images ({r['image_mb']} MB): peak RSS {r['rss_peak_mb']} MB "
-                       f"(+{r['write_peak_growth_mb']} MB during the write)")
-        typer.echo(f"corpus x{res['corpus_ratio']}, peak RSS x{res['peak_ratio']}")

@@ -353,11 +353,11 @@ def finalize(out: str | Path, all_ids: list[str], cfg: CurateConfig, *, source_r
     if pending:
         logger.info("%d image(s) still pending (other shards or failed calls): dataset not written yet", len(pending))
         return stats
-    _write_dataset(out / "dataset", [records[i] for i in all_ids if i in records], refs, source_root)
+    write_dataset(out / "dataset", [records[i] for i in all_ids if i in records], refs, source_root)
     return stats
 
 
-def _write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any], root: Path) -> None:
+def write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any], root: Path) -> None:
     import datasets
 
     from vlrl.core.images import resolve_under_root

@@ -1,8 +1,7 @@
 """The reward's share of a GRPO step: seconds inside a reward against the whole ``trainer.train()``.
 
-``vlrl bench reward`` reports it beside its throughput numbers. It lives in the training layer
-because it drives a real trainer, which a method's own code (below training in the import order)
-must not import; the CLI composes the method's bench with this measurement.
+``vlrl bench reward`` reports it beside its throughput numbers (:mod:`vlrl.bench.reward`). It drives
+a real trainer, which is why the benchmarks sit above the training layer.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Two questions, one run:
 * **Throughput.** The same tiny VLM captions the same images with the same greedy settings, once
   through ``vlrl caption`` (decoding on loader threads, left-padded batched ``generate``, exactly-once
   output, response cache) and once by a plain loop that calls ``model.generate`` for one image at a
-  time with no vlrl code at all — the loop people write first. Both run in fresh subprocesses with
-  the same thread settings; both timings exclude model loading.
+  time with no vlrl code at all — the loop people write first (:mod:`vlrl.bench.caption_single`). Both run in fresh subprocesses with
+  the same thread settings; both timings exclude model loading (``vlrl caption`` reports it
+  apart, as ``model_load_seconds``).
 * **Memory does not grow with the corpus.** ``vlrl caption`` runs again on a corpus ten times larger;
   its peak RSS (``getrusage`` in the child, reported in ``manifest.json``) must stay within 10% of
   the small run's, because the source and the output are streamed.
@@ -24,30 +25,6 @@ from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
-
-# The baseline: plain transformers, one image per generate call. Deliberately no vlrl import.
-SINGLE_SCRIPT = r"""
-import json, sys, time
-import torch
-from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor
-model_dir, images, max_tokens, prompt, result = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
-proc = AutoProcessor.from_pretrained(model_dir)
-t0 = time.perf_counter()
-for path in images:
-    img = Image.open(path).convert("RGB")
-    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-    text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    enc = proc(text=[text], images=[img], return_tensors="pt")
-    with torch.inference_mode():
-        out = model.generate(**enc, max_new_tokens=max_tokens, do_sample=False)
-    proc.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-dt = time.perf_counter() - t0
-with open(result, "w") as fh:  # a file, not stdout: library warnings cannot corrupt the result
-    json.dump({"images": len(images), "seconds": dt}, fh)
-"""
-
 
 def make_corpus(root: Path, n: int, size: int = 56, seed: int = 0) -> list[str]:
     import numpy as np
@@ -89,7 +66,7 @@ def run_single(model: Path, images: list[str], max_tokens: int, prompt: str, thr
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "single.json"
         res = subprocess.run(
-            [sys.executable, "-c", SINGLE_SCRIPT, str(model), json.dumps(images), str(max_tokens), prompt, str(result)],
+            [sys.executable, "-m", "vlrl.bench.caption_single", str(model), json.dumps(images), str(max_tokens), prompt, str(result)],
             env=_env(threads), capture_output=True, text=True,
         )
         if res.returncode != 0 or not result.exists():

@@ -12,8 +12,8 @@ construction. The spread therefore compares what a training run sees: sample mod
 sampling noise, exact mode's is draws alone.
 
 It runs at the shipped recipe's ``rounds: 1`` and at N=4 (``--rounds``), side by side. The
-reward's share of a tiny GRPO step (``vlrl bench reward --grpo-steps``) is measured by the training
-layer (:mod:`vlrl.training.bench`), which this method's code sits below.
+reward's share of a tiny GRPO step (``vlrl bench reward --grpo-steps``) is measured beside it, by
+:mod:`vlrl.bench.grpo_share`.
 
 No response cache is used: every repeat pays for its calls.
 """
