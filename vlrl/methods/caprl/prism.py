@@ -38,7 +38,7 @@ from typing import Any
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.jobs import check_identity
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl, write_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
@@ -339,13 +339,14 @@ def evaluate_prism(
         captions[rec["image"]], truncated[rec["image"]] = rec["captions"], rec["truncations"]
     for rec in read_jsonl(out / STATE_BAD_IMAGES, on_error="skip"):
         errors.setdefault(rec["image"], rec["reason"])
-    with open(out / "captions.jsonl", "w", encoding="utf-8") as fh:
-        for k in keys:
-            caps = captions.get(k) or [None]
-            line = {"image": k, "caption": caps[0], "truncated": (truncated.get(k) or [False])[0], "error": errors.get(k)}
-            if n > 1:
-                line.update(captions=captions.get(k, []), truncations=truncated.get(k, []))
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    lines = []
+    for k in keys:
+        caps = captions.get(k) or [None]
+        line = {"image": k, "caption": caps[0], "truncated": (truncated.get(k) or [False])[0], "error": errors.get(k)}
+        if n > 1:
+            line.update(captions=captions.get(k, []), truncations=truncated.get(k, []))
+        lines.append(line)
+    write_jsonl(out / "captions.jsonl", lines)
 
     # 2. answer every question from each of its image's captions
     preds: list[dict[str, Any]] = []
@@ -370,9 +371,7 @@ def evaluate_prism(
             rec["scores"] = scores
         if rec["error"]:
             logger.warning("question %s: answerer failed: %s", rec["id"], rec["error"])
-    with open(out / "predictions.jsonl", "w", encoding="utf-8") as fh:
-        for p in preds:
-            fh.write(json.dumps(p, ensure_ascii=False, default=str) + "\n")
+    write_jsonl(out / "predictions.jsonl", preds)
 
     # 3. accuracy per benchmark and overall (errors count as wrong, and are counted)
     by_bench: dict[str, list[dict]] = defaultdict(list)
