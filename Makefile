@@ -36,7 +36,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check vlrl tests data_pipelines train eval
+	$(BIN)/ruff check vlrl tests train
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

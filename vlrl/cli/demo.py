@@ -22,45 +22,47 @@ RUNNERS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def demo(
+    out: Path | None = typer.Option(None, "--out", help="Output folder (metrics.json, report.html); default runs/demo[-METHOD]."),
+    method: str = typer.Option("caprl", "--method", help="Which loop: caprl (default), rubicap or vision-r1."),
+    compare: bool = typer.Option(False, "--compare", help="Train the same warm start with each reward design and compare them."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer GRPO steps and eval scenes (what CI runs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and training."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a finished or different demo run in --out."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Warm-start cache (default ~/.cache/vlrl/demo)."),
+    rechecks: int = typer.Option(0, "--rechecks", min=0,
+                                 help="vision-r1 only: the cold start's stand-in reasoner re-states its step up to N "
+                                      "extra times (R1-style overthinking, the habit PTST targets)."),
+) -> None:
+    import json
+
+    from vlrl.demos.shapes.kit.base import DemoError
+
+    if compare and method != "caprl":
+        typer.echo("vlrl demo: --compare runs every reward itself; do not combine it with --method", err=True)
+        raise typer.Exit(2)
+    name = "compare" if compare else method
+    if name not in RUNNERS or name == "compare" and not compare:
+        typer.echo(f"vlrl demo: unknown --method {method!r}; choose caprl, rubicap or vision-r1", err=True)
+        raise typer.Exit(2)
+    if rechecks and name != "vision-r1":
+        typer.echo("vlrl demo: --rechecks applies to --method vision-r1 only", err=True)
+        raise typer.Exit(2)
+    target, keys = RUNNERS[name]
+    out = out or Path("runs/demo" if name == "caprl" else f"runs/demo-{name}")
+    module, func = target.split(":")
+    run = getattr(importlib.import_module(module), func)
+    try:
+        extra = {"rechecks": rechecks} if rechecks else {}
+        metrics = run(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir, **extra)
+    except DemoError as e:
+        typer.echo(f"vlrl demo: {e}", err=True)
+        raise typer.Exit(2) from None
+    if metrics.get("reused"):
+        typer.echo(f"{out} already holds a finished demo run (use --force to redo it); its metrics:")
+    typer.echo(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
+    typer.echo(f"report: {out / 'report.html'}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("demo", help="Run a shapes-world demo end to end on CPU (`make demo` runs the CapRL one).")
-    def demo(
-        out: Path | None = typer.Option(None, "--out", help="Output folder (metrics.json, report.html); default runs/demo[-METHOD]."),
-        method: str = typer.Option("caprl", "--method", help="Which loop: caprl (default), rubicap or vision-r1."),
-        compare: bool = typer.Option(False, "--compare", help="Train the same warm start with each reward design and compare them."),
-        quick: bool = typer.Option(False, "--quick", help="Fewer GRPO steps and eval scenes (what CI runs)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and training."),
-        force: bool = typer.Option(False, "--force", help="Overwrite a finished or different demo run in --out."),
-        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Warm-start cache (default ~/.cache/vlrl/demo)."),
-        rechecks: int = typer.Option(0, "--rechecks", min=0,
-                                     help="vision-r1 only: the cold start's stand-in reasoner re-states its step up to N "
-                                          "extra times (R1-style overthinking, the habit PTST targets)."),
-    ) -> None:
-        import json
-
-        from vlrl.demos.shapes.kit.base import DemoError
-
-        if compare and method != "caprl":
-            typer.echo("vlrl demo: --compare runs every reward itself; do not combine it with --method", err=True)
-            raise typer.Exit(2)
-        name = "compare" if compare else method
-        if name not in RUNNERS or name == "compare" and not compare:
-            typer.echo(f"vlrl demo: unknown --method {method!r}; choose caprl, rubicap or vision-r1", err=True)
-            raise typer.Exit(2)
-        if rechecks and name != "vision-r1":
-            typer.echo("vlrl demo: --rechecks applies to --method vision-r1 only", err=True)
-            raise typer.Exit(2)
-        target, keys = RUNNERS[name]
-        out = out or Path("runs/demo" if name == "caprl" else f"runs/demo-{name}")
-        module, func = target.split(":")
-        run = getattr(importlib.import_module(module), func)
-        try:
-            extra = {"rechecks": rechecks} if rechecks else {}
-            metrics = run(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir, **extra)
-        except DemoError as e:
-            typer.echo(f"vlrl demo: {e}", err=True)
-            raise typer.Exit(2) from None
-        if metrics.get("reused"):
-            typer.echo(f"{out} already holds a finished demo run (use --force to redo it); its metrics:")
-        typer.echo(json.dumps({k: metrics.get(k) for k in keys}, indent=2))
-        typer.echo(f"report: {out / 'report.html'}")
+    app.command("demo", help="Run a shapes-world demo end to end on CPU (`make demo` runs the CapRL one).")(demo)

@@ -41,7 +41,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,13 @@ def image_limits(max_image_pixels: int | None | _FromSettings = FROM_SETTINGS,
     finally:
         _SETTINGS.update(old)
         Image.MAX_IMAGE_PIXELS = old_pil
+
+
+def image_limits_of(params: dict[str, Any]) -> AbstractContextManager[None]:
+    """The :func:`image_limits` a command's parameters ask for: its ``max_image_pixels`` and
+    ``resize_max_pixels`` (unset ones keep the defaults)."""
+    limit = params.get("max_image_pixels")
+    return image_limits(FROM_SETTINGS if limit is None else limit, params.get("resize_max_pixels"))
 
 
 def load_image(

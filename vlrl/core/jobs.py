@@ -376,7 +376,7 @@ def run_command_job(
                 raise errors[0]
         else:
             preflight_all(_spec_of(s) for s in specs)
-        from vlrl.core.image_flags import image_limits_of
+        from vlrl.core.images import image_limits_of
 
         with image_limits_of(params):
             return fn()

@@ -6,8 +6,12 @@ A method folder owns everything that is particular to it:
   :func:`vlrl.rewards.available_rewards` without any list to keep);
 * its pipeline stages (curation, synthesis, cold start, evaluation) as modules;
 * ``prompts/`` — its prompt templates (``.jinja``), rendered with :func:`vlrl.core.prompts.render`;
-* ``commands.py`` — a ``register(groups)`` function that adds its commands to the ``vlrl`` verb
-  groups (found by :mod:`vlrl.cli` the same way).
+* ``commands.py`` — its commands as plain functions, and a ``register(groups)`` function that adds
+  them to the ``vlrl`` verb groups (found by :mod:`vlrl.cli` the same way).
+
+:mod:`vlrl.methods.options` holds what those commands share: the long-job options (the
+:func:`~vlrl.methods.options.long_job` decorator) and the image flags. It lives here, not in the
+CLI, because methods may not import the CLI; it imports only the core.
 
 Methods import the core, the captioning and judge seams and the reward base; never each other,
 training or the CLI. ``make test`` checks this with import-linter (``.importlinter``).

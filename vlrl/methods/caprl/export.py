@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.pipeline import atomic_open
 from vlrl.methods.caprl.mcq import LETTERS, MCQError, coerce_questions, normalize_mcq
 
 logger = logging.getLogger(__name__)
@@ -70,18 +71,16 @@ def export_caprl(src: str, out: str | Path, *, prompt: str | None = None, data_s
     out = Path(out)
     if out.suffix not in (".parquet", ".jsonl"):
         raise ValueError(f"--out {out}: use a .parquet or .jsonl file")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
+    jsonl = out.suffix == ".jsonl"
     written, skipped = 0, 0
     writer: Any = None
-    fh = open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else None  # noqa: SIM115 - closed below
     batch: list[dict[str, Any]] = []
 
-    def flush() -> None:
+    def flush(fh: Any) -> None:
         nonlocal writer
         if not batch:
             return
-        if fh is not None:
+        if jsonl:
             for row in batch:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         else:
@@ -90,40 +89,38 @@ def export_caprl(src: str, out: str | Path, *, prompt: str | None = None, data_s
 
             table = pa.Table.from_pylist(batch, schema=_schema())
             if writer is None:
-                writer = pq.ParquetWriter(str(tmp), table.schema)
+                writer = pq.ParquetWriter(fh, table.schema)
             writer.write_table(table)
         batch.clear()
 
-    try:
-        for i in range(len(source)):
-            row = source.dataset[i]
-            rid = str(row.get("id") or i)
-            truth, reasons = public_ground_truth(row.get("questions"))
-            if not truth:
-                logger.warning("export: row %s skipped: no valid question (%s)", rid, reasons[0] if reasons else "none")
-                skipped += 1
-                continue
-            try:
-                image = _image_value(source, i, row, inline=fh is None, load_image=load_image)
-            except Exception as e:  # noqa: BLE001 - one unreadable image is one skipped row
-                logger.warning("export: row %s skipped: %s", rid, " ".join(str(e).split())[:200])
-                skipped += 1
-                continue
-            batch.append({"id": rid, "image": image, "prompt": [{"role": "user", "content": prompt}],
-                          "data_source": data_source, "reward_model": {"ground_truth": truth}})
-            written += 1
-            if len(batch) >= batch_rows:
-                flush()
-        flush()
-    finally:
-        if fh is not None:
-            fh.close()
-        if writer is not None:
-            writer.close()
-    if written == 0:
-        tmp.unlink(missing_ok=True)
-        raise ValueError(f"{src}: no row could be exported ({skipped} skipped)")
-    tmp.replace(out)
+    # atomic: a reader never sees half an export, and a failed one leaves ``out`` as it was
+    with atomic_open(out, "w" if jsonl else "wb") as fh:
+        try:
+            for i in range(len(source)):
+                row = source.dataset[i]
+                rid = str(row.get("id") or i)
+                truth, reasons = public_ground_truth(row.get("questions"))
+                if not truth:
+                    logger.warning("export: row %s skipped: no valid question (%s)", rid, reasons[0] if reasons else "none")
+                    skipped += 1
+                    continue
+                try:
+                    image = _image_value(source, i, row, inline=not jsonl, load_image=load_image)
+                except Exception as e:  # noqa: BLE001 - one unreadable image is one skipped row
+                    logger.warning("export: row %s skipped: %s", rid, " ".join(str(e).split())[:200])
+                    skipped += 1
+                    continue
+                batch.append({"id": rid, "image": image, "prompt": [{"role": "user", "content": prompt}],
+                              "data_source": data_source, "reward_model": {"ground_truth": truth}})
+                written += 1
+                if len(batch) >= batch_rows:
+                    flush(fh)
+            flush(fh)
+        finally:
+            if writer is not None:
+                writer.close()  # the parquet footer; the file itself is closed by atomic_open
+        if written == 0:
+            raise ValueError(f"{src}: no row could be exported ({skipped} skipped)")
     return {"rows": written, "skipped": skipped, "out": str(out)}
 
 

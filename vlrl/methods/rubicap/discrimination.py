@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends import Backend
-from vlrl.core.pipeline import atomic_write_json, read_jsonl
+from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.core.stats import wilson
 
 logger = logging.getLogger(__name__)
@@ -156,9 +156,7 @@ def rubric_discrimination(
         atomic_write_json(out, summary)
         if drop:
             kept_path = out.with_name("rubrics.discriminating.jsonl")
-            import json
-
-            kept_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept_rows), encoding="utf-8")
+            write_jsonl(kept_path, kept_rows)
             summary["kept_file"] = str(kept_path)
             summary["kept_images"] = len(kept_rows)
             atomic_write_json(out, summary)

@@ -24,16 +24,15 @@ Outputs in ``--out``: ``teacher_captions.jsonl`` (one row per image: ``image_id`
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from vlrl.captioning.captioner import unique_names
 from vlrl.core.backends import Backend, SamplingParams
-from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl
+from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl, write_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
 from vlrl.methods.rubicap.captioner import caption_pairs
@@ -115,8 +114,8 @@ def _write_dataset(
 
     per_teacher = {n: {"captioned": 0, "missing": 0, "reasons": Counter()} for n in names}
     coverage = Counter()
-    tmp = out / ".teacher_captions.jsonl.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+
+    def rows() -> Iterator[dict[str, Any]]:  # streamed: counts are kept as the rows go out
         for it in items:
             got = {n: caps[it.image_id][n] for n in names if n in caps.get(it.image_id, {})}
             missing = {n: reasons.get((it.image_id, n), "not attempted") for n in names if n not in got}
@@ -130,8 +129,9 @@ def _write_dataset(
             row = {"image_id": it.image_id, "image": it.path, "teacher_captions": got, "missing": missing}
             if it.meta:
                 row["meta"] = it.meta
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(out / "teacher_captions.jsonl")
+            yield row
+
+    write_jsonl(out / "teacher_captions.jsonl", rows())
     stats = {
         "images": len(items),
         "teachers": names,
