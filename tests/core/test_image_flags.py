@@ -4,7 +4,7 @@
 mean the same on every command. A legitimate 12000×12000 scan is refused by default with one line
 naming the flag, and captioned once the limit is raised explicitly: checked through the real CLI
 on ``vlrl caption``, RubiCap's ``data teacher-captions`` and CapRL's ``eval prism``, against a real
-OpenAI-compatible HTTP server on 127.0.0.1 (tests/fake_openai.py), so the image really is decoded,
+OpenAI-compatible HTTP server on 127.0.0.1 (tests/support/fake_openai.py), so the image really is decoded,
 resized and sent.
 """
 

@@ -1,8 +1,8 @@
 """The evaluation notebooks run top to bottom on what the real commands write, and are committed without outputs.
 
 Their inputs are produced once per session by ``vlrl eval prism|arena|caption-qa`` and a tiny
-``vlrl train grpo`` run (tests/notebook_runs.py); only the scored reward file is a fixture, and it
-is itself checked against ``vlrl reward score`` output (tests/test_chaining.py).
+``vlrl train grpo`` run (tests/support/notebook_runs.py); only the scored reward file is a fixture, and it
+is itself checked against ``vlrl reward score`` output (tests/cli/test_chaining.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ It serves ``GET /v1/models`` and ``POST /v1/chat/completions`` with a caption th
 of the request (or whatever ``reply`` answers), optionally slowly (``delay``) or failing with a chosen status and body (``fail``),
 so tests can exercise the real HTTP client, pre-flight, the circuit breaker and redaction
 without starting a model server. Runs in a daemon thread, or as a process
-(``python tests/fake_openai.py PORT MODEL DELAY``) for tests that need a server outliving a kill.
+(``python tests/support/fake_openai.py PORT MODEL DELAY``) for tests that need a server outliving a kill.
 """
 
 from __future__ import annotations
