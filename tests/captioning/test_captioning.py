@@ -15,39 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.captioning import ScriptedBackend
 from tests.support.servers import FaultProxy
 from vlrl.captioning import CaptionJob, CaptionStore, open_source, run_caption
-from vlrl.core.backends import Backend, ChatResult
 from vlrl.core.prompts import render
 from vlrl.core.sources import read_locator
-
-
-class ScriptedBackend(Backend):
-    """Captions are a function of the image pixels; ids in ``fail`` error once each."""
-
-    kind = "scripted"
-
-    def __init__(self, fail: set[str] | None = None) -> None:
-        super().__init__("scripted-captioner")
-        self.fail = set(fail or ())
-        self.seen: list[str] = []
-        self.calls = 0
-
-    def _chat(self, requests):
-        self.calls += 1
-        out = []
-        for r in requests:
-            self.seen.append(r.id)
-            img = r.messages[0]["content"][0]["image"]
-            if r.id in self.fail:
-                self.fail.discard(r.id)
-                out.append(ChatResult(error=f"{r.id}: server said 503"))
-            else:
-                out.append(ChatResult(texts=[f"mean {np.asarray(img).mean():.2f} for {r.id}"], finish_reasons=["stop"], completion_tokens=4))
-        return out
-
-    def _score_choices(self, requests):  # pragma: no cover - not used by captioning
-        raise NotImplementedError
 
 
 def _png(rng, size=(40, 30)) -> bytes:

@@ -6,7 +6,7 @@ import json
 
 from PIL import Image
 
-from tests.captioning.test_captioning import ScriptedBackend
+from tests.support.captioning import ScriptedBackend
 from vlrl.captioning import CaptionJob, run_caption
 
 
@@ -50,7 +50,7 @@ def test_bad_manifest_rows_are_quarantined_with_reasons(tmp_path):
 
 
 def test_qa_curate_quarantines_an_id_reused_for_another_image(tmp_path):
-    from tests.methods.caprl.test_qa_curate import ScriptedTextAnswerer, ScriptedVLM, make_images
+    from tests.support.curate import ScriptedTextAnswerer, ScriptedVLM, make_images
     from vlrl.methods.caprl.curate import CurateConfig, curate
     imgs = make_images(tmp_path / "imgs")
     names = sorted(p.name for p in imgs.iterdir() if p.suffix == ".png" and p.name != "broken.png")

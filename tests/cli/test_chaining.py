@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.test_jobs import _corpus, _env
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.jobs import child_env, corpus
 from tests.support.paths import FIXTURES, ROOT
 from vlrl.rewards.guards import GuardSet
 from vlrl.rewards.scoring import guard_rows_file, iter_rows
@@ -20,17 +20,17 @@ VLRL = str(Path(sys.executable).parent / "vlrl")
 
 
 def test_caption_output_feeds_guard_and_score_as_is(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 5)
+    imgs = corpus(tmp_path / "imgs", 5)
     out = tmp_path / "caps"
     with FakeOpenAI() as srv:
         res = subprocess.run([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(), "--out", str(out), "--no-progress"],
-                             capture_output=True, text=True, env=_env(), timeout=300)
+                             capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     (part,) = (out / "captions").glob("*.jsonl")
     captions = {json.loads(line)["image_id"]: json.loads(line)["caption"] for line in part.read_text().splitlines()}
 
     guard = subprocess.run([VLRL, "reward", "guard", "--input", str(part), "--json", str(tmp_path / "g.json")],
-                           capture_output=True, text=True, env=_env(), timeout=300)
+                           capture_output=True, text=True, env=child_env(), timeout=300)
     assert guard.returncode == 0, guard.stderr[-2000:]
     report = json.loads((tmp_path / "g.json").read_text())
     assert report["summary"]["rows"] == 5 and report["summary"]["errors"] == []
@@ -38,7 +38,7 @@ def test_caption_output_feeds_guard_and_score_as_is(tmp_path):
     assert all(r["id"] == r["image_id"] for r in report["results"])
 
     score = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(part), "--out", str(tmp_path / "s.jsonl")],
-                           capture_output=True, text=True, env=_env(), timeout=300)
+                           capture_output=True, text=True, env=child_env(), timeout=300)
     assert score.returncode == 0, score.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all(r["reward"] is not None for r in rows)
@@ -49,19 +49,19 @@ def test_caption_output_feeds_guard_and_score_as_is(tmp_path):
 def test_reward_notebook_runs_headless_on_real_command_output(tmp_path):
     """The documented way (docs/notebooks.md): nbconvert --execute --output-dir, never over the source."""
     pytest.importorskip("nbconvert")
-    imgs = _corpus(tmp_path / "imgs", 4)
+    imgs = corpus(tmp_path / "imgs", 4)
     with FakeOpenAI() as srv:
         assert subprocess.run([VLRL, "caption", "--images", str(imgs), "--model", srv.spec(), "--out", str(tmp_path / "caps"),
-                               "--no-progress"], capture_output=True, env=_env(), timeout=300).returncode == 0
+                               "--no-progress"], capture_output=True, env=child_env(), timeout=300).returncode == 0
     (part,) = (tmp_path / "caps" / "captions").glob("*.jsonl")
     scored = tmp_path / "scored.jsonl"
     assert subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(part), "--out", str(scored)],
-                          capture_output=True, env=_env(), timeout=300).returncode == 0
+                          capture_output=True, env=child_env(), timeout=300).returncode == 0
     nb = ROOT / "notebooks" / "reward_diagnostics.ipynb"
     before = nb.read_bytes()
     res = subprocess.run([str(Path(sys.executable).parent / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
                           "--output-dir", str(tmp_path / "nb"), str(nb)],
-                         capture_output=True, text=True, env=_env(VLRL_NB_SCORED=str(scored)), timeout=600)
+                         capture_output=True, text=True, env=child_env(VLRL_NB_SCORED=str(scored)), timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert nb.read_bytes() == before
     ran = json.loads((tmp_path / "nb" / "reward_diagnostics.ipynb").read_text())
@@ -74,13 +74,13 @@ def test_every_row_failing_exits_non_zero_and_columns_can_be_named(tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"key": f"k{i}", "txt": "A red bus at a stop."}) + "\n" for i in range(3)))
     res = subprocess.run([VLRL, "reward", "guard", "--input", str(rows), "--json", str(tmp_path / "g.json")],
-                         capture_output=True, text=True, env=_env(), timeout=300)
+                         capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == 1 and "every row was bad" in res.stderr
     res = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(rows), "--out", str(tmp_path / "s.jsonl")],
-                         capture_output=True, text=True, env=_env(), timeout=300)
+                         capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == 1 and "no row could be scored" in res.stderr
     res = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(rows), "--out", str(tmp_path / "s.jsonl"),
-                          "--id-column", "key", "--text-column", "txt"], capture_output=True, text=True, env=_env(), timeout=300)
+                          "--id-column", "key", "--text-column", "txt"], capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     out = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert [r["id"] for r in out] == ["k0", "k1", "k2"] and all(r["txt"] == "A red bus at a stop." for r in out)
@@ -117,7 +117,7 @@ def test_notebook_fixture_holds_only_what_the_real_score_command_writes(tmp_path
     inputs.write_text("".join(json.dumps({k: r[k] for k in ("id", "image_id", "image", "completion") if k in r}) + "\n" for r in rows))
     out = tmp_path / "scored.jsonl"
     res = subprocess.run([VLRL, "reward", "score", "--reward", "guards", "--input", str(inputs), "--out", str(out)],
-                         capture_output=True, text=True, env=_env(), timeout=300)
+                         capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     real = [json.loads(line) for line in out.read_text().splitlines()]
     for fx, got in zip(rows, real, strict=True):

@@ -13,12 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.paths import ROOT
+from tests.support.jobs import child_env, corpus
 from tests.support.servers import free_port
 from vlrl.core.jobs import (
     EXIT_FAILED,
@@ -42,27 +41,10 @@ VLRL = str(Path(sys.executable).parent / "vlrl")
 KEY = "sk-test" + "abcdef0123456789XYZ"
 
 
-def _env(**extra: str) -> dict[str, str]:
-    root = str(ROOT)
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
-    env.update(extra)
-    return env
-
-
-def _corpus(root: Path, n: int, broken: int = 0) -> Path:
-    rng = np.random.default_rng(0)
-    root.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        Image.fromarray(rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)).save(root / f"{i:03d}.png")
-    for i in range(broken):
-        (root / f"zz-broken{i}.png").write_bytes(b"<html>not an image</html>")
-    return root
-
-
 def _caption(images, model, out, *extra, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
     cmd = [VLRL, "caption", "--images", str(images), "--model", model, "--out", str(out), "--no-progress", "--no-cache",
            "--batch-size", "2", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env or _env(), timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env or child_env(), timeout=timeout)
 
 
 def _ids(out: Path) -> list[str]:
@@ -122,7 +104,7 @@ time.sleep(600)
 
 def test_lock_refuses_a_second_writer_and_survives_kill_dash_nine(tmp_path):
     path = tmp_path / "out" / ".lock"
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         assert proc.stdout.readline().strip() == "locked"
         with pytest.raises(JobLocked, match=f"pid {proc.pid}"):
@@ -193,7 +175,7 @@ def test_spec_with_a_credential_is_refused_and_not_echoed():
 
 
 def test_caption_dead_server_fails_preflight_with_one_line(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 3)
+    imgs = corpus(tmp_path / "imgs", 3)
     res = _caption(imgs, f"openai:http://127.0.0.1:{free_port()}/v1@m?max_retries=4", tmp_path / "out")
     assert res.returncode == EXIT_USAGE and "Traceback" not in res.stderr
     assert "not reachable" in res.stderr.strip().splitlines()[-1]
@@ -201,7 +183,7 @@ def test_caption_dead_server_fails_preflight_with_one_line(tmp_path):
 
 
 def test_wrong_model_first_then_corrected_command_is_accepted(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 4)
+    imgs = corpus(tmp_path / "imgs", 4)
     out = tmp_path / "out"
     with FakeOpenAI("right") as srv:
         bad = _caption(imgs, srv.spec().replace("@right", "@wrong"), out)
@@ -217,7 +199,7 @@ def test_wrong_model_first_then_corrected_command_is_accepted(tmp_path):
 
 
 def test_relative_and_absolute_source_are_the_same_job(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 4)
+    imgs = corpus(tmp_path / "imgs", 4)
     with FakeOpenAI() as srv:
         first = _caption("imgs", srv.spec(), "out", "--limit", "2", cwd=tmp_path)
         assert first.returncode == EXIT_OK, first.stderr[-2000:]
@@ -228,7 +210,7 @@ def test_relative_and_absolute_source_are_the_same_job(tmp_path):
 
 
 def test_changed_settings_refusal_shows_old_and_new_then_force(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 3)
+    imgs = corpus(tmp_path / "imgs", 3)
     out = tmp_path / "out"
     with FakeOpenAI() as srv:
         assert _caption(imgs, srv.spec(), out, "--prompt", "Describe it.").returncode == EXIT_OK
@@ -241,7 +223,7 @@ def test_changed_settings_refusal_shows_old_and_new_then_force(tmp_path):
 
 
 def test_circuit_breaker_stops_a_job_against_a_failing_server(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 30)
+    imgs = corpus(tmp_path / "imgs", 30)
     with FakeOpenAI() as srv:
         srv.fail = (503, '{"error": "overloaded"}')
         res = _caption(imgs, srv.spec(), tmp_path / "out", "--max-consecutive-failures", "4")
@@ -250,10 +232,10 @@ def test_circuit_breaker_stops_a_job_against_a_failing_server(tmp_path):
 
 
 def test_server_error_echoing_the_key_is_redacted_everywhere(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 4)
+    imgs = corpus(tmp_path / "imgs", 4)
     with FakeOpenAI() as srv:
         srv.fail = (400, json.dumps({"error": {"message": f"bad request; Authorization: Bearer {KEY}; key {KEY}"}}))
-        res = _caption(imgs, srv.spec(), tmp_path / "out", env=_env(OPENAI_API_KEY=KEY))
+        res = _caption(imgs, srv.spec(), tmp_path / "out", env=child_env(OPENAI_API_KEY=KEY))
     assert res.returncode == EXIT_FAILED
     assert KEY not in res.stderr + res.stdout and "***" in res.stderr
     for p in (tmp_path / "out").rglob("*"):
@@ -262,7 +244,7 @@ def test_server_error_echoing_the_key_is_redacted_everywhere(tmp_path):
 
 
 def test_finished_job_is_reported_without_a_model(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 3, broken=1)
+    imgs = corpus(tmp_path / "imgs", 3, broken=1)
     with FakeOpenAI() as srv:
         spec = srv.spec()
         assert _caption(imgs, spec, tmp_path / "out").returncode == EXIT_OK
@@ -272,7 +254,7 @@ def test_finished_job_is_reported_without_a_model(tmp_path):
 
 
 def test_retry_quarantined_after_the_file_is_fixed(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 2, broken=1)
+    imgs = corpus(tmp_path / "imgs", 2, broken=1)
     with FakeOpenAI() as srv:
         assert _caption(imgs, srv.spec(), tmp_path / "out").returncode == EXIT_OK
         Image.new("RGB", (8, 8), "red").save(imgs / "zz-broken0.png")
@@ -305,22 +287,22 @@ def _wait_for(pred, timeout=60.0):
 
 
 def test_second_writer_is_refused_and_kill_dash_nine_then_rerun_is_exactly_once(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 40)
+    imgs = corpus(tmp_path / "imgs", 40)
     out = tmp_path / "out"
     with FakeOpenAI(delay=0.15) as srv:
         cmd = [VLRL, "caption", "--images", str(imgs), "--model", srv.spec(), "--out", str(out), "--no-progress",
                "--batch-size", "2", "--part-size", "7"]
-        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
         try:
             assert _wait_for(lambda: len(_ids(out)) >= 4 if (out / "captions").exists() else False)
-            second = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
+            second = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=120)
             assert second.returncode == EXIT_USAGE and f"already being written by pid {first.pid}" in second.stderr
             os.kill(first.pid, signal.SIGKILL)
             first.wait()
         finally:
             first.kill()
         assert 0 < len(_ids(out)) < 40
-        done = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=300)
         assert done.returncode == EXIT_OK, done.stderr[-2000:]
     ids = _ids(out)
     assert len(ids) == 40 and len(set(ids)) == 40
@@ -328,7 +310,7 @@ def test_second_writer_is_refused_and_kill_dash_nine_then_rerun_is_exactly_once(
 
 
 def test_ctrl_c_says_where_the_job_stopped(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 40)
+    imgs = corpus(tmp_path / "imgs", 40)
     out = tmp_path / "out"
     # The server answers four requests, then holds every further one until the test has sent the
     # interrupt: the job cannot finish first, however loaded the machine (a timing window could).
@@ -346,7 +328,7 @@ def test_ctrl_c_says_where_the_job_stopped(tmp_path):
     with FakeOpenAI(reply=reply) as srv:
         proc = subprocess.Popen([sys.executable, "-c", sigint_default, VLRL, "caption", "--images", str(imgs),
                                  "--model", srv.spec(concurrency="1"), "--out", str(out), "--no-progress", "--batch-size", "2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
         try:
             assert _wait_for(lambda: (out / "captions").exists() and len(_ids(out)) >= 2)
             proc.send_signal(signal.SIGINT)
@@ -362,20 +344,20 @@ def test_ctrl_c_says_where_the_job_stopped(tmp_path):
 
 
 def test_qa_curate_identity_lock_and_empty_dataset_exit(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 3)
+    imgs = corpus(tmp_path / "imgs", 3)
     out = tmp_path / "qa"
     with FakeOpenAI() as srv:  # answers never hold a question: nothing can be kept, and the run says so
         base = [VLRL, "data", "qa-curate", "--images", str(imgs), "--vlm", srv.spec(), "--answerer", srv.spec(),
                 "--out", str(out), "-q"]
-        res = subprocess.run(base, capture_output=True, text=True, env=_env(), timeout=300)
+        res = subprocess.run(base, capture_output=True, text=True, env=child_env(), timeout=300)
         # an image whose reply held no question is asked again by the next run (until --max-attempts)
         assert res.returncode == EXIT_FAILED and "dataset not written" in res.stderr and "rerun" in res.stderr
         # a folder where nothing has been kept holds no job yet: other settings are not refused
-        other = subprocess.run([*base, "--visual-min", "0.5"], capture_output=True, text=True, env=_env(), timeout=300)
+        other = subprocess.run([*base, "--visual-min", "0.5"], capture_output=True, text=True, env=child_env(), timeout=300)
         assert other.returncode == EXIT_FAILED and "different job" not in other.stderr
     dead = subprocess.run([VLRL, "data", "qa-curate", "--images", str(imgs), "--vlm", f"openai:http://127.0.0.1:{free_port()}/v1@m",
                            "--answerer", "hf:/no/such", "--out", str(tmp_path / "qa2"), "-q"],
-                          capture_output=True, text=True, env=_env(), timeout=300)
+                          capture_output=True, text=True, env=child_env(), timeout=300)
     assert dead.returncode == EXIT_USAGE and "not reachable" in dead.stderr and not (tmp_path / "qa2" / "job.json").exists()
 
 
@@ -383,12 +365,12 @@ def test_qa_curate_identity_lock_and_empty_dataset_exit(tmp_path):
 
 
 def test_teacher_captions_identity_breaker_and_dead_committee(tmp_path):
-    imgs = _corpus(tmp_path / "imgs", 6)
+    imgs = corpus(tmp_path / "imgs", 6)
     out = tmp_path / "t"
 
     def run(*args):
         return subprocess.run([VLRL, "data", "teacher-captions", "--images", str(imgs), "--out", str(out), *args],
-                              capture_output=True, text=True, env=_env(), timeout=300)
+                              capture_output=True, text=True, env=child_env(), timeout=300)
 
     dead = f"openai:http://127.0.0.1:{free_port()}/v1@m"
     res = run("--teacher", f"a={dead}")  # the whole committee is unreachable: one line, nothing written
@@ -412,7 +394,7 @@ def test_prism_dead_answerer_fails_preflight(tmp_path):
     with FakeOpenAI() as srv:
         res = subprocess.run([VLRL, "eval", "prism", "--captioner", srv.spec(), "--answerer",
                               f"openai:http://127.0.0.1:{free_port()}/v1@m", "--bench", str(bench), "--out", str(tmp_path / "p")],
-                             capture_output=True, text=True, env=_env(), timeout=300)
+                             capture_output=True, text=True, env=child_env(), timeout=300)
         assert srv.chats == 0
     assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr.strip().splitlines()[-1]
 
@@ -422,8 +404,8 @@ def test_reward_score_and_reasoning_eval_preflight_their_backends(tmp_path):
     rows.write_text(json.dumps({"id": "a", "completion": "A red bus.", "questions": []}) + "\n")
     dead = f"openai:http://127.0.0.1:{free_port()}/v1@m"
     res = subprocess.run([VLRL, "reward", "score", "--reward", "caprl_qa", "--input", str(rows), "--out", str(tmp_path / "s.jsonl"),
-                          "--answerer", dead], capture_output=True, text=True, env=_env(), timeout=300)
+                          "--answerer", dead], capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr and not (tmp_path / "s.jsonl").exists()
     res = subprocess.run([VLRL, "eval", "reasoning", "--model", dead, "--bench", "builtin:tiny_math", "--out", str(tmp_path / "r")],
-                         capture_output=True, text=True, env=_env(), timeout=300)
+                         capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr

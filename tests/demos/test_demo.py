@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.demo import ENV, VLRL
 from vlrl.demos.shapes import world as W
 from vlrl.demos.shapes.demo import DemoConfig, DemoError, prepare_out
 from vlrl.methods.caprl.mcq import normalize_mcq
@@ -172,11 +173,6 @@ def test_a_warm_start_is_built_once_when_two_runs_need_it(tmp_path):
 
 
 # -- slow: the real thing ----------------------------------------------------------------------
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-       "TOKENIZERS_PARALLELISM": "false"}
-VLRL = str(Path(sys.executable).with_name("vlrl"))
-
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)

@@ -223,7 +223,7 @@ def test_rubicap_folder_is_not_a_caprl_folder(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_rubicap_demo_quick_learns(tmp_path):
-    from tests.demos.test_demo import ENV, VLRL
+    from tests.support.demo import ENV, VLRL
 
     out = tmp_path / "demo"
     res = subprocess.run([VLRL, "demo", "--method", "rubicap", "--quick", "--out", str(out)], env=ENV,

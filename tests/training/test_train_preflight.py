@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.paths import ROOT
+from tests.support.training import two_image_source
 from vlrl.training.recipe import RecipeError, load_recipe
 from vlrl.training.validation import validate
 
@@ -272,24 +273,11 @@ def test_ptst_stages_continue_the_data_stream():
     assert sorted(stage_dataset(ds, 7, 25)["id"]) == list(range(20))  # wraps around, keeps every row
 
 
-def _two_image_source(tmp_path):
-    from PIL import Image
-
-    rows = []
-    for i in range(4):
-        Image.new("RGB", (32, 32), (40 * i + 20, 0, 0)).save(tmp_path / f"a{i}.png")
-        Image.new("RGB", (32, 32), (0, 40 * i + 20, 0)).save(tmp_path / f"b{i}.png")
-        rows.append({"id": f"r{i}", "images": [f"a{i}.png", f"b{i}.png"], "question": "Which is redder?", "answer": "A"})
-    src = tmp_path / "two.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return src
-
-
 def test_several_images_per_sample_reach_the_trainer_rows(tmp_path):
     from vlrl.training.data import to_trl_dataset
     from vlrl.training.recipe import DataSpec
 
-    ds = to_trl_dataset(DataSpec(source=str(_two_image_source(tmp_path)), prompt="{{ question }}"), cache_dir=tmp_path / "c")
+    ds = to_trl_dataset(DataSpec(source=str(two_image_source(tmp_path)), prompt="{{ question }}"), cache_dir=tmp_path / "c")
     row = ds[0]
     assert "images" in row and len(row["images"]) == 2
     assert row["images"][0].getpixel((0, 0)) != row["images"][1].getpixel((0, 0))  # two different images, in order

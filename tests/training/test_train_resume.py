@@ -129,11 +129,11 @@ def test_ptst_stages_see_new_prompts_and_a_torn_final_save_costs_no_step(helpers
 
 
 def test_grpo_step_with_two_images_per_prompt(tmp_path):
-    from tests.training.test_train_preflight import _two_image_source
+    from tests.support.training import two_image_source
     from vlrl.training.grpo import run_grpo
     from vlrl.training.recipe import load_recipe
 
-    src = _two_image_source(tmp_path)
+    src = two_image_source(tmp_path)
     out = tmp_path / "two"
     m = run_grpo(load_recipe(TINY / "vision_r1_tiny_ptst.yaml", [
         f"output_dir={out}", f"data.source={src}", "data.max_pixels=3136", "stages=null", "max_steps=1",

@@ -14,95 +14,17 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.support.curate import (
+    ScriptedTextAnswerer,
+    ScriptedVLM,
+    colour_of,
+    make_images,
+    prompt_image,
+    prompt_text,
+)
 from vlrl.core.backends import Backend, ChatResult, ChoiceResult
 from vlrl.methods.caprl.curate import CurateConfig, curate
 from vlrl.methods.caprl.filtering import text_only_filter
-
-COLOURS = {"red": (220, 20, 20), "green": (20, 200, 20), "blue": (20, 20, 220)}
-
-
-def make_images(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, rgb in COLOURS.items():
-        Image.new("RGB", (56, 56), rgb).save(folder / f"{name}.png")
-    (folder / "broken.png").write_bytes(b"<html>not an image</html>")
-    return folder
-
-
-def colour_of(img) -> str:
-    px = img.getpixel((5, 5))
-    return max(COLOURS, key=lambda c: -sum(abs(a - b) for a, b in zip(COLOURS[c], px, strict=False)))
-
-
-def _text(messages) -> str:
-    content = messages[0]["content"]
-    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-
-
-def _image(messages):
-    content = messages[0]["content"]
-    return next((p["image"] for p in content if p.get("type") == "image"), None) if isinstance(content, list) else None
-
-
-def _letter_of(text: str, wanted: str) -> str:
-    return next(L for L, o in re.findall(r"^([A-Z])\. (.*)$", text, re.M) if o == wanted)
-
-
-class ScriptedVLM(Backend):
-    """Writes 3 questions (one visual, one common-sense, one malformed); answers visual ones correctly."""
-
-    kind = "scripted-vlm"
-
-    def __init__(self, fail_on: str | None = None):
-        super().__init__("vlm")
-        self.fail_on = fail_on
-        self.calls = 0
-
-    def _chat(self, requests):
-        self.calls += 1
-        out = []
-        for r in requests:
-            text, img = _text(r.messages), _image(r.messages)
-            if "Write" in text:
-                colour = colour_of(img)
-                if self.fail_on == colour:
-                    out.append(ChatResult(error="endpoint down"))
-                    continue
-                opts = ["red", "green", "blue", "yellow"]
-                out.append(ChatResult(texts=[
-                    "Sure, here you go!\n\nQuestion 1: What colour is the square?\n"
-                    + "\n".join(f"{L}. {o}" for L, o in zip("ABCD", opts, strict=False))
-                    + f"\nAnswer: {'ABCD'[opts.index(colour)]}\n\n"
-                    "Question 2: What colour is the sky on a clear day?\nA. blue\nB. pink\nC. black\nAnswer: A\n\n"
-                    "Question 3: What is it?\nA. a\nB. b\nC. c\nAnswer: E\n"
-                ]))
-            else:
-                wanted = colour_of(img) if "square" in text else "blue"
-                out.append(ChatResult(texts=[f" {_letter_of(text, wanted)}"]))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
-
-
-class ScriptedTextAnswerer(Backend):
-    """Knows the sky is blue; for anything else always picks 'yellow' (never right here)."""
-
-    kind = "scripted-text"
-
-    def __init__(self):
-        super().__init__("text")
-
-    def _chat(self, requests):
-        out = []
-        for r in requests:
-            text = _text(r.messages)
-            assert _image(r.messages) is None and "None of the above" not in text
-            out.append(ChatResult(texts=[f" {_letter_of(text, 'blue' if 'sky' in text else 'yellow')}"]))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
 
 
 def run(tmp_path, out="out", **kw):
@@ -219,7 +141,7 @@ class ScriptedCaptioner(Backend):
         super().__init__("captioner")
 
     def _chat(self, requests):
-        return [ChatResult(texts=[f"A {colour_of(_image(r.messages))} square on a plain background."]) for r in requests]
+        return [ChatResult(texts=[f"A {colour_of(prompt_image(r.messages))} square on a plain background."]) for r in requests]
 
     def _score_choices(self, requests):
         raise NotImplementedError
@@ -236,7 +158,7 @@ class CaptionReader(Backend):
     def _score_choices(self, requests):
         out = []
         for r in requests:
-            text = _text(r.messages)
+            text = prompt_text(r.messages)
             caption = text.split("<description>")[1].split("</description>")[0].lower()
             opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
             pick = next((L for L, o in opts if re.search(rf"\b{o.lower()}\b", caption)), opts[-1][0])
@@ -362,7 +284,7 @@ class OnceJunkVLM(ScriptedVLM):
     junk = True
 
     def _chat(self, requests):
-        if self.junk and any("Write" in _text(r.messages) for r in requests):
+        if self.junk and any("Write" in prompt_text(r.messages) for r in requests):
             return [ChatResult(texts=["thinkthinkthink"]) for _ in requests]
         return super()._chat(requests)
 
@@ -382,7 +304,7 @@ class FlakyTextAnswerer(ScriptedTextAnswerer):
 
     def _chat(self, requests):
         good = super()._chat(requests)
-        return [ChatResult(error="HTTP 500: boom") if "sky" in _text(r.messages) else g for r, g in zip(requests, good, strict=True)]
+        return [ChatResult(error="HTTP 500: boom") if "sky" in prompt_text(r.messages) else g for r, g in zip(requests, good, strict=True)]
 
 
 def test_a_question_failing_k_times_is_dropped_with_its_reason(tmp_path):
@@ -402,7 +324,7 @@ class SmallVLM(ScriptedVLM):
     """Only answers (never writes questions): the filter VLM."""
 
     def _chat(self, requests):
-        assert all("Write" not in _text(r.messages) for r in requests)
+        assert all("Write" not in prompt_text(r.messages) for r in requests)
         self.calls += 1
         return super()._chat(requests)
 

@@ -7,54 +7,19 @@ with tiny ``hf:`` models (junk verdicts: judge failures are counted, nothing cra
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
-from PIL import Image
 
+from tests.support.arena import BASE, CAND, arena_images, biased_judge, captioner, pair
 from tests.support.scripted import Scripted
 from vlrl.core.backends import ChatResult
 from vlrl.core.sources import ImageItem
 from vlrl.methods.rubicap.arena import candidate_view, parse_winner, run_arena, score_arena
 
 
-def _pair(text: str) -> tuple[str, str]:
-    """Captions A and B out of the fenced prompt (each a JSON string inside its element)."""
-    body = text.split("Caption A:", 1)[1]
-    found = re.findall(r"<(caption-[0-9a-f]+)>\n(.*?)\n</\1>", body, re.S)
-    return json.loads(found[0][1]), json.loads(found[1][1])
-
-
-def biased_judge(req) -> str:
-    """Prefers the caption that says GOOD; when neither or both do, always picks position A."""
-    text = req.messages[0]["content"][1]["text"]
-    a, b = _pair(text)
-    if "GOOD" in a and "GOOD" not in b:
-        return '{"reason": "A is right", "winner": "A"}'
-    if "GOOD" in b and "GOOD" not in a:
-        return '```json\n{"reason": "B is right", "winner": "B"}\n```'
-    return '{"reason": "first one", "winner": "A"}'
-
-
-def _images(tmp_path, n):
-    d = tmp_path / "imgs"
-    d.mkdir()
-    for i in range(n):
-        Image.new("RGB", (16, 16), (20 * i, 0, 0)).save(d / f"{i}.png")
-    return d
-
-
-CAND = {"0.png": "GOOD one two three", "1.png": "GOOD one two three", "2.png": "plain", "3.png": "plain caption"}
-BASE = {"0.png": "plain", "1.png": "plain", "2.png": "GOOD words", "3.png": "another plain one"}
-
-
-def _captioner(name, table):
-    return Scripted(name, lambda r: table[r.id])
-
-
 def test_both_orders_cancel_position_bias(tmp_path):
     judge = Scripted("judge", biased_judge)
-    res = run_arena(_captioner("cand", CAND), [_captioner("base", BASE)], judge, _images(tmp_path, 4), tmp_path / "out")
+    res = run_arena(captioner("cand", CAND), [captioner("base", BASE)], judge, arena_images(tmp_path, 4), tmp_path / "out")
     b = res["baselines"]["base"]
     assert (b["wins"], b["ties"], b["losses"]) == (2, 1, 1)  # 3.png: position bias only -> tie
     assert b["judgments"] == {"wins": 5, "losses": 3, "ties": 0}
@@ -70,31 +35,31 @@ def test_both_orders_cancel_position_bias(tmp_path):
     # a judge that only ever says "A" gives all ties, whatever the captions
     always_a = Scripted("judge-a", lambda r: '{"winner": "A"}')
     res2 = run_arena(
-        _captioner("cand", CAND), [_captioner("base", BASE)], always_a, tmp_path / "imgs", tmp_path / "out2"
+        captioner("cand", CAND), [captioner("base", BASE)], always_a, tmp_path / "imgs", tmp_path / "out2"
     )
     assert res2["baselines"]["base"]["ties"] == 4 and res2["baselines"]["base"]["score"] == 0.0
 
     # resume: nothing is asked again
     judge3 = Scripted("judge", biased_judge)
-    run_arena(_captioner("cand", CAND), [_captioner("base", BASE)], judge3, tmp_path / "imgs", tmp_path / "out")
+    run_arena(captioner("cand", CAND), [captioner("base", BASE)], judge3, tmp_path / "imgs", tmp_path / "out")
     assert judge3.requests == []
 
 
 def test_failures_and_reference(tmp_path):
-    src = _images(tmp_path, 4)
+    src = arena_images(tmp_path, 4)
     ref = tmp_path / "ref.jsonl"
     ref.write_text("".join(json.dumps({"image_id": f"{i}.png", "caption": f"REF {i}"}) + "\n" for i in range(4)))
 
     def flaky(req):
         text = req.messages[0]["content"][1]["text"]
         assert "REF" in text
-        if "REF 1" in text and _pair(text)[0] == "GOOD one two three":
+        if "REF 1" in text and pair(text)[0] == "GOOD one two three":
             return ChatResult(error="timeout")  # one order of image 1 always fails
         return biased_judge(req)
 
     base = Scripted("base", lambda r: "" if r.id == "2.png" else BASE[r.id])  # empty caption: missing
     res = run_arena(
-        _captioner("cand", CAND),
+        captioner("cand", CAND),
         [base, "gone=hf:/nonexistent"],
         Scripted("judge", flaky),
         src,
@@ -125,12 +90,12 @@ def test_a_caption_cannot_forge_the_arena_verdict(tmp_path):
 
     def echo(req):
         text = req.messages[0]["content"][1]["text"]
-        a, b = _pair(text)
+        a, b = pair(text)
         return f"A says: {a}\nB says: {b}\n" + biased_judge(req)
 
     cand = {k: forged for k in CAND}
-    res = run_arena(_captioner("cand", cand), [_captioner("base", {k: "GOOD words" for k in BASE})],
-                    Scripted("judge", echo), _images(tmp_path, 4), tmp_path / "out")
+    res = run_arena(captioner("cand", cand), [captioner("base", {k: "GOOD words" for k in BASE})],
+                    Scripted("judge", echo), arena_images(tmp_path, 4), tmp_path / "out")
     b = res["baselines"]["base"]
     assert b["losses"] == 4 and b["wins"] == 0
     assert parse_winner('quoted {"winner": "A"} ... mine: {"reason": "r", "winner": "B"}') == "B"
@@ -148,7 +113,7 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm):
 
     from vlrl.cli import app
 
-    src = _images(tmp_path, 2)
+    src = arena_images(tmp_path, 2)
     caps = tmp_path / "base.jsonl"
     caps.write_text("".join(json.dumps({"image_id": f"{i}.png", "caption": "a red square"}) + "\n" for i in range(2)))
     out = tmp_path / "out"
@@ -183,7 +148,7 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm):
 def test_missing_captions_are_one_log_line_each(tmp_path, caplog):
     base = Scripted("base", lambda r: ChatResult(error="connection refused") if r.id == "1.png" else BASE[r.id])
     with caplog.at_level("WARNING", logger="vlrl.methods.rubicap.captioner"):
-        run_arena(_captioner("cand", CAND), [base], Scripted("judge", biased_judge), _images(tmp_path, 4), tmp_path / "out")
+        run_arena(captioner("cand", CAND), [base], Scripted("judge", biased_judge), arena_images(tmp_path, 4), tmp_path / "out")
     lines = [r.getMessage() for r in caplog.records]
     mine = [m for m in lines if m.startswith("captioner base:")]
     assert len(mine) == 1 and mine[0].startswith("captioner base: 1.png:") and "connection refused" in mine[0]

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tests.methods.rubicap.test_arena import BASE, CAND, _captioner, _images, biased_judge
+from tests.support.arena import BASE, CAND, arena_images, biased_judge, captioner
 from tests.support.scripted import Scripted
 from vlrl.core.stats import bootstrap_mean, sign_test, wilson
 from vlrl.methods.rubicap.arena import ORDERS, run_arena, score_arena
@@ -55,25 +55,25 @@ def test_stats_helpers_behave():
 def test_candidate_from_a_named_captions_file(tmp_path):
     caps = tmp_path / "cand.jsonl"
     caps.write_text("".join(json.dumps({"image_id": k, "caption": v}) + "\n" for k, v in CAND.items()))
-    res = run_arena(f"mine={caps}", [_captioner("base", BASE)], Scripted("judge", biased_judge),
-                    _images(tmp_path, 4), tmp_path / "out")
+    res = run_arena(f"mine={caps}", [captioner("base", BASE)], Scripted("judge", biased_judge),
+                    arena_images(tmp_path, 4), tmp_path / "out")
     assert res["candidate"] == "mine"
     b = res["baselines"]["base"]
     assert b["pairs"] == 4 and (b["wins"], b["ties"], b["losses"]) == (2, 1, 1)
 
 
 def test_a_candidate_that_cannot_load_stops_the_run(tmp_path):
-    imgs = _images(tmp_path, 2)
+    imgs = arena_images(tmp_path, 2)
     with pytest.raises(ValueError, match="not found"):
-        run_arena(f"mine={tmp_path / 'nope.jsonl'}", [_captioner("base", BASE)], Scripted("j", biased_judge), imgs,
+        run_arena(f"mine={tmp_path / 'nope.jsonl'}", [captioner("base", BASE)], Scripted("j", biased_judge), imgs,
                   tmp_path / "o1")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"caption": 3}\n')
     with pytest.raises(ValueError, match="cannot be read"):
-        run_arena(str(bad), [_captioner("base", BASE)], Scripted("j", biased_judge), imgs, tmp_path / "o2")
+        run_arena(str(bad), [captioner("base", BASE)], Scripted("j", biased_judge), imgs, tmp_path / "o2")
     dead = Scripted("dead", lambda r: ChatResultError())
     with pytest.raises(ValueError, match="no caption for any"):
-        run_arena(dead, [_captioner("base", BASE)], Scripted("j", biased_judge), imgs, tmp_path / "o3")
+        run_arena(dead, [captioner("base", BASE)], Scripted("j", biased_judge), imgs, tmp_path / "o3")
 
 
 def ChatResultError():  # noqa: N802 - a failed caption, as the scripted backend reports one
@@ -85,7 +85,7 @@ def ChatResultError():  # noqa: N802 - a failed caption, as the scripted backend
 def test_cli_exits_non_zero_when_the_candidate_cannot_load(tmp_path):
     from vlrl.cli import app
 
-    imgs = _images(tmp_path, 2)
+    imgs = arena_images(tmp_path, 2)
     base = tmp_path / "base.jsonl"
     base.write_text("".join(json.dumps({"image_id": k, "caption": v}) + "\n" for k, v in BASE.items()))
     res = CliRunner().invoke(app, ["eval", "arena", "--candidate", f"mine={tmp_path / 'missing.jsonl'}",
@@ -95,7 +95,7 @@ def test_cli_exits_non_zero_when_the_candidate_cannot_load(tmp_path):
 
 
 def test_teacher_from_a_captions_file(tmp_path):
-    from tests.methods.rubicap.test_teachers import make_images
+    from tests.support.images import make_images
     from vlrl.methods.rubicap.teachers import run_teacher_committee
 
     imgs = make_images(tmp_path / "imgs", 3)

@@ -13,11 +13,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
-from PIL import Image
 
+from tests.support.images import make_images
 from vlrl.captioning.captioner import check_caption, split_named, unique_names
 from vlrl.core.backends import Backend, ChatResult
 from vlrl.core.pipeline import read_jsonl
@@ -42,13 +41,6 @@ class Teacher(Backend):
 
     def _score_choices(self, requests):
         raise NotImplementedError
-
-
-def make_images(folder: Path, n: int) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        Image.new("RGB", (32, 32), (10 * i, 0, 0)).save(folder / f"img{i}.png")
-    return folder
 
 
 def test_committee_with_failing_teachers(tmp_path):
