@@ -68,23 +68,18 @@ def test_omegaconf_settings_take_effect():
 
 def test_caption_reward_reads_questions_from_extra_info():
     """caprl_qa through verl: MCQs arrive in extra_info; the answerer is a scripted backend."""
-    from vlrl.core.backends.base import Backend, ChatResult
+    from tests.support.scripted import Scripted
+    from vlrl.core.backends.base import ChatResult
 
-    class AlwaysA(Backend):
-        kind = "scripted"
-
-        def _chat(self, requests):
-            return [ChatResult(texts=["A"] * r.sampling.n, finish_reasons=["stop"] * r.sampling.n) for r in requests]
-
-        def _score_choices(self, requests):
-            raise NotImplementedError
+    def always_a(name):
+        return Scripted(name, lambda r: ChatResult(texts=["A"] * r.sampling.n, finish_reasons=["stop"] * r.sampling.n))
 
     questions = [{"question": "What color?", "options": ["red", "blue"], "answer": "A"}]
     res = va.compute_score("caps", "A red ball on grass.", None, {"questions": questions}, reward="caprl_qa",
-                           settings={"answerer": AlwaysA("a"), "questions_per_caption": 2, "rounds": 1, "shuffle": False})
+                           settings={"answerer": always_a("a"), "questions_per_caption": 2, "rounds": 1, "shuffle": False})
     assert res["applicable"] == 1.0 and 0.0 <= res["score"] <= 1.0
     assert "qa_acc" in res and not math.isnan(res["qa_acc"])
-    missing = va.compute_score("caps", "A red ball.", None, {}, reward="caprl_qa", settings={"answerer": AlwaysA("a")})
+    missing = va.compute_score("caps", "A red ball.", None, {}, reward="caprl_qa", settings={"answerer": always_a("a")})
     assert missing["applicable"] == 0.0 and missing["score"] == 0.0
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from vlrl.core.backends import Backend, ChoiceResult
+from tests.support.scripted import Scripted
+from vlrl.core.backends import Backend, ChatResult, ChoiceResult
 from vlrl.rewards import build_reward
 
 QUESTIONS = [
@@ -89,37 +90,22 @@ def test_fixed_draws_and_the_old_redraw_flag_still_work():
     assert build_reward("caprl_qa", answerer=Uniform(), redraw=True).draws == "per_step"
 
 
-class Says(Backend):
-    """Always replies the same text (sample mode); records the prompts."""
 
-    kind = "scripted"
-
-    def __init__(self, text):
-        super().__init__("says")
-        self.text = text
-        self.seen = []
-
-    def _chat(self, requests):
-        from vlrl.core.backends import ChatResult
-
-        self.seen.extend(r.messages for r in requests)
-        return [ChatResult(texts=[self.text]) for _ in requests]
-
-    def _score_choices(self, requests):  # pragma: no cover
-        raise AssertionError
-
+def says(text: str) -> Scripted:
+    """Always replies the same text (sample mode); records the requests."""
+    return Scripted("says", lambda r: ChatResult(texts=[text]))
 
 def test_caprl_public_preset_prompt_shape_and_parse_rule():
     q = [{"question": "Which colour?", "options": ["red", "blue", "green"], "answer": "C"}]
-    pub = Says("Answer: C")
+    pub = says("Answer: C")
     r = build_reward("caprl_qa", answerer=pub, preset="caprl_public", draws="fixed", shuffle=False)
     assert (r.mode, r.rounds, r.questions_per_caption, r.temperature, r.max_tokens) == ("sample", 1, 8, 0.6, 10)
     (s,) = r.score(["a caption"], questions=[q])
-    msgs = pub.seen[0]
+    msgs = pub.requests[0].messages
     assert [m["role"] for m in msgs] == ["user", "assistant"]  # no system message; the pre-fill continues
     assert msgs[0]["content"].endswith("Question: Which colour?\nA) red\nB) blue\nC) green\nD) Cannot answer based on the caption")
     assert s.value == 0.0  # the public rule reads the "A" of "Answer: C"
-    vl = build_reward("caprl_qa", answerer=Says("Answer: C"), draws="fixed", shuffle=False, mode="sample")
+    vl = build_reward("caprl_qa", answerer=says("Answer: C"), draws="fixed", shuffle=False, mode="sample")
     assert vl.score(["a caption"], questions=[q])[0].value == 1.0
     # an explicit non-default setting wins over the preset
     assert build_reward("caprl_qa", answerer=pub, preset="caprl_public", rounds=4).rounds == 4

@@ -22,10 +22,28 @@ from tests.support.curate import (
     prompt_image,
     prompt_text,
 )
+from tests.support.scripted import Scripted
 from vlrl.core.backends import Backend, ChatResult, ChoiceResult
 from vlrl.methods.caprl.curate import CurateConfig, curate
 from vlrl.methods.caprl.filtering import text_only_filter
 
+
+def scripted_captioner() -> Scripted:
+    return Scripted("captioner", lambda r: ChatResult(texts=[f"A {colour_of(prompt_image(r.messages))} square on a plain background."]))
+
+
+def failing_text_answerer() -> Scripted:
+    """An answerer endpoint that is down: every request fails with a reason."""
+    return Scripted("text", lambda r: ChatResult(error="connection refused"))
+
+
+def junk_vlm() -> Scripted:
+    """A model that ignores the format entirely (random weights, wrong prompt)."""
+    return Scripted("junk", lambda r: ChatResult(texts=["thinkthinkthink \" \" qu qu"]))
+
+
+def always_a() -> Scripted:
+    return Scripted("always-a", lambda r: ChatResult(texts=[" A"]))
 
 def run(tmp_path, out="out", **kw):
     images = make_images(tmp_path / "imgs")
@@ -134,19 +152,6 @@ def test_kill9_resume_equals_uninterrupted(tmp_path, tiny_vlm, tiny_lm):
     assert datasets.load_from_disk(str(whole / "dataset")).to_list() == datasets.load_from_disk(str(killed / "dataset")).to_list()
 
 
-class ScriptedCaptioner(Backend):
-    kind = "scripted-captioner"
-
-    def __init__(self):
-        super().__init__("captioner")
-
-    def _chat(self, requests):
-        return [ChatResult(texts=[f"A {colour_of(prompt_image(r.messages))} square on a plain background."]) for r in requests]
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
-
-
 class CaptionReader(Backend):
     """Text answerer that picks the option the caption states, else 'Cannot answer'."""
 
@@ -175,7 +180,7 @@ def test_smoke_check_passes_on_good_data_and_fails_on_leaky_data(tmp_path):
     from vlrl.methods.caprl.smoke import smoke_check
 
     run(tmp_path)
-    summary = smoke_check(str(tmp_path / "out" / "dataset"), ScriptedCaptioner(), CaptionReader(), mode="exact")
+    summary = smoke_check(str(tmp_path / "out" / "dataset"), scripted_captioner(), CaptionReader(), mode="exact")
     v = summary["variants"]
     assert summary["passed"] and summary["images"] == 3
     assert v["real"]["mean"] == 1.0 and v["generic"]["mean"] == v["empty"]["mean"] == v["shuffled"]["mean"] == 0.0
@@ -186,7 +191,7 @@ def test_smoke_check_passes_on_good_data_and_fails_on_leaky_data(tmp_path):
         q["options"] = ["square", "circle", "star", "moon"]
         q["answer"] = "A"
     datasets.Dataset.from_list(leaky).cast_column("image", datasets.Image()).save_to_disk(str(tmp_path / "leaky"))
-    bad = smoke_check(str(tmp_path / "leaky"), ScriptedCaptioner(), CaptionReader(), mode="exact")
+    bad = smoke_check(str(tmp_path / "leaky"), scripted_captioner(), CaptionReader(), mode="exact")
     assert not bad["passed"] and any("shuffled" in f for f in bad["failures"])
 
 
@@ -208,25 +213,10 @@ def test_smoke_cli_with_tiny_models(tmp_path, tiny_vlm, tiny_lm):
         assert "FAILED" in r.stdout
 
 
-class FailingTextAnswerer(Backend):
-    """An answerer endpoint that is down: every request fails with a reason."""
-
-    kind = "failing-text"
-
-    def __init__(self):
-        super().__init__("text")
-
-    def _chat(self, requests):
-        return [ChatResult(error="connection refused") for _ in requests]
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
-
-
 def test_answerer_failure_is_one_line_per_image_with_its_reason(tmp_path, caplog):
     images = make_images(tmp_path / "imgs")
     with caplog.at_level("WARNING", logger="vlrl.methods.caprl.curate"):
-        stats = curate(images, ScriptedVLM(), FailingTextAnswerer(), tmp_path / "out",
+        stats = curate(images, ScriptedVLM(), failing_text_answerer(), tmp_path / "out",
                        CurateConfig(per_image=5, rounds=2, batch_size=2), progress=False)
     assert stats["images_pending"] == 3 and stats["images_done"] == 0
     lines = [r.getMessage() for r in caplog.records if "answering failed" in r.getMessage()]
@@ -238,26 +228,10 @@ def test_smoke_check_names_the_reason_when_nothing_can_be_scored(tmp_path):
     from vlrl.methods.caprl.smoke import smoke_check
 
     run(tmp_path)
-    summary = smoke_check(str(tmp_path / "out" / "dataset"), ScriptedCaptioner(), FailingTextAnswerer(), mode="sample")
+    summary = smoke_check(str(tmp_path / "out" / "dataset"), scripted_captioner(), failing_text_answerer(), mode="sample")
     assert not summary["passed"]
     assert any("could not be scored" in f and "connection refused" in f for f in summary["failures"])
     assert sum(summary["unscored_reasons"].values()) == 12
-
-
-class JunkVLM(Backend):
-    """A model that ignores the format entirely (random weights, wrong prompt)."""
-
-    kind = "junk-vlm"
-
-    def __init__(self):
-        super().__init__("junk")
-
-    def _chat(self, requests):
-        self.__dict__.setdefault("requests", []).extend(requests)
-        return [ChatResult(texts=["thinkthinkthink \" \" qu qu"]) for _ in requests]
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
 
 
 def test_images_whose_answer_holds_no_question_are_counted_and_logged(tmp_path, caplog):
@@ -265,7 +239,7 @@ def test_images_whose_answer_holds_no_question_are_counted_and_logged(tmp_path, 
     'no question found' once it has had max_attempts tries."""
     images = make_images(tmp_path / "imgs")
     cfg = CurateConfig(per_image=5, rounds=2, batch_size=2, max_attempts=2)
-    junk = JunkVLM()
+    junk = junk_vlm()
     with caplog.at_level("WARNING", logger="vlrl.methods.caprl.curate"):
         first = curate(images, junk, ScriptedTextAnswerer(), tmp_path / "out", cfg, progress=False)
     assert first["images_pending"] == 3 and first["images_done"] == 0
@@ -340,26 +314,13 @@ def test_filter_vlm_answers_with_the_image_and_settings_are_recorded(tmp_path):
     assert {"rounds", "visual_min", "text_max", "max_attempts", "per_image", "temperature", "seed"} <= set(s)
 
 
-class AlwaysA(Backend):
-    kind = "always-a"
-
-    def __init__(self):
-        super().__init__("always-a")
-
-    def _chat(self, requests):
-        return [ChatResult(texts=[" A"]) for _ in requests]
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
-
-
 def test_balanced_rotations_stop_an_always_a_answerer():
     """Each option visits each position across the rounds, so answering "A" every time scores
     exactly 1/k and never passes the text-only half (it passed ~32% with independent shuffles)."""
     qs = [{"question": f"Question {i}?", "options": ["w", "x", "y", "z"], "answer": "ABCD"[i % 4]} for i in range(40)]
-    v = text_only_filter(qs, AlwaysA(), rounds=4, text_max=0.25)
+    v = text_only_filter(qs, always_a(), rounds=4, text_max=0.25)
     assert all(x.accuracy == 0.25 for x in v) and not any(x.keep for x in v)
-    v8 = text_only_filter(qs, AlwaysA(), rounds=8, text_max=0.25)
+    v8 = text_only_filter(qs, always_a(), rounds=8, text_max=0.25)
     assert sum(x.keep for x in v8) == 0
 
 

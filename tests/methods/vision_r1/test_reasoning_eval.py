@@ -8,29 +8,19 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlrl.core.backends.base import Backend, ChatResult
+from tests.support.scripted import Scripted
+from vlrl.core.backends.base import ChatResult
 from vlrl.methods.vision_r1.evaluate import evaluate_reasoning, score_output
 
 
-class Scripted(Backend):
-    kind = "scripted"
+def answering(answers) -> Scripted:
+    """A model that answers each request id with its (text, finish reason) from ``answers``."""
 
-    def __init__(self, answers):
-        super().__init__("scripted")
-        self.answers = answers
-        self.requests = []
+    def answer(r):
+        text, finish = answers[r.id]
+        return ChatResult(texts=[text], finish_reasons=[finish], completion_tokens=len(text))
 
-    def _chat(self, requests):
-        self.requests.extend(requests)
-        out = []
-        for r in requests:
-            text, finish = self.answers[r.id]
-            out.append(ChatResult(texts=[text], finish_reasons=[finish], completion_tokens=len(text)))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
-
+    return Scripted("scripted", answer)
 
 def test_score_output_matches_hfrrf_rules():
     ok = score_output("<think>2+2</think><answer>4</answer>", "4")
@@ -66,7 +56,7 @@ def _bench(tmp_path: Path) -> Path:
 
 def test_evaluate_reasoning_metrics_and_single_attempt(tmp_path):
     bench = _bench(tmp_path)
-    model = Scripted(ANSWERS)
+    model = answering(ANSWERS)
     m = evaluate_reasoning(model, str(bench), tmp_path / "out", max_tokens=64)
     assert m["n"] == 5 and m["quarantined"] == 1
     assert m["accuracy"] == pytest.approx(3 / 5)  # a, c (lenient extraction), e
@@ -84,7 +74,7 @@ def test_evaluate_reasoning_metrics_and_single_attempt(tmp_path):
     assert "A. circle" in text and "B. square" in text and "<answer>" in text
     assert req_e.messages[0]["content"][0]["type"] == "image"
     # resumable: a rerun asks nothing and gives the same numbers
-    again = Scripted(ANSWERS)
+    again = answering(ANSWERS)
     assert evaluate_reasoning(again, str(bench), tmp_path / "out", max_tokens=64) == m
     assert again.requests == []
     preds = [json.loads(x) for x in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
