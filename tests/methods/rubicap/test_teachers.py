@@ -1,7 +1,7 @@
 """Teacher committee: every teacher captions every image; bad teachers never stop the good ones.
 
-Teachers are scripted :class:`Backend` subclasses (the one seam tests may replace). The slow test
-runs the real CLI with two tiny ``hf:`` models and one unreachable teacher.
+Teachers are the scripted backend of tests/support/scripted.py (the one seam tests may replace).
+The slow test runs the real CLI with two tiny ``hf:`` models and one unreachable teacher.
 """
 
 from __future__ import annotations
@@ -17,49 +17,39 @@ import time
 import pytest
 
 from tests.support.images import make_images
+from tests.support.scripted import Scripted
 from vlrl.captioning.captioner import check_caption, split_named, unique_names
-from vlrl.core.backends import Backend, ChatResult
+from vlrl.core.backends import ChatResult
 from vlrl.core.pipeline import read_jsonl
 from vlrl.methods.rubicap.teachers import run_teacher_committee
 
 
-class Teacher(Backend):
-    kind = "scripted"
+def teacher(name: str, answer=None) -> Scripted:
+    """A teacher that answers each request from ``answer`` (a caption naming it by default).
 
-    def __init__(self, name: str, answer=None) -> None:
-        super().__init__(name)
-        self.answer = answer or (lambda req: f"{name} sees a red square on a white background in {req.id}.")
-        self.seen: list[str] = []
-
-    def _chat(self, requests):
-        self.seen += [r.id for r in requests]
-        out = []
-        for r in requests:
-            a = self.answer(r)
-            out.append(a if isinstance(a, ChatResult) else ChatResult(texts=[a]))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
+    A text answer becomes a bare ``ChatResult`` (no finish reason or token count), as a server
+    that reports neither would send."""
+    answer = answer or (lambda req: f"{name} sees a red square on a white background in {req.id}.")
+    return Scripted(name, lambda r: a if isinstance(a := answer(r), ChatResult) else ChatResult(texts=[a]))
 
 
 def test_committee_with_failing_teachers(tmp_path):
     src = make_images(tmp_path / "imgs", 3)
     (src / "broken.png").write_bytes(b"not a png")
 
-    class Raises(Teacher):
+    class Raises(Scripted):
         def _chat(self, requests):
             raise TimeoutError("read timed out")
 
-    good = Teacher("good")
+    good = teacher("good")
     teachers = [
         good,
-        Teacher(
+        teacher(
             "flaky",
             lambda r: ChatResult(error="HTTP 500") if r.id == "img1.png" else "A red square, centred, on white.",
         ),
-        Teacher("refuser", lambda r: "I'm sorry, but I can't help with that image."),
-        Raises("dead"),
+        teacher("refuser", lambda r: "I'm sorry, but I can't help with that image."),
+        Raises("dead", None),
         "hf:/nonexistent/model",
     ]
     stats = run_teacher_committee(src, teachers, tmp_path / "out", batch_size=2)
@@ -80,9 +70,9 @@ def test_committee_with_failing_teachers(tmp_path):
     assert json.loads((tmp_path / "out" / "stats.json").read_text()) == stats
 
     # rerun: captions already written are not asked again; failures are retried but not duplicated
-    good2 = Teacher("good")
+    good2 = teacher("good")
     run_teacher_committee(src, [good2, *teachers[1:]], tmp_path / "out", batch_size=2)
-    assert good2.seen == []  # only broken.png was pending, and it never reaches a backend
+    assert good2.requests == []  # only broken.png was pending, and it never reaches a backend
     fails2 = list(read_jsonl(tmp_path / "out" / "failures.jsonl"))
     assert len(fails2) == len(fails)
 
@@ -184,9 +174,9 @@ def test_cli_with_tiny_hf_teachers(tmp_path, tiny_vlm):
 
 def test_each_missing_caption_is_one_log_line_naming_teacher_and_image(tmp_path, caplog):
     src = make_images(tmp_path / "imgs", 2)
-    down = Teacher("down", answer=lambda req: ChatResult(error="connection refused"))
+    down = teacher("down", answer=lambda req: ChatResult(error="connection refused"))
     with caplog.at_level("WARNING", logger="vlrl.methods.rubicap.teachers"):
-        run_teacher_committee(src, [Teacher("good"), down], tmp_path / "out", batch_size=2)
+        run_teacher_committee(src, [teacher("good"), down], tmp_path / "out", batch_size=2)
     lines = [r.getMessage() for r in caplog.records]
     for img in ("img0.png", "img1.png"):
         assert sum(m.startswith(f"teacher down: {img}:") and "connection refused" in m for m in lines) == 1
