@@ -1,7 +1,9 @@
 """A test-only model at the backend seam: answers each request from a function of it.
 
-The function returns the answer text, a ready :class:`ChatResult` (e.g. an error), or ``None``
-for a failed request. Every call's requests are recorded so tests can assert what was (not) sent.
+``answer`` returns the answer text, a ready :class:`ChatResult` (e.g. an error), or ``None``
+for a failed request. ``choose``, for answerers scored by choice probabilities, returns each
+request's :class:`ChoiceResult`. Every call's requests are recorded so tests can assert what was
+(not) sent; a call the script has no function for fails the test.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from vlrl.core.backends import Backend, ChatResult
 class Scripted(Backend):
     kind = "scripted"
 
-    def __init__(self, name, answer) -> None:
+    def __init__(self, name, answer=None, choose=None) -> None:
         super().__init__(name)
         self.answer = answer
+        self.choose = choose
         self.requests = []
 
     def _chat(self, requests):
+        if self.answer is None:
+            raise AssertionError("scripted choice backend: chat is not expected here")
         self.requests.extend(requests)
         out = []
         for r in requests:
@@ -31,4 +36,7 @@ class Scripted(Backend):
         return out
 
     def _score_choices(self, requests):
-        raise AssertionError("scripted chat backend: score_choices is not expected here")
+        if self.choose is None:
+            raise AssertionError("scripted chat backend: score_choices is not expected here")
+        self.requests.extend(requests)
+        return [self.choose(r) for r in requests]

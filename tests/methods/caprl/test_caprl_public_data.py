@@ -8,7 +8,8 @@ import json
 import pytest
 from PIL import Image
 
-from vlrl.core.backends import Backend, ChoiceResult
+from tests.support.scripted import Scripted
+from vlrl.core.backends import ChoiceResult
 from vlrl.rewards import build_reward
 
 TRUTH = [
@@ -37,28 +38,15 @@ def write_parquet(rows: list[dict], path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), str(path))
 
 
-class Reader(Backend):
-    """Picks the option whose text the caption states (else the abstain option)."""
+def read_choice(r) -> ChoiceResult:
+    """Picks the option whose text the caption states (else the abstain option), all its mass on it."""
+    import re
 
-    kind = "scripted"
-
-    def __init__(self):
-        super().__init__("reader")
-
-    def _chat(self, requests):  # pragma: no cover
-        raise AssertionError
-
-    def _score_choices(self, requests):
-        import re
-
-        out = []
-        for r in requests:
-            text = r.messages[-1]["content"]
-            caption = re.search(r"<description>\n(.*?)\n</description>", text, re.S).group(1)
-            opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
-            pick = next((L for L, o in opts if o in caption), opts[-1][0])
-            out.append(ChoiceResult(probs={c: float(c.strip() == pick) for c in r.choices}, method="logits", mass=1.0))
-        return out
+    text = r.messages[-1]["content"]
+    caption = re.search(r"<description>\n(.*?)\n</description>", text, re.S).group(1)
+    opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
+    pick = next((L for L, o in opts if o in caption), opts[-1][0])
+    return ChoiceResult(probs={c: float(c.strip() == pick) for c in r.choices}, method="logits", mass=1.0)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
@@ -74,7 +62,7 @@ def test_reward_score_reads_public_rows(tmp_path, fmt):
         for r in rows:
             r["image"] = {"bytes": None, "path": "img.png"}
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    reward = build_reward("caprl_qa", answerer=Reader(), mode="exact", questions="all", rounds=2)
+    reward = build_reward("caprl_qa", answerer=Scripted("reader", choose=read_choice), mode="exact", questions="all", rounds=2)
     summary = score_rows_file(reward, path, tmp_path / "out.jsonl", progress=False)
     out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [o["id"] for o in out] == ["d976b8c5-0", "d976b8c5-1"]
@@ -94,7 +82,7 @@ def test_training_data_reads_public_parquet(tmp_path):
     row = ds[0]
     assert row["prompt"] == [{"role": "user", "content": "Please describe this image in detail."}]
     assert row["questions"] == TRUTH and row["image"].size == (32, 32)
-    reward = build_reward("caprl_qa", answerer=Reader(), mode="exact", questions="all", rounds=1)
+    reward = build_reward("caprl_qa", answerer=Scripted("reader", choose=read_choice), mode="exact", questions="all", rounds=1)
     (s,) = reward.score(["惠州市, Red"], questions=[row["questions"]])
     assert s.value == 1.0
 
