@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.support.scripted import Scripted
 from vlrl.core.backends import Backend, ChatResult
 from vlrl.methods.caprl.prism import anls, evaluate_prism, parse_number, question_type, relaxed_accuracy, short_answer
 
@@ -138,23 +139,15 @@ def test_cli_with_tiny_models(tmp_path, tiny_vlm, tiny_lm):
     assert "overall" in r.stdout
 
 
-class DownReader(Backend):
-    kind = "down-reader"
-
-    def __init__(self):
-        super().__init__("down")
-
-    def _chat(self, requests):
-        return [ChatResult(error="connection refused") for _ in requests]
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
+def down_reader() -> Scripted:
+    """An answerer endpoint that is down: every request fails with a reason."""
+    return Scripted("down", lambda r: ChatResult(error="connection refused"))
 
 
 def test_every_failed_record_is_one_log_line_naming_it(tmp_path, caplog):
     bench = make_bench(tmp_path)
     with caplog.at_level("WARNING", logger="vlrl.methods.caprl.prism"):
-        res = evaluate_prism(Captioner(), DownReader(), bench, tmp_path / "out", progress=False)
+        res = evaluate_prism(Captioner(), down_reader(), bench, tmp_path / "out", progress=False)
     assert res["errors"] == 7 and res["overall"] == 0.0
     msgs = [r.getMessage() for r in caplog.records]
     assert sum(m.startswith("img/bad.png: image:") for m in msgs) == 1
@@ -185,25 +178,12 @@ def test_boxed_answers_are_checked_with_math_verify():
     assert verified(r"\frac{3}{4}", ["0.75"]) and not verified("0.7", ["0.75"])
 
 
-class SampledCaptioner(Backend):
+def sampled_caption(r) -> ChatResult:
     """n captions per image: the first names the colour, the others do not; all stop at the limit."""
-
-    kind = "scripted-sampler"
-
-    def __init__(self):
-        super().__init__("sampler")
-
-    def _chat(self, requests):
-        out = []
-        for r in requests:
-            img = next(p["image"] for p in r.messages[0]["content"] if p.get("type") == "image")
-            colour = "red" if img.getpixel((3, 3))[0] > img.getpixel((3, 3))[2] else "blue"
-            texts = [f"A {colour} square with a sign." if k == 0 else "A square with a sign." for k in range(r.sampling.n)]
-            out.append(ChatResult(texts=texts, finish_reasons=["length"] * r.sampling.n))
-        return out
-
-    def _score_choices(self, requests):
-        raise NotImplementedError
+    img = next(p["image"] for p in r.messages[0]["content"] if p.get("type") == "image")
+    colour = "red" if img.getpixel((3, 3))[0] > img.getpixel((3, 3))[2] else "blue"
+    texts = [f"A {colour} square with a sign." if k == 0 else "A square with a sign." for k in range(r.sampling.n)]
+    return ChatResult(texts=texts, finish_reasons=["length"] * r.sampling.n)
 
 
 class Reasoner(Backend):
@@ -233,7 +213,7 @@ class Reasoner(Backend):
 
 def test_several_captions_per_image_mean_and_best_of_n_with_truncation(tmp_path):
     bench = make_bench(tmp_path)
-    res = evaluate_prism(SampledCaptioner(), Reader(), bench, tmp_path / "out", progress=False, captions_per_image=3)
+    res = evaluate_prism(Scripted("sampler", sampled_caption), Reader(), bench, tmp_path / "out", progress=False, captions_per_image=3)
     assert res["captions_per_image"] == 3
     colors = res["benchmarks"]["colors"]
     # q1: only the first of 3 captions names the colour; q2's gold is the reader's fallback "A" (right
