@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.support.scripted import Scripted
-from vlrl.core.backends import Backend, ChatResult, ChoiceResult
+from vlrl.core.backends import ChatResult, ChoiceResult
 from vlrl.rewards import build_reward
 
 QUESTIONS = [
@@ -12,17 +12,9 @@ QUESTIONS = [
 ]
 
 
-class Uniform(Backend):
-    kind = "scripted"
-
-    def __init__(self):
-        super().__init__("uniform")
-
-    def _chat(self, requests):  # pragma: no cover - exact mode only
-        raise AssertionError
-
-    def _score_choices(self, requests):
-        return [ChoiceResult(probs={c: 1 / len(r.choices) for c in r.choices}, method="logits", mass=1.0) for r in requests]
+def uniform() -> Scripted:
+    """An answerer with no opinion: every option equally likely (exact mode only)."""
+    return Scripted("uniform", choose=lambda r: ChoiceResult(probs={c: 1 / len(r.choices) for c in r.choices}, method="logits", mass=1.0))
 
 
 def asked(asks):
@@ -34,7 +26,7 @@ def orders(asks):
 
 
 def test_every_curated_question_gets_asked_across_steps():
-    r = build_reward("caprl_qa", answerer=Uniform(), mode="exact", questions_per_caption=2, rounds=1)
+    r = build_reward("caprl_qa", answerer=uniform(), mode="exact", questions_per_caption=2, rounds=1)
     seen: set[str] = set()
     for step in range(40):
         seen |= asked(r._plan("cap", QUESTIONS, step)[0])
@@ -42,8 +34,8 @@ def test_every_curated_question_gets_asked_across_steps():
 
 
 def test_draws_are_a_function_of_seed_step_and_image():
-    r = build_reward("caprl_qa", answerer=Uniform(), mode="exact", questions_per_caption=4, rounds=2)
-    again = build_reward("caprl_qa", answerer=Uniform(), mode="exact", questions_per_caption=4, rounds=2)
+    r = build_reward("caprl_qa", answerer=uniform(), mode="exact", questions_per_caption=4, rounds=2)
+    again = build_reward("caprl_qa", answerer=uniform(), mode="exact", questions_per_caption=4, rounds=2)
     plan = r._plan("cap", QUESTIONS, 3, "img-1")[0]
     assert orders(plan) == orders(again._plan("another caption", QUESTIONS, 3, "img-1")[0])  # a group shares them
     assert [a.id for a in plan] == [a.id for a in again._plan("cap", QUESTIONS, 3, "img-1")[0]]  # a rerun too
@@ -59,7 +51,7 @@ def test_the_step_comes_from_the_trainer_state():
         def __init__(self, step):
             self.global_step = step
 
-    r = build_reward("caprl_qa", answerer=Uniform(), mode="exact", questions_per_caption=2, rounds=1)
+    r = build_reward("caprl_qa", answerer=uniform(), mode="exact", questions_per_caption=2, rounds=1)
     plans = []
     original = r._plan
 
@@ -74,7 +66,7 @@ def test_the_step_comes_from_the_trainer_state():
 
 
 def test_questions_all_asks_each_question_once_per_round():
-    r = build_reward("caprl_qa", answerer=Uniform(), mode="exact", questions="all", rounds=3)
+    r = build_reward("caprl_qa", answerer=uniform(), mode="exact", questions="all", rounds=3)
     plan = r._plan("cap", QUESTIONS, 0)[0]
     assert len(plan) == len(QUESTIONS) * 3
     assert asked(plan) == {f"q{i}" for i in range(len(QUESTIONS))}
@@ -83,11 +75,11 @@ def test_questions_all_asks_each_question_once_per_round():
 
 
 def test_fixed_draws_and_the_old_redraw_flag_still_work():
-    fixed = build_reward("caprl_qa", answerer=Uniform(), mode="exact", draws="fixed")
-    old = build_reward("caprl_qa", answerer=Uniform(), mode="exact", redraw=False)
+    fixed = build_reward("caprl_qa", answerer=uniform(), mode="exact", draws="fixed")
+    old = build_reward("caprl_qa", answerer=uniform(), mode="exact", redraw=False)
     for r in (fixed, old):
         assert orders(r._plan("cap", QUESTIONS, 0)[0]) == orders(r._plan("cap", QUESTIONS, 9)[0])
-    assert build_reward("caprl_qa", answerer=Uniform(), redraw=True).draws == "per_step"
+    assert build_reward("caprl_qa", answerer=uniform(), redraw=True).draws == "per_step"
 
 
 
