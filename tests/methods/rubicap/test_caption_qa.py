@@ -1,7 +1,8 @@
 """Caption-QA budgets: truncation, caprl_qa scoring per budget, table and plot, resume.
 
-The answerer is a scripted :class:`Backend`: it picks the option whose text appears in the
-description, else "cannot answer" — so a caption that puts the fact late loses it at small budgets.
+The answerer is the scripted backend of tests/support/scripted.py: it picks the option whose
+text appears in the description, else "cannot answer", so a caption that puts the fact late loses
+it at small budgets.
 """
 
 from __future__ import annotations
@@ -12,41 +13,29 @@ import re
 import pytest
 from PIL import Image
 
-from vlrl.core.backends import Backend, ChatResult
+from tests.support.scripted import Scripted
+from vlrl.core.backends import ChatResult, ChoiceResult
 from vlrl.methods.rubicap.caption_qa import parse_budgets, results_table, run_caption_qa, truncate_words
 
 COLOURS = ["red", "blue", "green"]
 
 
-class Answerer(Backend):
-    kind = "scripted"
+def _pick(text):
+    """The option whose text the description names, else "cannot answer"."""
+    desc = re.search(r"<description>\n(.*?)\n</description>", text, re.S).group(1)
+    opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
+    pick = next((letter for letter, o in opts if o in desc.split()), None)
+    return pick or next(letter for letter, o in opts if o.lower().startswith("cannot"))
 
-    def __init__(self) -> None:
-        super().__init__("answerer")
-        self.calls = 0
-        self.choice_requests = []
 
-    @staticmethod
-    def _pick(text):
-        desc = re.search(r"<description>\n(.*?)\n</description>", text, re.S).group(1)
-        opts = re.findall(r"^([A-Z])\. (.*)$", text, re.M)
-        pick = next((letter for letter, o in opts if o in desc.split()), None)
-        return pick or next(letter for letter, o in opts if o.lower().startswith("cannot"))
+def _choose(r) -> ChoiceResult:
+    pick = _pick(r.messages[0]["content"])
+    return ChoiceResult(probs={c: float(c.strip() == pick) for c in r.choices}, method="logprobs", mass=1.0)
 
-    def _chat(self, requests):
-        self.calls += 1
-        return [ChatResult(texts=[f" {self._pick(r.messages[0]['content'])}."]) for r in requests]
 
-    def _score_choices(self, requests):
-        from vlrl.core.backends import ChoiceResult
-
-        self.calls += 1
-        self.choice_requests.extend(requests)
-        out = []
-        for r in requests:
-            pick = self._pick(r.messages[0]["content"])
-            out.append(ChoiceResult(probs={c: float(c.strip() == pick) for c in r.choices}, method="logprobs", mass=1.0))
-        return out
+def Answerer() -> Scripted:
+    """The answerer in both modes: the picked letter as text, or all probability on it."""
+    return Scripted("answerer", lambda r: ChatResult(texts=[f" {_pick(r.messages[0]['content'])}."]), choose=_choose)
 
 
 def _qa_dataset(tmp_path):
@@ -87,13 +76,13 @@ def test_budgets_curve_table_plot_and_resume(tmp_path):
     png = tmp_path / "out" / "accuracy_vs_budget.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert results_table(res).row_count == 2
-    calls = answerer.calls
+    sent = len(answerer.requests)
 
     # rerun: every (captioner, budget, image) is already scored
     again = run_caption_qa(
         qa, answerer, tmp_path / "out", captions=[early, late], budgets=[50, 100], reward_settings=settings
     )
-    assert answerer.calls == calls and again == res
+    assert len(answerer.requests) == sent and again == res
     lines = (tmp_path / "out" / "scores.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 3 * 3
 
@@ -164,9 +153,9 @@ def test_bad_budgets_name_the_flag(bad):
         parse_budgets(bad)
 
 
-class DownAnswerer(Answerer):
-    def _chat(self, requests):
-        return [ChatResult(error="connection refused") for _ in requests]
+def DownAnswerer() -> Scripted:
+    """The same answerer (same identity) whose chat endpoint is down."""
+    return Scripted("answerer", lambda r: ChatResult(error="connection refused"), choose=_choose)
 
 
 def test_answerer_outage_is_retried_on_rerun_not_stored_as_unscored(tmp_path):
@@ -194,7 +183,7 @@ def test_evaluation_asks_every_question_once_exactly_with_intervals(tmp_path):
     answerer = Answerer()
     res = run_caption_qa(qa, answerer, tmp_path / "out", captions=[_captions(tmp_path, "early", True)], budgets=[50])
     assert res["settings"]["mode"] == "exact" and res["settings"]["every_question"] is True
-    asked = [re.search(r"Q(\d):", r.messages[0]["content"]).group(1) for r in answerer.choice_requests]
+    asked = [re.search(r"Q(\d):", r.messages[0]["content"]).group(1) for r in answerer.requests]
     assert sorted(asked) == sorted([str(k) for k in range(5)] * 3 * 2)  # 5 questions x 3 images x 2 levels, once each
     cell = res["captioners"]["early"]["50"]
     assert cell["questions_asked"] == 15 and cell["parse_failure_rate"] == 0.0
