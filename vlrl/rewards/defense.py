@@ -1,7 +1,7 @@
 """An LLM-judged defense rubric: the optional, slower layer behind the pattern guards.
 
 Patterns generalise only as far as their vocabularies (the pattern layer's recall on phrasings it was
-not written against is measured in ``tests/test_guard_corpus.py``). Rubicon's answer is a
+not written against is measured in ``tests/rewards/test_guard_corpus.py``). Rubicon's answer is a
 *defense rubric*: a judge reads the caption and says whether it tries to game the grader. It runs
 through the judge seam (:func:`vlrl.judge.structured.chat_structured`: batched, retried with the
 error quoted, the *final* JSON object read) with its prompt as data (``defense_rubric.jinja``), and

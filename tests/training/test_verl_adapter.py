@@ -1,0 +1,98 @@
+"""vlrl rewards through verl's compute_score contract (verl itself is not installed)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+
+import pytest
+
+from vlrl.training import verl as va
+
+
+def test_signature_matches_verl_custom_reward_function():
+    for fn in (va.compute_score, va.compute_score_async, va.hfrrf, va.caprl_qa, va.rubicap_rubric):
+        params = list(inspect.signature(fn).parameters.values())
+        assert [p.name for p in params[:4]] == ["data_source", "solution_str", "ground_truth", "extra_info"]
+        assert params[3].default is None and params[-1].kind is inspect.Parameter.VAR_KEYWORD
+    assert inspect.iscoroutinefunction(va.compute_score_async)
+    assert not hasattr(va, "compute_score_batch")  # verl 0.9 has no list-calling reward manager
+
+
+def test_hfrrf_by_default_returns_score_and_details():
+    good = va.compute_score("mathvista", "<think>6*7</think><answer>42</answer>", "42", {})
+    assert good["score"] == 1.0 and good["applicable"] == 1.0 and good["format_ok"] == 1.0 and good["answer_ok"] == 1.0
+    assert all(isinstance(v, float) for v in good.values())  # verl stacks these into tensors
+    bad = va.compute_score("mathvista", "42", "42", None)
+    assert bad["score"] == 0.0 and bad["format_ok"] == 0.0
+    # extra_info columns reach the reward as TRL dataset columns would (choices here)
+    mc = va.compute_score("mc", "<think>x</think><answer>Jupiter</answer>", "B", {"choices": ["Mars", "Jupiter"]})
+    assert mc["score"] == 1.0
+    # not applicable (no gold) is 0.0 for verl, flagged as such
+    na = va.compute_score("mathvista", "<think>x</think><answer>1</answer>", "", {})
+    assert na["score"] == 0.0 and na["applicable"] == 0.0 and math.isnan(na["format_ok"])
+    assert set(na) == set(good)  # one key set per reward: verl stacks the dicts per key
+
+
+def test_reward_and_settings_from_reward_kwargs_extra_info_or_env(monkeypatch):
+    soft = va.compute_score("m", "<think>x</think><answer>41</answer>", "42", None, reward="hfrrf", settings={"soft": True})
+    assert soft["score"] == pytest.approx(0.2)
+    hard = va.hfrrf("m", "<think>x</think><answer>41</answer>", "42", None)
+    assert hard["score"] == 0.0
+    monkeypatch.setenv("VLRL_VERL_REWARD", "hfrrf")
+    monkeypatch.setenv("VLRL_VERL_REWARD_SETTINGS", '{"soft": true}')
+    assert va.compute_score("m", "<think>x</think><answer>41</answer>", "42")["score"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="unknown reward"):
+        va.compute_score("m", "x", "1", {"vlrl_reward": "nope"})
+
+
+def test_async_form_agrees_and_keys_are_fixed_per_reward():
+    sols = ["<think>a</think><answer>4</answer>", "<think>a</think><answer>5</answer>", "4", "<think>a</think><answer>4"]
+    one = [va.compute_score("d", s, "4", {}) for s in sols] + [va.compute_score("d", sols[0], "", {})]
+    assert [m["score"] for m in one] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert {tuple(m) for m in one} == {va.detail_keys(va._reward("hfrrf", {}))}  # same keys, same order
+    out = asyncio.run(va.compute_score_async("d", sols[0], "4", {}))
+    assert out == one[0]
+
+
+def test_omegaconf_settings_take_effect():
+    omegaconf = pytest.importorskip("omegaconf")
+    text = "<think>x</think><answer>41</answer>"
+    soft = omegaconf.OmegaConf.create({"reward": "hfrrf", "settings": {"soft": True}})
+    assert va.compute_score("m", text, "42", None, **soft)["score"] == pytest.approx(0.2)  # soft took effect
+    veto = omegaconf.OmegaConf.create({"reward": "hfrrf", "settings": {"soft": True, "guards": {"policy": "veto"}}})
+    out = va.compute_score("m", text, "42", None, **veto)
+    assert out["guard/any"] == 1.0 and out["score"] == 0.0  # the nested guards block was applied: vetoed
+
+
+def test_caption_reward_reads_questions_from_extra_info():
+    """caprl_qa through verl: MCQs arrive in extra_info; the answerer is a scripted backend."""
+    from tests.support.scripted import Scripted
+    from vlrl.core.backends.base import ChatResult
+
+    def always_a(name):
+        return Scripted(name, lambda r: ChatResult(texts=["A"] * r.sampling.n, finish_reasons=["stop"] * r.sampling.n))
+
+    questions = [{"question": "What color?", "options": ["red", "blue"], "answer": "A"}]
+    res = va.compute_score("caps", "A red ball on grass.", None, {"questions": questions}, reward="caprl_qa",
+                           settings={"answerer": always_a("a"), "questions_per_caption": 2, "rounds": 1, "shuffle": False})
+    assert res["applicable"] == 1.0 and 0.0 <= res["score"] <= 1.0
+    assert "qa_acc" in res and not math.isnan(res["qa_acc"])
+    missing = va.compute_score("caps", "A red ball.", None, {}, reward="caprl_qa", settings={"answerer": always_a("a")})
+    assert missing["applicable"] == 0.0 and missing["score"] == 0.0
+
+
+def test_per_sample_dicts_share_one_key_set_like_verl_needs():
+    # Regression: a not-applicable or failed sample returned fewer keys than a scored one, so verl's
+    # `reward_extra_info[key].append(value)` built ragged columns and the step failed.
+    from collections import defaultdict
+
+    rows = [("<think>a</think><answer>4</answer>", "4"), ("<think>a</think><answer>4</answer>", None),
+            ("no format", "4"), ("<think>a</think><answer>5</answer>", "")]
+    extra = defaultdict(list)
+    for sol, gold in rows * 2:
+        for k, v in va.compute_score("d", sol, gold, {}, reward="hfrrf", settings={"soft": True}).items():
+            extra[k].append(v)
+    assert {len(v) for v in extra.values()} == {len(rows) * 2}
+    assert extra["applicable"][-4:] == [1.0, 0.0, 1.0, 0.0]
