@@ -36,7 +36,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check vlrl tests train
+	$(BIN)/ruff check vlrl tests train dev
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -337,13 +337,14 @@ def test_sft_adapter_resolves_relative_images_like_grpo_and_skips_bad_ones(tmp_p
 
 def test_prompt_names_a_template(no_models, tmp_path):
     """A recipe names CapRL's prompt template instead of copying its text; a wrong name fails validation."""
+    from vlrl.core.sources.rows import read_row
     from vlrl.training.data import user_text
 
     r = load_recipe(doc=_doc(data={"source": "builtin:tiny_captions:2"}))
-    assert r.data.prompt == "caption_default.jinja" and user_text({}, r.data.prompt) == render("caption_default")
+    assert r.data.prompt == "caption_default.jinja" and user_text(read_row({}, 0), r.data.prompt) == render("caption_default")
     own = tmp_path / "mine.jinja"
     own.write_text("Caption {{ id }} in one line.\n")
-    assert user_text({"id": "x7"}, str(own)) == "Caption x7 in one line."
+    assert user_text(read_row({"id": "x7"}, 0), str(own)) == "Caption x7 in one line."
     with pytest.raises(RecipeError, match="data.prompt.*no_such_prompt.jinja"):
         validate(load_recipe(doc=_doc(data={"source": "builtin:tiny_math:4", "prompt": "no_such_prompt.jinja"})))
 

@@ -1,4 +1,4 @@
-"""Typed records for what vlrl stores: pure types that validate themselves, with no file IO.
+"""Typed records for what vlrl stores: types that validate themselves; only ``ImageRef.load`` reads a file.
 
 Every dataset vlrl builds is a list of a few kinds of record: an image reference, a
 multiple-choice question (CapRL's QA pairs), a rubric item (RubiCap's criteria) and a caption.

@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.sources.rows import IMAGE_KEYS, iter_rows, record_prompt, source_columns
+from vlrl.core.sources.rows import IMAGE_KEYS, Row, iter_rows, source_columns
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +65,15 @@ def load_processor(path: str, data=None):
     return AutoProcessor.from_pretrained(path, **kwargs)
 
 
-def user_text(rec: dict[str, Any], default_prompt: str) -> str:
+def user_text(row: Row, default_prompt: str) -> str:
     """The user turn: the record's own prompt, else the recipe prompt rendered with the record's fields.
 
     The recipe prompt is a jinja template, so a reasoning recipe can say
     ``"{{ question }}\\nThink inside <think></think>, answer inside <answer></answer>."``.
     """
-    own = record_prompt(rec)
-    if own is not None:
-        return own
+    if row.prompt is not None:
+        return row.prompt
+    rec = row.record
     if default_prompt.endswith(".jinja"):  # a template by name (bundled) or path
         from vlrl.core.prompts import render
 
@@ -179,7 +179,7 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
             logger.warning("record %s: no image (expected one of %s); skipped", row.id, IMAGE_KEYS)
             continue
         try:
-            text = user_text(rec, data.prompt)
+            text = user_text(row, data.prompt)
             # found now, not as a crash in the trainer's data loader
             img = resolve_images(row.images, cache / "dataset_images", row.id, root)
         except Exception as e:  # noqa: BLE001 - one bad record is skipped, never fatal

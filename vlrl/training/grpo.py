@@ -166,7 +166,7 @@ def _trainer_class():
 def build_config(recipe: Recipe, output_dir: str | None = None, **stage_overrides: Any):
     from trl import GRPOConfig
 
-    from vlrl.training.runstate import device_defaults
+    from vlrl.training.policy import device_defaults
 
     kwargs = dict(recipe.trainer)
     kwargs.update(stage_overrides)
@@ -200,16 +200,17 @@ def build_trainer(
         from vlrl.training.data import to_trl_dataset
 
         train_dataset = to_trl_dataset(recipe.data, cache_dir=Path(cfg.output_dir) / "_data")
-    funcs, weights = build_rewards(recipe)
+    processor = load_processor(start, recipe.data)
+    funcs, weights = build_rewards(recipe)  # before the policy: a bad reward fails before a long load
     cfg.reward_weights = weights
+    ckpt = str(resume) if resume else None
+    policy, peft_config = load_start_policy(recipe, start, ckpt)
     eos = eos_ids(start)
     for f in funcs:  # hfrrf: a completion that hits the cap without EOS is truncated
         if hasattr(f, "max_completion_length") and f.max_completion_length is None:
             f.max_completion_length = cfg.max_completion_length
         if hasattr(f, "eos_token_ids") and not f.eos_token_ids:
             f.eos_token_ids = eos
-    ckpt = str(resume) if resume else None
-    policy, peft_config = load_start_policy(recipe, start, ckpt)
     # The KL reference (beta > 0) is rebuilt by TRL from config._name_or_path: keep it the start model.
     base_cfg = policy.get_base_model().config if hasattr(policy, "get_base_model") else policy.config
     base_cfg._name_or_path = start
@@ -218,7 +219,7 @@ def build_trainer(
         reward_funcs=funcs,
         args=cfg,
         train_dataset=train_dataset,
-        processing_class=load_processor(start, recipe.data),
+        processing_class=processor,
         peft_config=peft_config,
         callbacks=trainer_callbacks(recipe),
     )

@@ -8,7 +8,8 @@ vision tower as the recipe's ``model`` block asks.
   model with; a LoRA checkpoint is loaded back as a trainable adapter on top of the base.
 * **A frozen vision tower.** ``model.freeze_vision_tower`` freezes the ViT by module name
   (:data:`VISION_MODULE_NAMES`); the merger/projector stays trainable unless ``freeze_projector``.
-* **dtype.** ``auto`` means bfloat16 on a GPU and float32 on the CPU.
+* **dtype and device.** ``auto`` means bfloat16 on a GPU and float32 on the CPU; on the CPU the
+  trainer arguments get ``use_cpu=True, bf16=False`` (:func:`device_defaults`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def device_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """CPU runs need ``use_cpu=True, bf16=False``; GPU runs default to bf16. Explicit values win."""
+    out = dict(kwargs)
+    if not cuda_available():
+        out["use_cpu"] = True
+        out["bf16"] = False
+        out["fp16"] = False
+    else:
+        out.setdefault("bf16", True)
+    out.setdefault("report_to", "none")
+    return out
 
 
 def torch_dtype(name: str):

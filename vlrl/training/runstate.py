@@ -18,8 +18,7 @@ Three questions are answered before any model loads, each with a one-line messag
 
 It also holds what the trainers share, so GRPO, PTST stages and SFT prepare and resume the same
 way: :func:`prepare` and :func:`open_run` (everything before the policy loads; PTST's
-``open_ptst`` builds on :func:`prepare`), :func:`latest_checkpoint`, :func:`train_or_finish`, the
-trainer defaults for the device (:func:`device_defaults`), the callbacks every trainer gets
+``open_ptst`` builds on :func:`prepare`), :func:`latest_checkpoint`, :func:`train_or_finish`, the callbacks every trainer gets
 (:func:`trainer_callbacks`) and :func:`is_main_process` (only rank 0 writes run-level files).
 """
 
@@ -215,21 +214,6 @@ def reward_share(history: list[dict[str, Any]]) -> float | None:
 
 
 # -- what every trainer of a run shares -------------------------------------------------------------
-
-
-def device_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """CPU runs need ``use_cpu=True, bf16=False``; GPU runs default to bf16. Explicit values win."""
-    from vlrl.training.policy import cuda_available
-
-    out = dict(kwargs)
-    if not cuda_available():
-        out["use_cpu"] = True
-        out["bf16"] = False
-        out["fp16"] = False
-    else:
-        out.setdefault("bf16", True)
-    out.setdefault("report_to", "none")
-    return out
 
 
 def is_main_process() -> bool:

@@ -44,7 +44,7 @@ def to_sft_dataset(data, cache_dir: str | Path | None = None):
         except Exception as e:  # noqa: BLE001 - one bad record is skipped
             logger.warning("record %s: %s; skipped", row.id, e)
             continue
-        rows["prompt"].append(chat_prompt(data, user_text(row.record, data.prompt)))
+        rows["prompt"].append(chat_prompt(data, user_text(row, data.prompt)))
         rows["completion"].append([{"role": "assistant", "content": target}])
         rows["image"].append(img)
     if not rows["prompt"]:
@@ -103,7 +103,7 @@ def run_sft(recipe: Recipe, force: bool = False) -> dict[str, Any]:
 
 
 def sft_kwargs(recipe: Recipe) -> dict[str, Any]:
-    from vlrl.training.runstate import device_defaults
+    from vlrl.training.policy import device_defaults
 
     kwargs = device_defaults({"output_dir": recipe.output_dir, **recipe.trainer})
     kwargs.setdefault("max_length", None)  # truncating image tokens breaks VLM inputs

@@ -255,6 +255,8 @@ class Row:
     """Every image, as stored (paths, bytes, HF image features or PIL images); empty when it has none."""
     columns: dict[str, Any]
     """Every column but the images and the prompt, ``id`` included: what rewards read."""
+    prompt: str | None = None
+    """The record's own user text (:func:`record_prompt`); ``None`` when it brings none."""
 
 
 def read_row(rec: dict[str, Any], index: int) -> Row:
@@ -262,7 +264,7 @@ def read_row(rec: dict[str, Any], index: int) -> Row:
     rid = str(rec.get("id", index))
     columns = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k != "prompt"}
     columns.setdefault("id", rid)
-    return Row(id=rid, record=rec, images=record_images(rec), columns=columns)
+    return Row(id=rid, record=rec, images=record_images(rec), columns=columns, prompt=record_prompt(rec))
 
 
 def iter_rows(source: str, cache_dir: str | Path | None = None) -> Iterator[Row]:
