@@ -46,7 +46,8 @@ def result_kind(results: dict[str, Any]) -> str:
 def load_results(paths: str | Path | Iterable[str | Path]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """Read results JSON files (a file, a folder searched recursively, or a list) grouped by kind.
 
-    Returns ``{kind: [(label, results), ...]}``; the label is the file's folder name (or stem).
+    Returns ``{kind: [(label, results), ...]}``; the label is the file's folder name (or stem), made
+    unique with more of its path where two would clash (:func:`unique_labels`).
     A searched folder may be a command's whole ``--out`` folder: the other JSON files there (job
     identity, stats) are of no results kind and are left out; files named explicitly are all kept.
     """
@@ -57,7 +58,7 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> dict[str, list[tup
         searched = p.is_dir()
     else:
         files = [Path(x) for x in paths]
-    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    found: list[tuple[Path, str, dict[str, Any]]] = []
     for f in files:
         try:
             data = json.loads(f.read_text(encoding="utf-8"))
@@ -65,12 +66,35 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> dict[str, list[tup
             raise ValueError(f"{f}: not a readable JSON results file ({e})") from None
         if not isinstance(data, dict):
             continue
-        label = f.parent.name if f.stem == "results" else f.stem
         kind = result_kind(data)
         if searched and kind == "other":
             continue
+        found.append((f, kind, data))
+    labels = unique_labels([f for f, _, _ in found])
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for (_, kind, data), label in zip(found, labels, strict=True):
         out.setdefault(kind, []).append((label, data))
     return out
+
+
+def unique_labels(files: list[Path]) -> list[str]:
+    """A label per results file: its folder's name (its stem when not named ``results.json``), with
+    more of the path in front wherever two files would share one (``run-a/checkpoint-100`` and
+    ``run-b/checkpoint-100``), so two runs never merge into one row."""
+    def parts(f: Path) -> list[str]:
+        own = f.parent.parts if f.stem == "results" else (*f.parent.parts, f.stem)
+        return [x for x in own if x not in ("/", "")] or [f.stem]
+
+    chains = [parts(f) for f in files]
+    depth = [1] * len(files)
+    while True:
+        labels = ["/".join(c[-d:]) for c, d in zip(chains, depth, strict=True)]
+        clash = {x for x in labels if labels.count(x) > 1}
+        grow = [i for i, x in enumerate(labels) if x in clash and depth[i] < len(chains[i])]
+        if not grow:
+            return labels
+        for i in grow:
+            depth[i] += 1
 
 
 def _score_of(v: Any) -> float | None:
@@ -96,19 +120,25 @@ def prism_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
 
     ``vlrl eval prism`` writes one ``results.json`` per captioner (``captioner`` spec, and
     ``benchmarks: {name: {"accuracy", "n", ...}}``); files holding several ``captioners`` work too.
+    A row is named by its captioner; where several runs share a captioner name, each row is
+    ``name (run label)``.
     """
-    rows: dict[str, dict[str, float]] = {}
+    named: list[tuple[str, str, dict[str, Any]]] = []  # (captioner, run label, benchmarks)
     for label, r in runs:
         if "captioners" in r:
-            per = {name: v.get("benchmarks", v) for name, v in r["captioners"].items()}
+            named += [(name, label, v.get("benchmarks", v)) for name, v in r["captioners"].items()]
         else:
             spec = r.get("captioner") or r.get("model")
-            per = {captioner_name(str(spec)) if spec else label: r["benchmarks"]}
-        for name, benches in per.items():
-            for bench, v in benches.items():
-                s = _score_of(v)
-                if s is not None:
-                    rows.setdefault(name, {})[bench] = s
+            named.append((captioner_name(str(spec)) if spec else label, label, r["benchmarks"]))
+    # Two runs of one captioner (other options, other checkpoints) are two rows, never one.
+    shared = {name for name, _, _ in named if sum(n == name for n, _, _ in named) > 1}
+    rows: dict[str, dict[str, float]] = {}
+    for name, label, benches in named:
+        row = f"{name} ({label})" if name in shared else name
+        for bench, v in benches.items():
+            s = _score_of(v)
+            if s is not None:
+                rows.setdefault(row, {})[bench] = s
     df = pd.DataFrame.from_dict(rows, orient="index").sort_index(axis=1)
     if not df.empty:
         df["average"] = df.mean(axis=1)
@@ -216,16 +246,32 @@ def reward_by_length(df: pd.DataFrame, bins: int = 5) -> pd.DataFrame:
 
 def guard_rates(df: pd.DataFrame) -> pd.Series:
     """Share of captions on which each guard fired (``guard/<name>`` detail columns)."""
-    cols = [c for c in df.columns if isinstance(c, str) and c.startswith("guard/")]
+    cols = [c for c in df.columns if isinstance(c, str) and c.startswith("guard/") and c not in GUARD_SUMMARIES]
     rates = {c.split("/", 1)[1]: float(df[c].fillna(0).astype(float).mean()) for c in cols}
     return pd.Series(rates, name="firing_rate", dtype=float).sort_values(ascending=False)
+
+
+GUARD_SUMMARIES = ("guard/any", "guard/penalty")
+"""Guard details that are no guard: ``any`` is their union (see :func:`any_guard_rate`) and
+``penalty`` the points taken off, not a 0/1 flag."""
+
+
+def any_guard_rate(df: pd.DataFrame) -> float | None:
+    """Share of captions on which at least one guard fired; ``None`` without guard details."""
+    return float(df["guard/any"].fillna(0).astype(float).mean()) if "guard/any" in df.columns else None
+
+
+ACCURACY_DETAILS = ("qa_acc", "accuracy")
+"""Per-caption detail columns that are an accuracy in [0, 1], in order of preference."""
 
 
 def question_difficulty(df: pd.DataFrame) -> pd.DataFrame:
     """Per-question accuracy across captions (``details.per_question``: ``{question: 0..1}``).
 
-    Rewards that do not report per-question results fall back to per-image mean reward, where
-    ``difficulty = 1 - mean reward``. Sorted hardest first.
+    Rewards that do not report per-question results fall back to a per-image accuracy detail
+    (:data:`ACCURACY_DETAILS`, e.g. CapRL's ``qa_acc``), never to the reward itself: a reward holds
+    guard penalties and other scales, and ``1 - reward`` is no difficulty. With neither, the frame is
+    empty and ``.attrs["note"]`` says why. Sorted hardest first.
     """
     if "per_question" in df.columns and df["per_question"].notna().any():
         recs = [
@@ -237,7 +283,13 @@ def question_difficulty(df: pd.DataFrame) -> pd.DataFrame:
         g = pd.DataFrame(recs).groupby(["image_id", "question"])["correct"]
         out = pd.DataFrame({"accuracy": g.mean(), "captions": g.size()}).reset_index()
     else:
-        g = df.dropna(subset=["reward"]).groupby("image_id")["reward"]
+        col = next((c for c in ACCURACY_DETAILS if c in df.columns and df[c].notna().any()), None)
+        if col is None:
+            out = pd.DataFrame(columns=["image_id", "accuracy", "captions", "difficulty"])
+            out.attrs["note"] = ("no difficulty: the rows carry neither details.per_question nor an accuracy "
+                                 f"detail ({', '.join(ACCURACY_DETAILS)})")
+            return out
+        g = df.dropna(subset=[col]).groupby("image_id")[col]
         out = pd.DataFrame({"accuracy": g.mean(), "captions": g.size()}).reset_index()
     out["difficulty"] = 1 - out["accuracy"]
     return out.sort_values("difficulty", ascending=False, kind="stable").reset_index(drop=True)
@@ -344,13 +396,24 @@ def training_curves(history: pd.DataFrame) -> pd.DataFrame:
     return out.dropna(subset=["reward", "length", "truncation", "kl"], how="all").reset_index(drop=True)
 
 
+EMPTY_PANEL = {
+    "kl": "no KL logged: with beta = 0 (TRL's default)\nTRL builds no reference model and computes no KL",
+    "truncation": "no truncation rate logged",
+}
+
+
 def plot_training_curves(curves: pd.DataFrame):
     """Four panels: reward (and each reward's mean), completion length, truncation rate, KL."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
     panels = [("reward", "reward"), ("length", "mean completion length (tokens)"), ("truncation", "truncated share"), ("kl", "KL to reference")]
     for ax, (col, label) in zip(axes.flat, panels, strict=False):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        if curves[col].isna().all():  # say why a panel is empty instead of drawing nothing
+            ax.text(0.5, 0.5, EMPTY_PANEL.get(col, f"no {col} logged"), ha="center", va="center",
+                    transform=ax.transAxes, fontsize=8, wrap=True)
         ax.plot(curves["global_step"], curves[col], marker=".", label=col)
         if col == "reward":
             for c in curves.columns:
