@@ -314,14 +314,42 @@ def test_filter_vlm_answers_with_the_image_and_settings_are_recorded(tmp_path):
     assert {"rounds", "visual_min", "text_max", "max_attempts", "per_image", "temperature", "seed"} <= set(s)
 
 
-def test_balanced_rotations_stop_an_always_a_answerer():
+def test_balanced_rotations_give_an_always_a_answerer_chance_and_chance_passes():
     """Each option visits each position across the rounds, so answering "A" every time scores
-    exactly 1/k and never passes the text-only half (it passed ~32% with independent shuffles)."""
+    exactly 1/k (k | R): chance. It keeps every question under the chance floor, and none under the
+    paper's strict rule (where it passed ~32% by luck with independent shuffles)."""
     qs = [{"question": f"Question {i}?", "options": ["w", "x", "y", "z"], "answer": "ABCD"[i % 4]} for i in range(40)]
     v = text_only_filter(qs, always_a(), rounds=4, text_max=0.25)
-    assert all(x.accuracy == 0.25 for x in v) and not any(x.keep for x in v)
-    v8 = text_only_filter(qs, always_a(), rounds=8, text_max=0.25)
-    assert sum(x.keep for x in v8) == 0
+    assert all(x.accuracy == 0.25 for x in v) and all(x.keep for x in v)
+    strict = text_only_filter(qs, always_a(), rounds=4, text_max=0.25, chance_floor=False)
+    assert not any(x.keep for x in strict)
+    assert sum(x.keep for x in text_only_filter(qs, always_a(), rounds=8, text_max=0.25, chance_floor=False)) == 0
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 6])
+def test_a_constant_answerer_passes_for_any_option_and_round_count(k):
+    """The boundary is tight: the most a constant answerer scores is exactly the ceiling, and the
+    ceiling passes; one more right round than that is above chance and (at or above text_max) fails."""
+    from vlrl.methods.caprl.filtering import chance_ceiling, text_keep
+
+    qs = [{"question": f"Q{i}?", "options": [f"o{j}" for j in range(k)], "answer": "ABCDEF"[i % k]} for i in range(3 * k)]
+    for rounds in range(1, 9):
+        v = text_only_filter(qs, always_a(), rounds=rounds, text_max=0.25)
+        ceiling = chance_ceiling(k, rounds)
+        assert max(x.accuracy for x in v) == pytest.approx(ceiling), (k, rounds)
+        assert all(x.keep for x in v), (k, rounds)
+        above = ceiling + 1 / rounds  # one right round more than chance
+        assert text_keep(above, k, rounds, text_max=0.25) == (above < 0.25), (k, rounds)
+
+
+def test_qa_curate_keeps_questions_for_a_blind_text_answerer(tmp_path):
+    images = make_images(tmp_path / "imgs")
+    blind = curate(images, ScriptedVLM(), always_a(), tmp_path / "floor", CurateConfig(per_image=5, rounds=4, batch_size=2),
+                   progress=False)
+    assert blind["kept"] > 0 and "text_acc_too_high" not in blind["drop_reasons"]
+    strict = curate(images, ScriptedVLM(), always_a(), tmp_path / "strict",
+                    CurateConfig(per_image=5, rounds=4, batch_size=2, chance_floor=False), progress=False)
+    assert strict["kept"] == 0 and strict["drop_reasons"]["text_acc_too_high"] == blind["kept"]
 
 
 def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):

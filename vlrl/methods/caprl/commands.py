@@ -32,6 +32,9 @@ def qa_curate_cmd(
     rounds: int = typer.Option(4, "--rounds", help="Shuffled answering rounds per question and filter half."),
     visual_min: float = typer.Option(0.75, "--visual-min", help="Keep if accuracy with the image is above this."),
     text_max: float = typer.Option(0.25, "--text-max", help="Keep if text-only accuracy is below this."),
+    chance_floor: bool = typer.Option(True, "--chance-floor/--no-chance-floor",
+                                      help="Also keep a question whose text-only accuracy is at most chance, ceil(R/k)/R "
+                                           "(a blind answerer then keeps questions); --no-chance-floor is the paper's rule."),
     batch_size: int = typer.Option(8, "--batch-size", help="Images per backend call."),
     temperature: float = typer.Option(0.1, "--temperature", help="VLM sampling temperature for question writing."),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="Token limit of the question-writing answer."),
@@ -49,7 +52,7 @@ def qa_curate_cmd(
     from vlrl.core.pipeline import parse_shard
     from vlrl.methods.caprl.curate import CurateConfig, curate
 
-    cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max,
+    cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max, chance_floor=chance_floor,
                        batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
                        max_attempts=max_attempts,
                        **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))

@@ -10,7 +10,7 @@ Stages per image (the unit of work, keyed by the image id):
 4. **Filter** (:mod:`vlrl.methods.caprl.filtering`): R balanced rounds with the image by the filter
    VLM (``filter_vlm``: a small VLM, as in the paper; the question-writing VLM when not given), R
    rounds without it by the text answerer; keep when visual acc > ``visual_min`` and text acc <
-   ``text_max``.
+   ``text_max`` (or at most chance, with ``chance_floor``).
 
 Failures never block the dataset for good. An image whose model call failed, or whose VLM reply
 held no question at all, is not written and is tried again by the next run (a reply without a
@@ -64,6 +64,9 @@ class CurateConfig:
     """Shuffled answering rounds per question, for each half of the filter."""
     visual_min: float = 0.75
     text_max: float = 0.25
+    chance_floor: bool = True
+    """Also keep a question the text-only answerer gets right no more often than chance
+    (:func:`vlrl.methods.caprl.filtering.text_keep`); ``False`` is the paper's strict rule."""
     temperature: float = 0.1
     max_tokens: int = 1024
     batch_size: int = 8
@@ -280,7 +283,8 @@ def _process_batch(
             keys.append(f"{image_id}#{qi}")
             owners.append(image_id)
     vis = visual_filter(items, filter_vlm, cfg.rounds, cfg.visual_min, keys=keys, seed=cfg.seed) if items else []
-    txt = text_only_filter([m for m, _ in items], text_backend, cfg.rounds, cfg.text_max, keys=keys, seed=cfg.seed) if items else []
+    txt = text_only_filter([m for m, _ in items], text_backend, cfg.rounds, cfg.text_max, keys=keys, seed=cfg.seed,
+                           chance_floor=cfg.chance_floor) if items else []
     verdicts: dict[str, list] = {i: [] for i in parsed}
     for owner, (mcq, _), v, t in zip(owners, items, vis, txt, strict=False):
         verdicts[owner].append((mcq, v, t))

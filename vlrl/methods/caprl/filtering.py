@@ -6,9 +6,16 @@ accuracy < ``text_max``).
 
 Rounds are *balanced rotations*, not independent shuffles: one seeded shuffle per question, then
 round r rotates it by ``floor(r * k / R)`` positions (k options, R rounds), so across R >= k rounds
-each option sits in each position equally often. An answerer that always says "A" then scores
-exactly 1/k on every question and never slips under ``text_max`` by luck (with independent shuffles
-it passed the text-only half about a third of the time at R=4).
+each option sits in each position equally often. An answerer that always says "A" then scores the
+same on every question (exactly 1/k when k divides R), instead of passing or failing by luck as
+with independent shuffles.
+
+**A text-only answerer at chance passes** (``chance_floor``, on by default). Chance is what a
+constant answerer scores at most under these rotations, :func:`chance_ceiling` = ``ceil(R/k)/R``:
+1/4 at R = k = 4. The paper's rule, text-only accuracy ``< text_max`` alone (0 of 4 at 0.25),
+drops every question for such an answerer although none of them can be answered without the image;
+with the floor a question is kept when text-only accuracy ``< text_max`` *or* ``<= chance_ceiling``.
+``chance_floor=False`` is the paper's rule.
 
 * The visual half adds a "None of the above" option (the paper's design): a VLM that cannot find
   the answer in the image has an honest way out instead of a lucky guess.
@@ -22,6 +29,7 @@ Both answer greedily after the pre-fill "The answer is" and read the first optio
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +86,19 @@ def answer_accuracy(
     return out
 
 
+def chance_ceiling(options: int, rounds: int) -> float:
+    """The most a constant answerer can score on a ``options``-option question over ``rounds``
+    balanced rotations: the rounds that put the right option at one position, ``ceil(R/k)``, over R."""
+    return math.ceil(rounds / options) / rounds
+
+
+def text_keep(accuracy: float, options: int, rounds: int, text_max: float, chance_floor: bool = True) -> bool:
+    """The text-only half's rule: below ``text_max``, or at most chance when ``chance_floor``."""
+    if accuracy < text_max:
+        return True
+    return chance_floor and accuracy <= chance_ceiling(options, rounds) + 1e-9
+
+
 def text_only_filter(
     questions: list[Any],
     answerer: Backend | str,
@@ -88,8 +109,9 @@ def text_only_filter(
     seed: int = 0,
     cache: str | None = None,
     prompt: str = FILTER_PROMPT,
+    chance_floor: bool = True,
 ) -> list[Verdict]:
-    """Keep the questions a text-only ``answerer`` cannot answer without the image.
+    """Keep the questions a text-only ``answerer`` cannot answer without the image (:func:`text_keep`).
 
     ``prompt`` names the template (stem or ``.jinja`` path; variables ``question``, ``options``,
     ``with_image``), for an answerer trained on a layout of its own such as the demo's.
@@ -109,8 +131,10 @@ def text_only_filter(
         items.append((mcq, None))
         idx.append(i)
         item_keys.append(keys[i] if keys else mcq.key)
-    for i, (acc, err) in zip(idx, answer_accuracy(backend, items, rounds=rounds, keys=item_keys, seed=seed, salt="text", prompt=prompt), strict=False):
-        verdicts[i] = Verdict(acc, acc is not None and acc < text_max, err)
+    accuracies = answer_accuracy(backend, items, rounds=rounds, keys=item_keys, seed=seed, salt="text", prompt=prompt)
+    for i, (mcq, _), (acc, err) in zip(idx, items, accuracies, strict=True):
+        keep = acc is not None and text_keep(acc, len(mcq.options), rounds, text_max, chance_floor)
+        verdicts[i] = Verdict(acc, keep, err)
     return verdicts  # type: ignore[return-value]
 
 

@@ -100,8 +100,11 @@ def curate(out: Path, cfg: DemoConfig, answerer: str) -> dict[str, Any]:
     for split in ("train", "eval"):
         rows = list(read_jsonl(data / f"{split}_raw.jsonl"))
         flat = [(r, q) for r in rows for q in r["questions"]]
+        # The paper's strict rule (chance_floor=False): at 2 rounds chance is 1/2, and the demo's
+        # trained answerer is never blind, so the floor would only keep half-guessable questions.
         verdicts = text_only_filter([_mcq(q) for _, q in flat], answerer, rounds=cfg.filter_rounds,
-                                    keys=[q["id"] for _, q in flat], seed=cfg.seed, prompt=FILTER_PROMPT)
+                                    keys=[q["id"] for _, q in flat], seed=cfg.seed, prompt=FILTER_PROMPT,
+                                    chance_floor=False)
         kept: dict[str, list] = {r["id"]: [] for r in rows}
         for (r, q), v in zip(flat, verdicts, strict=True):
             k = stats["by_kind"].setdefault(q["kind"], {"asked": 0, "dropped": 0})
