@@ -14,7 +14,7 @@ from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixel
           retry_quarantined="Process images quarantined by earlier runs again.")
 def caption(
     images: str = typer.Option(..., "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
-    model: list[str] = typer.Option(..., "--model", help="Backend spec (hf:PATH or openai:URL@MODEL); repeat for one per Ray worker."),
+    model: list[str] = typer.Option(..., "--model", help="Backend spec: hf:PATH, openai:URL@MODEL or py:module:factory (docs/captioning.md); repeat for one per Ray worker."),
     out: Path = typer.Option(..., "--out", help="Output folder (captions/, manifest.json, quarantine.jsonl)."),
     prompt: str | None = typer.Option(None, "--prompt", help="Prompt text (jinja: {{ image_id }}, {{ meta.x }})."),
     prompt_file: Path | None = typer.Option(None, "--prompt-file", help="Prompt template file."),
