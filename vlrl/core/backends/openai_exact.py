@@ -1,0 +1,170 @@
+"""Exact choice logprobs over HTTP when the letters are not among the listed top logprobs.
+
+A chat completion lists only the ``top_logprobs`` most likely first tokens (vLLM caps it at 20 by
+default). When the option letters are not among them (a random tiny model, or an answerer that is
+about to go off-format), the reply says nothing about the letters, and renormalising nothing would
+invent credit. vLLM can still say exactly how likely any given token is: ``/v1/completions`` with
+``prompt_logprobs`` returns the log-probability of every prompt token, so a prompt that ends with a
+candidate letter token carries that letter's exact logprob at its last position. The route:
+
+1. ``/tokenize`` renders the conversation with the server's own chat template, the prefix continued
+   exactly as the chat request was (``continue_final_message``), and returns its token ids.
+2. Each choice's *token variants* (the letter alone and after common whitespace: ``"A"``, ``" A"``,
+   ``"\\nA"``...) are tokenized once per backend; those that are one token are the candidates, the
+   set :func:`~vlrl.core.backends.base.choice_of_token` counts in-process.
+3. One ``/v1/completions`` per candidate (``prompt`` = ids + candidate, ``max_tokens`` 1,
+   ``prompt_logprobs`` 0) reads its logprob. The requests run concurrently.
+
+The candidates' logprobs are merged into the listed ones, and the temperature is applied as for the
+listed tokens (exact at temperature 1, the default of exact-mode rewards). Deliberate limits: a
+conversation with images cannot take this route (``/v1/completions`` carries no images), and a
+server without ``/tokenize`` (not vLLM) cannot either; both keep the listed logprobs, and an ask with
+no letter among them is then a parse failure, never chance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+WHITESPACE_PREFIXES = ("", " ", "  ", "\t", "\n", "\n\n", "\r\n", " \n")
+"""What may stand before a letter in one token and still read as the letter (see ``choice_of_token``)."""
+
+HIDDEN_MASS_TOLERANCE = 1e-4
+"""``auto`` takes the exact route when the unlisted letter tokens could hold more than this share
+of the listed letter mass (each unlisted token is at most as likely as the least likely listed one)."""
+
+
+def needs_exact(top: Sequence[tuple[str, float]], choices: Sequence[str], listed_mass: float) -> bool:
+    """Whether the listed logprobs may hide letter mass that matters (see :data:`HIDDEN_MASS_TOLERANCE`)."""
+    if listed_mass <= 0:
+        return True
+    probs = [math.exp(lp) for _, lp in top]
+    # at most this many letter tokens are missing from the list, none likelier than the least likely
+    # listed token, and together no likelier than what the list leaves over
+    unlisted = len(choices) * len(WHITESPACE_PREFIXES)
+    hidden = min(unlisted * min(probs), max(0.0, 1.0 - sum(probs)))
+    return hidden > HIDDEN_MASS_TOLERANCE * listed_mass
+
+
+def has_images(messages: Sequence[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(m.get("content"), list) and any(p.get("type") != "text" for p in m["content"]) for m in messages
+    )
+
+
+class NoTokenize(Exception):
+    """The server answered ``/tokenize`` with something other than vLLM's token list."""
+
+
+class PromptLogprobs:
+    """The ``prompt_logprobs`` route of one backend: its candidate-token table and its calls."""
+
+    def __init__(self, client: Any, root: str, model: str, sem: asyncio.Semaphore, timeout: float,
+                 failure: type[Exception] = RuntimeError) -> None:
+        self.client = client
+        self.failure = failure
+        """What a failed call raises: the backend's per-request failure, so one ask fails, not the batch."""
+        self.root = root
+        """The server root (``http://host:port``, without ``/v1``): vLLM serves ``/tokenize`` there."""
+        self.model = model
+        self.sem = sem
+        self.timeout = timeout
+        self.unsupported = False
+        """Set once the server showed it has no ``/tokenize`` (not vLLM): the listed logprobs are all there is."""
+        self.variants: dict[str, list[tuple[str, int]]] = {}
+        """Stripped choice → [(variant text, token id)] of its one-token variants."""
+
+    async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with self.sem:
+            data = await asyncio.wait_for(self.client.post(url, body=body, cast_to=dict), self.timeout)
+        if not isinstance(data, dict):
+            raise ValueError(f"{url}: the reply is not a JSON object: {str(data)[:200]!r}")
+        return data
+
+    async def _tokenize(self, body: dict[str, Any]) -> list[int]:
+        tokens = (await self._post(self.root + "/tokenize", {"model": self.model, **body})).get("tokens")
+        if not isinstance(tokens, list):
+            raise NoTokenize("its /tokenize reply has no token list")
+        return [int(t) for t in tokens]
+
+    async def _candidates(self, choice: str) -> list[tuple[str, int]]:
+        core = choice.strip()
+        if core not in self.variants:
+            found: dict[int, str] = {}
+            for w in WHITESPACE_PREFIXES:
+                ids = await self._tokenize({"prompt": w + core, "add_special_tokens": False})
+                if len(ids) == 1:
+                    found.setdefault(ids[0], w + core)
+            self.variants[core] = [(t, i) for i, t in found.items()]
+        return self.variants[core]
+
+    async def _logprob(self, ids: list[int], token: int) -> float:
+        body = {"model": self.model, "prompt": [*ids, token], "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 0}
+        data = await self._post("/completions", body)
+        last = data["choices"][0]["prompt_logprobs"][-1]
+        return float(last[str(token)]["logprob"])
+
+    async def letter_logprobs(
+        self, messages: list[dict[str, Any]], prefix: str, choices: Sequence[str], continued: bool
+    ) -> list[tuple[str, float]]:
+        """``[(variant text, exact logprob)]`` of every one-token variant of every choice.
+
+        ``messages`` already carry the prefix (as the final assistant turn when ``continued``, else
+        inside the last user turn), exactly as the chat request that listed the top logprobs.
+        """
+        body: dict[str, Any] = {"messages": messages}
+        if continued:
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        ids = await self._tokenize(body)
+        cands = [c for ch in choices for c in await self._candidates(ch)]
+        lps = await asyncio.gather(*(self._logprob(ids, tok) for _, tok in cands))
+        return [(text, lp) for (text, _), lp in zip(cands, lps, strict=True)]
+
+
+    async def complete(
+        self, top: list[tuple[str, float]], messages: list[dict[str, Any]], prefix: str, choices: Sequence[str],
+        temperature: float, continued: bool | None,
+    ) -> list[tuple[str, float]]:
+        """``top`` with the exact letter logprobs merged in, where the list may hide letter mass.
+
+        ``messages`` are the conversation before the prefix; ``continued`` says whether the prefix
+        went out as a continued assistant turn (else it was appended to the last user turn).
+        """
+        from vlrl.core.backends.openai_wire import append_to_last_user, probs_from_top_logprobs
+
+        _, listed = probs_from_top_logprobs(top, choices, temperature)
+        if self.unsupported or has_images(messages) or not needs_exact(top, choices, listed):
+            return top
+        if prefix:
+            messages = ([*messages, {"role": "assistant", "content": prefix}] if continued
+                        else append_to_last_user(messages, prefix))
+        try:
+            exact = await self.letter_logprobs(messages, prefix, choices, bool(prefix and continued))
+        except Exception as e:
+            status = getattr(e, "status_code", None)
+            if status not in (404, 405) and not isinstance(e, NoTokenize):
+                raise self.failure(f"exact letter logprobs (prompt_logprobs): {type(e).__name__}: {e}") from e
+            logger.warning("server %s has no /tokenize (%s): choice scores use the listed top logprobs only, "
+                           "and an ask whose letters are not listed is a parse failure", self.root,
+                           f"HTTP {status}" if status else e)
+            self.unsupported = True
+            return top
+        return merge_logprobs(top, exact)
+
+
+def merge_logprobs(top: Sequence[tuple[str, float]], exact: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The listed alternatives with the exact letter logprobs put in (each token once)."""
+    merged = dict(top)
+    merged.update(exact)
+    return list(merged.items())
+
+
+__all__ = ["HIDDEN_MASS_TOLERANCE", "PromptLogprobs", "WHITESPACE_PREFIXES", "has_images", "merge_logprobs",
+           "needs_exact"]
