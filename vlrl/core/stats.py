@@ -106,7 +106,7 @@ def chi_square_sf(x: float, df: int) -> float:
 
 
 def chi_square_gof(observed: Sequence[float], probs: Sequence[float]) -> tuple[float, float]:
-    """Pearson's goodness-of-fit of counts to probabilities: (statistic, p-value, df = bins - 1)."""
+    """Pearson's goodness-of-fit of counts to probabilities: (statistic, p-value at df = bins - 1)."""
     n = sum(observed)
     if len(observed) != len(probs) or len(observed) < 2 or n <= 0:
         raise ValueError("chi_square_gof: need at least two bins of counts and as many probabilities")
