@@ -12,8 +12,8 @@ candidate letter token carries that letter's exact logprob at its last position.
 2. Each choice's *token variants* (the letter alone and after common whitespace: ``"A"``, ``" A"``,
    ``"\\nA"``...) are tokenized once per backend; those that are one token are the candidates, the
    set :func:`~vlrl.core.backends.base.choice_of_token` counts in-process.
-3. One ``/v1/completions`` per candidate (``prompt`` = ids + candidate, ``max_tokens`` 1,
-   ``prompt_logprobs`` 0) reads its logprob. The requests run concurrently.
+3. One ``/v1/completions`` request with one prompt per candidate (ids + candidate, ``max_tokens``
+   1, ``prompt_logprobs`` 0) reads every candidate's logprob at the last position.
 
 The candidates' logprobs are merged into the listed ones, and the temperature is applied as for the
 listed tokens (exact at temperature 1, the default of exact-mode rewards). Deliberate limits: a
@@ -104,12 +104,13 @@ class PromptLogprobs:
             self.variants[core] = [(t, i) for i, t in found.items()]
         return self.variants[core]
 
-    async def _logprob(self, ids: list[int], token: int) -> float:
-        body = {"model": self.model, "prompt": [*ids, token], "max_tokens": 1, "temperature": 0.0,
+    async def _logprobs(self, ids: list[int], tokens: list[int]) -> list[float]:
+        """The logprob of each of ``tokens`` right after ``ids``: one request, one prompt per token."""
+        body = {"model": self.model, "prompt": [[*ids, t] for t in tokens], "max_tokens": 1, "temperature": 0.0,
                 "prompt_logprobs": 0}
         data = await self._post("/completions", body)
-        last = data["choices"][0]["prompt_logprobs"][-1]
-        return float(last[str(token)]["logprob"])
+        by_index = {int(c.get("index", i)): c for i, c in enumerate(data["choices"])}
+        return [float(by_index[i]["prompt_logprobs"][-1][str(t)]["logprob"]) for i, t in enumerate(tokens)]
 
     async def letter_logprobs(
         self, messages: list[dict[str, Any]], prefix: str, choices: Sequence[str], continued: bool
@@ -124,7 +125,7 @@ class PromptLogprobs:
             body.update(continue_final_message=True, add_generation_prompt=False)
         ids = await self._tokenize(body)
         cands = [c for ch in choices for c in await self._candidates(ch)]
-        lps = await asyncio.gather(*(self._logprob(ids, tok) for _, tok in cands))
+        lps = await self._logprobs(ids, [tok for _, tok in cands])
         return [(text, lp) for (text, _), lp in zip(cands, lps, strict=True)]
 
 
