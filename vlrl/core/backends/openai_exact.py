@@ -3,23 +3,27 @@
 A chat completion lists only the ``top_logprobs`` most likely first tokens (vLLM caps it at 20 by
 default). When the option letters are not among them (a random tiny model, or an answerer that is
 about to go off-format), the reply says nothing about the letters, and renormalising nothing would
-invent credit. vLLM can still say exactly how likely any given token is: ``/v1/completions`` with
-``prompt_logprobs`` returns the log-probability of every prompt token, so a prompt that ends with a
-candidate letter token carries that letter's exact logprob at its last position. The route:
+invent credit. vLLM can still say exactly how likely any given token is. The route:
 
-1. ``/tokenize`` renders the conversation with the server's own chat template, the prefix continued
-   exactly as the chat request was (``continue_final_message``), and returns its token ids.
-2. Each choice's *token variants* (the letter alone and after common whitespace: ``"A"``, ``" A"``,
-   ``"\\nA"``...) are tokenized once per backend; those that are one token are the candidates, the
-   set :func:`~vlrl.core.backends.base.choice_of_token` counts in-process.
-3. One ``/v1/completions`` request with one prompt per candidate (ids + candidate, ``max_tokens``
-   1, ``prompt_logprobs`` 0) reads every candidate's logprob at the last position.
+1. Each choice's *token variants* (the letter alone and after common whitespace: ``"A"``, ``" A"``,
+   ``"\\nA"``...) are tokenized once per backend with the server's ``/tokenize``; those that are one
+   token are the candidates, the set :func:`~vlrl.core.backends.base.choice_of_token` counts
+   in-process.
+2. One more chat request, the same conversation and prefix, asks for exactly those tokens'
+   logprobs (vLLM's ``logprob_token_ids``, with ``return_tokens_as_token_ids`` so they are matched
+   by id). Like the first request it is served from the prefix cache.
+3. A server that ignores ``logprob_token_ids`` (older vLLM) is answered through
+   ``/v1/completions`` instead: ``/tokenize`` renders the conversation with the server's template,
+   and one request with one prompt per candidate (ids + candidate, ``prompt_logprobs`` 0) reads
+   each candidate's logprob at the last position. vLLM skips the prefix cache for such requests,
+   and ``/v1/completions`` carries no images, so this is the slow route, and text-only.
 
 The candidates' logprobs are merged into the listed ones, and the temperature is applied as for the
-listed tokens (exact at temperature 1, the default of exact-mode rewards). Deliberate limits: a
-conversation with images cannot take this route (``/v1/completions`` carries no images), and a
-server without ``/tokenize`` (not vLLM) cannot either; both keep the listed logprobs, and an ask with
-no letter among them is then a parse failure, never chance.
+listed tokens: the letters' relative probabilities are exact at any temperature, their total mass
+is exact at temperature 1 and otherwise keeps the listed tokens' estimate of the rest. Deliberate
+limits: a server without ``/tokenize`` (not vLLM) keeps the listed logprobs, and so does a
+conversation with images on a server without ``logprob_token_ids``; an ask with no letter among
+them is then a parse failure, never chance.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class PromptLogprobs:
         self.sem = sem
         self.timeout = timeout
         self.unsupported = False
+        self.named: bool | None = None
+        """Whether the server honours ``logprob_token_ids`` on chat completions (None: not known yet)."""
         """Set once the server showed it has no ``/tokenize`` (not vLLM): the listed logprobs are all there is."""
         self.variants: dict[str, list[tuple[str, int]]] = {}
         """Stripped choice → [(variant text, token id)] of its one-token variants."""
@@ -112,22 +118,44 @@ class PromptLogprobs:
         by_index = {int(c.get("index", i)): c for i, c in enumerate(data["choices"])}
         return [float(by_index[i]["prompt_logprobs"][-1][str(t)]["logprob"]) for i, t in enumerate(tokens)]
 
+    async def _named(self, messages: list[dict[str, Any]], continued: bool, tokens: list[int]) -> list[float] | None:
+        """The logprobs of ``tokens`` as the first generated token, from one chat request (vLLM's
+        ``logprob_token_ids``); None when the reply does not carry them (a server without the field)."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": 1, "temperature": 0.0,
+                                "logprobs": True, "logprob_token_ids": tokens, "return_tokens_as_token_ids": True}
+        if continued:
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        data = await self._post("/chat/completions", body)
+        try:
+            first = data["choices"][0]["logprobs"]["content"][0]
+            alts = [*first.get("top_logprobs", []), first]
+            seen = {a["token"]: float(a["logprob"]) for a in alts if a.get("logprob") is not None}
+            return [seen[f"token_id:{t}"] for t in tokens]
+        except (KeyError, IndexError, TypeError):
+            return None
+
     async def letter_logprobs(
-        self, messages: list[dict[str, Any]], prefix: str, choices: Sequence[str], continued: bool
-    ) -> list[tuple[str, float]]:
-        """``[(variant text, exact logprob)]`` of every one-token variant of every choice.
+        self, messages: list[dict[str, Any]], choices: Sequence[str], continued: bool
+    ) -> list[tuple[str, float]] | None:
+        """``[(variant text, exact logprob)]`` of every one-token variant of every choice (None: no route).
 
         ``messages`` already carry the prefix (as the final assistant turn when ``continued``, else
         inside the last user turn), exactly as the chat request that listed the top logprobs.
         """
-        body: dict[str, Any] = {"messages": messages}
-        if continued:
-            body.update(continue_final_message=True, add_generation_prompt=False)
-        ids = await self._tokenize(body)
         cands = [c for ch in choices for c in await self._candidates(ch)]
-        lps = await self._logprobs(ids, [tok for _, tok in cands])
+        tokens = [tok for _, tok in cands]
+        lps = await self._named(messages, continued, tokens) if self.named is not False else None
+        if lps is None and self.named is None:
+            logger.info("server %s ignores logprob_token_ids: exact letters come from prompt_logprobs", self.root)
+        self.named = lps is not None
+        if lps is None:
+            if has_images(messages):  # /v1/completions carries no images
+                return None
+            body: dict[str, Any] = {"messages": messages}
+            if continued:
+                body.update(continue_final_message=True, add_generation_prompt=False)
+            lps = await self._logprobs(await self._tokenize(body), tokens)
         return [(text, lp) for (text, _), lp in zip(cands, lps, strict=True)]
-
 
     async def complete(
         self, top: list[tuple[str, float]], messages: list[dict[str, Any]], prefix: str, choices: Sequence[str],
@@ -141,23 +169,23 @@ class PromptLogprobs:
         from vlrl.core.backends.openai_wire import append_to_last_user, probs_from_top_logprobs
 
         _, listed = probs_from_top_logprobs(top, choices, temperature)
-        if self.unsupported or has_images(messages) or not needs_exact(top, choices, listed):
+        if self.unsupported or not needs_exact(top, choices, listed):
             return top
         if prefix:
             messages = ([*messages, {"role": "assistant", "content": prefix}] if continued
                         else append_to_last_user(messages, prefix))
         try:
-            exact = await self.letter_logprobs(messages, prefix, choices, bool(prefix and continued))
+            exact = await self.letter_logprobs(messages, choices, bool(prefix and continued))
         except Exception as e:
             status = getattr(e, "status_code", None)
             if status not in (404, 405) and not isinstance(e, NoTokenize):
-                raise self.failure(f"exact letter logprobs (prompt_logprobs): {type(e).__name__}: {e}") from e
+                raise self.failure(f"exact letter logprobs: {type(e).__name__}: {e}") from e
             logger.warning("server %s has no /tokenize (%s): choice scores use the listed top logprobs only, "
                            "and an ask whose letters are not listed is a parse failure", self.root,
                            f"HTTP {status}" if status else e)
             self.unsupported = True
             return top
-        return merge_logprobs(top, exact)
+        return top if exact is None else merge_logprobs(top, exact)
 
 
 def merge_logprobs(top: Sequence[tuple[str, float]], exact: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
