@@ -3,7 +3,8 @@
 Same tiny weights on both sides (the session's tiny Qwen2, float32). What must hold:
 
 * exact letter probabilities agree within 1e-3 per option, although this random model's letters are
-  not among the 20 logprobs vLLM lists (the prompt_logprobs route, vlrl/core/backends/openai_exact.py);
+  not among the 20 logprobs vLLM lists (read by ``logprob_token_ids``, or by ``prompt_logprobs`` on
+  servers without it: vlrl/core/backends/openai_exact.py);
 * a pre-filled assistant turn is continued as vLLM renders the real template: the same prompt tokens
   as the in-process rendering, the same greedy continuation;
 * ``n`` > 1 comes back from one request, and a seed gives the same samples again;
@@ -43,9 +44,14 @@ def oa(vllm_lm):
     b.close()
 
 
-def test_exact_letter_probabilities_match_in_process_beyond_the_top_20(hf, oa):
+@pytest.mark.parametrize("route", ["logprob_token_ids", "prompt_logprobs"])
+def test_exact_letter_probabilities_match_in_process_beyond_the_top_20(hf, oa, route):
     reqs = [ChoiceRequest(question(i), LETTERS, prefix=PREFILL, id=f"q{i}") for i in range(3)]
-    want, got = hf.score_choices(reqs), oa.score_choices(reqs)
+    want = hf.score_choices(reqs)
+    if route == "prompt_logprobs":  # the fallback for servers that ignore logprob_token_ids
+        oa.score_choices(reqs[:1])
+        oa._exact.named = False
+    got = oa.score_choices(reqs)
     for w, g in zip(want, got, strict=True):
         assert w.ok and g.ok, g.error
         assert g.method == "logprobs" and g.exact
@@ -54,6 +60,7 @@ def test_exact_letter_probabilities_match_in_process_beyond_the_top_20(hf, oa):
             assert g.probs[c] == pytest.approx(w.probs[c], abs=1e-3)
     # the letters were read through the exact route: each letter's one-token variants were found
     assert {k: len(v) for k, v in oa._exact.variants.items()} == {L: 2 for L in "ABCDE"}
+    assert oa._exact.named is (route == "logprob_token_ids")
 
 
 def test_letters_are_not_listed_in_the_top_20(vllm_lm):
