@@ -48,6 +48,7 @@ def _vllm(model_dir: Path, name: str, tmp_path_factory, *extra: str) -> Iterator
         pytest.skip(missing_reason())
     log = tmp_path_factory.mktemp("vllm") / f"{name}.log"
     with vllm_serve(model_dir, name, log, *extra) as served:
+        _VLLM_RUNNING[name] = served
         yield served
 
 
@@ -67,6 +68,28 @@ def vllm_vlm(tiny_vlm, tmp_path_factory) -> Iterator:
 def vllm_qwen3_vl(tiny_qwen3_vl, tmp_path_factory) -> Iterator:
     """vLLM serving a tiny Qwen3-VL as ``tiny-qwen3-vl``."""
     yield from _vllm(tiny_qwen3_vl, "tiny-qwen3-vl", tmp_path_factory)
+
+
+_VLLM_RUNNING: dict = {}
+"""Served name → the running vLLM server (see :func:`pytest_runtest_teardown`)."""
+_VLLM_FIXTURES = {"vllm_lm": "tiny-lm", "vllm_vlm": "tiny-vlm", "vllm_qwen3_vl": "tiny-qwen3-vl"}
+_VLLM_LAST_USER: dict[str, str] = {}
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection
+def pytest_collection_modifyitems(session, config, items):
+    """Note the last test that uses each vLLM server: it is stopped right after (session-scoped, but
+    not kept idle through the rest of the suite)."""
+    for item in items:
+        for fixture, name in _VLLM_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                _VLLM_LAST_USER[name] = item.nodeid
+
+
+def pytest_runtest_teardown(item, nextitem):
+    for name, nodeid in _VLLM_LAST_USER.items():
+        if nodeid == item.nodeid and name in _VLLM_RUNNING:
+            _VLLM_RUNNING.pop(name).stop()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +49,23 @@ STARTUP_TIMEOUT_S = float(os.environ.get("VLRL_VLLM_STARTUP_TIMEOUT", "900"))
 class VLLMServed(Served):
     log: Path | None = None
     """The server's output; attached to the report of a failing test that used it (tests/conftest.py)."""
+    proc: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        """Stop the server's process group now (its fixture's own teardown then finds it gone).
+
+        tests/conftest.py calls this after the last test that uses a server: each holds ~3 GB, and
+        the rest of the suite should not share the machine with idle engines.
+        """
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
 
     def log_tail(self, chars: int = 4000) -> str:
         return log_tail(self.log, chars) if self.log else ""
@@ -110,5 +129,5 @@ def vllm_serve(
     def ready() -> bool:
         return name in [m["id"] for m in get_json(root + "/v1/models")["data"]]
 
-    with server_process(cmd, env, log, ready, f"vLLM serving {model_dir}", startup_timeout):
-        yield VLLMServed(root=root, model=name, log=log)
+    with server_process(cmd, env, log, ready, f"vLLM serving {model_dir}", startup_timeout) as proc:
+        yield VLLMServed(root=root, model=name, log=log, proc=proc)
