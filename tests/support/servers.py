@@ -326,7 +326,11 @@ class TemplateServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                status, headers, payload = outer._answer(body)
+                if self.path.rstrip("/").endswith("/chat/completions"):
+                    status, headers, payload = outer._answer(body)
+                else:  # like any server that is not vLLM: no /tokenize, no /v1/completions
+                    status, headers = 404, {"content-type": "application/json"}
+                    payload = b'{"error": {"message": "Not Found", "code": 404}}'
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)

@@ -84,6 +84,7 @@ class PromptLogprobs:
         """Whether the server honours ``logprob_token_ids`` on chat completions (None: not known yet)."""
         """Set once the server showed it has no ``/tokenize`` (not vLLM): the listed logprobs are all there is."""
         self.variants: dict[str, list[tuple[str, int]]] = {}
+        self._pending: dict[str, asyncio.Future] = {}
         """Stripped choice → [(variant text, token id)] of its one-token variants."""
 
     async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -102,13 +103,20 @@ class PromptLogprobs:
     async def _candidates(self, choice: str) -> list[tuple[str, int]]:
         core = choice.strip()
         if core not in self.variants:
-            found: dict[int, str] = {}
-            for w in WHITESPACE_PREFIXES:
-                ids = await self._tokenize({"prompt": w + core, "add_special_tokens": False})
-                if len(ids) == 1:
-                    found.setdefault(ids[0], w + core)
-            self.variants[core] = [(t, i) for i, t in found.items()]
+            # the first asks of a batch arrive together: one lookup per letter, awaited by all
+            task = self._pending.get(core)
+            if task is None:
+                task = self._pending[core] = asyncio.ensure_future(self._find_variants(core))
+            self.variants[core] = await task
         return self.variants[core]
+
+    async def _find_variants(self, core: str) -> list[tuple[str, int]]:
+        found: dict[int, str] = {}
+        for w in WHITESPACE_PREFIXES:
+            ids = await self._tokenize({"prompt": w + core, "add_special_tokens": False})
+            if len(ids) == 1:
+                found.setdefault(ids[0], w + core)
+        return [(t, i) for i, t in found.items()]
 
     async def _logprobs(self, ids: list[int], tokens: list[int]) -> list[float]:
         """The logprob of each of ``tokens`` right after ``ids``: one request, one prompt per token."""
