@@ -66,12 +66,16 @@ class NoTokenize(Exception):
     """The server answered ``/tokenize`` with something other than vLLM's token list."""
 
 
-class PromptLogprobs:
-    """The ``prompt_logprobs`` route of one backend: its candidate-token table and its calls."""
+class ExactLetters:
+    """The exact letter route of one backend: its candidate-token table, what the server supports,
+    and the calls (sent once each: a failure fails that ask, as the backend's own requests do after
+    their retries)."""
 
     def __init__(self, client: Any, root: str, model: str, sem: asyncio.Semaphore, timeout: float,
-                 failure: type[Exception] = RuntimeError) -> None:
+                 failure: type[Exception] = RuntimeError, stats: Any = None) -> None:
         self.client = client
+        self.stats = stats
+        """The backend's :class:`~vlrl.core.backends.base.Accounting`: these requests' tokens count too."""
         self.failure = failure
         """What a failed call raises: the backend's per-request failure, so one ask fails, not the batch."""
         self.root = root
@@ -92,6 +96,10 @@ class PromptLogprobs:
             data = await asyncio.wait_for(self.client.post(url, body=body, cast_to=dict), self.timeout)
         if not isinstance(data, dict):
             raise ValueError(f"{url}: the reply is not a JSON object: {str(data)[:200]!r}")
+        usage = data.get("usage") or {}
+        if self.stats is not None and usage:
+            self.stats.add(prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                           completion_tokens=int(usage.get("completion_tokens") or 0))
         return data
 
     async def _tokenize(self, body: dict[str, Any]) -> list[int]:
@@ -203,5 +211,5 @@ def merge_logprobs(top: Sequence[tuple[str, float]], exact: Sequence[tuple[str, 
     return list(merged.items())
 
 
-__all__ = ["HIDDEN_MASS_TOLERANCE", "PromptLogprobs", "WHITESPACE_PREFIXES", "has_images", "merge_logprobs",
+__all__ = ["HIDDEN_MASS_TOLERANCE", "ExactLetters", "WHITESPACE_PREFIXES", "has_images", "merge_logprobs",
            "needs_exact"]

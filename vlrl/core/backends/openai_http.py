@@ -15,8 +15,8 @@ Why it looks the way it does:
 * **Servers differ; detect, log once, remember.** ``transformers serve`` ignores ``n`` and
   ``logprobs``, and rejects ``continue_final_message``. Asking for ``n`` samples sends ``n`` and
   tops up with separate requests when fewer come back. ``score_choices`` reads the first token's
-  ``top_logprobs`` (exact, ``method="logprobs"``; letters the list leaves out are read exactly
-  with ``prompt_logprobs``, see :mod:`~vlrl.core.backends.openai_exact`); a server that returns none is detected and
+  ``top_logprobs`` (exact, ``method="logprobs"``; letters the list leaves out are asked for by id,
+  :mod:`~vlrl.core.backends.openai_exact`); a server that returns none is detected and
   answered by sampling ``request.samples`` short answers (``method="sampled"``) — never silently
   wrong numbers.
 * **Where the choice prefix goes.** A :class:`ChoiceRequest` prefix (``"The answer is "``) belongs
@@ -61,7 +61,7 @@ from vlrl.core.backends.base import (
     choices_from_samples,
 )
 from vlrl.core.backends.loop_thread import LoopThread
-from vlrl.core.backends.openai_exact import PromptLogprobs
+from vlrl.core.backends.openai_exact import ExactLetters
 from vlrl.core.backends.openai_wire import (
     MalformedReply,
     append_to_last_user,
@@ -218,7 +218,7 @@ class OpenAIBackend(Backend):
             max_retries=0,
             timeout=self.timeout,
         )
-        self._exact = PromptLogprobs(self._client, root, self.model, self._sem, self.timeout, RequestFailed)
+        self._exact = ExactLetters(self._client, root, self.model, self._sem, self.timeout, RequestFailed, self.stats)
 
     def close(self) -> None:
         client = self._client
