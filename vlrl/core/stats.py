@@ -78,3 +78,37 @@ def paired_bootstrap(
 
 
 __all__ = ["bootstrap_mean", "paired_bootstrap", "sign_test", "wilson"]
+
+
+def chi_square_sf(x: float, df: int) -> float:
+    """P(X >= x) for a chi-square variable with ``df`` degrees of freedom (closed form, no scipy).
+
+    Integer ``df`` only: even df sums a Poisson tail, odd df adds the normal tail (``erfc``); both
+    are exact, which is all a goodness-of-fit check of sampled frequencies needs.
+    """
+    if df < 1:
+        raise ValueError(f"chi_square_sf: need df >= 1 (got {df})")
+    if x <= 0:
+        return 1.0
+    h = x / 2.0
+    if df % 2 == 0:
+        term = total = math.exp(-h)
+        for i in range(1, df // 2):
+            term *= h / i
+            total += term
+        return min(1.0, total)
+    total = math.erfc(math.sqrt(h))
+    term = math.sqrt(2.0 * x / math.pi) * math.exp(-h)
+    for i in range(1, (df - 1) // 2 + 1):
+        total += term
+        term *= x / (2 * i + 1)
+    return min(1.0, total)
+
+
+def chi_square_gof(observed: Sequence[float], probs: Sequence[float]) -> tuple[float, float]:
+    """Pearson's goodness-of-fit of counts to probabilities: (statistic, p-value at df = bins - 1)."""
+    n = sum(observed)
+    if len(observed) != len(probs) or len(observed) < 2 or n <= 0:
+        raise ValueError("chi_square_gof: need at least two bins of counts and as many probabilities")
+    stat = sum((o - n * p) ** 2 / (n * p) for o, p in zip(observed, probs, strict=True) if p > 0)
+    return stat, chi_square_sf(stat, len(observed) - 1)

@@ -142,7 +142,9 @@ def tiny_config(arch: Arch, tok, **overrides: Any):
 
     ids = _token_ids(tok)
     o = dict(overrides)
-    hidden = o.pop("hidden_size", 64)
+    # hidden 128 over 4 heads: head_dim 32, the smallest vLLM's CPU attention serves (head_dim 16
+    # loads, then fails its first request), so every default tiny model is servable by vLLM too.
+    hidden = o.pop("hidden_size", 128)
     heads = o.pop("num_attention_heads", 4)
     head_dim = hidden // heads
     text = {

@@ -232,7 +232,9 @@ def test_logprobs_path_over_http(proxy, transformers_server):
     assert b.supports_logprobs is True
     body = proxy.posts()[0].body
     assert (body["logprobs"], body["top_logprobs"], body["max_tokens"]) == (True, 20, 1)
-    assert len(proxy.posts()) == 1
+    # the listed tokens leave 1.7% unlisted, where letters could hide: the exact route was asked
+    # for once, and a server without /tokenize (transformers serve) keeps the listed numbers
+    assert [s.path for s in proxy.posts()] == ["/v1/chat/completions", "/tokenize"]
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ Why it looks the way it does:
 * **Servers differ; detect, log once, remember.** ``transformers serve`` ignores ``n`` and
   ``logprobs``, and rejects ``continue_final_message``. Asking for ``n`` samples sends ``n`` and
   tops up with separate requests when fewer come back. ``score_choices`` reads the first token's
-  ``top_logprobs`` (exact, ``method="logprobs"``); a server that returns none is detected and
+  ``top_logprobs`` (exact, ``method="logprobs"``; letters the list leaves out are asked for by id,
+  :mod:`~vlrl.core.backends.openai_exact`); a server that returns none is detected and
   answered by sampling ``request.samples`` short answers (``method="sampled"``) — never silently
   wrong numbers.
 * **Where the choice prefix goes.** A :class:`ChoiceRequest` prefix (``"The answer is "``) belongs
@@ -60,6 +61,7 @@ from vlrl.core.backends.base import (
     choices_from_samples,
 )
 from vlrl.core.backends.loop_thread import LoopThread
+from vlrl.core.backends.openai_exact import ExactLetters
 from vlrl.core.backends.openai_wire import (
     MalformedReply,
     append_to_last_user,
@@ -195,7 +197,7 @@ class OpenAIBackend(Backend):
 
     def __getstate__(self) -> dict[str, Any]:
         # Picklable for Ray/multiprocessing: the loop (see LoopThread) and the client are rebuilt on first use.
-        return dict(self.__dict__, _client=None, _sem=None, stats=self.stats.snapshot())
+        return dict(self.__dict__, _client=None, _sem=None, _exact=None, stats=self.stats.snapshot())
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, stats=Accounting(**state["stats"]))
@@ -208,6 +210,7 @@ class OpenAIBackend(Backend):
         from openai import AsyncOpenAI
 
         self._sem = asyncio.Semaphore(self.concurrency)
+        root = self.base_url.removesuffix("/v1")  # vLLM serves /tokenize beside /v1, not under it
         # Local servers take any key; the client insists on a non-empty one.
         self._client = AsyncOpenAI(
             base_url=self.base_url,
@@ -215,6 +218,7 @@ class OpenAIBackend(Backend):
             max_retries=0,
             timeout=self.timeout,
         )
+        self._exact = ExactLetters(self._client, root, self.model, self._sem, self.timeout, RequestFailed, self.stats)
 
     def close(self) -> None:
         client = self._client
@@ -402,6 +406,8 @@ class OpenAIBackend(Backend):
             self._add_usage([resp])
             top = top_logprobs_from_response(resp)
             if top is not None:
+                top = await self._exact.complete(top, messages, req.prefix, req.choices, req.temperature,
+                                                 self.supports_continue)
                 self.supports_logprobs = True
                 self._logprob_misses = 0
                 probs, mass = probs_from_top_logprobs(top, req.choices, req.temperature)

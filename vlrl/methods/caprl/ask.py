@@ -149,10 +149,12 @@ def _exact_answer(res: Any, pres: Presentation, min_letter_mass: float = 0.0) ->
     mass = float(getattr(res, "mass", 1.0))
     probs = {k.strip(): float(v) for k, v in res.probs.items()}
     total = sum(probs.get(L, 0.0) for L in pres.letters)
-    if (sampled and not mass) or mass < min_letter_mass or total <= 0:
+    if mass <= 0 or mass < min_letter_mass or total <= 0:
         # Off-format: the answerer named no option (a sampling fallback where no sample named one,
-        # or too little probability on the letters). Scored like an unparsable sampled answer,
-        # never as the uniform "chance" a renormalisation would invent.
+        # a server whose listed logprobs hold no letter, or too little probability on the letters).
+        # Scored like an unparsable sampled answer, never as the uniform "chance" a
+        # renormalisation would invent: with no letter information there is nothing to score, even
+        # at min_letter_mass 0.
         return Answer(correct=0.0, letter=None, parse_failure=True, exact=not sampled, letter_mass=mass)
     probs = {L: probs.get(L, 0.0) / total for L in pres.letters}
     letter = max(probs, key=probs.__getitem__)
