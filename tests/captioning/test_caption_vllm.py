@@ -39,11 +39,18 @@ def _caption(images: Path, model: str, out: Path) -> dict[str, dict]:
     return {r["image_id"]: r for r in rows}
 
 
-@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
-def test_greedy_captions_over_vllm_equal_in_process(arch, vllm_vlm, tiny_vlm, vllm_qwen3_vl, tiny_qwen3_vl, tmp_path):
+def test_greedy_qwen2_5_vl_captions_over_vllm_equal_in_process(vllm_vlm, tiny_vlm, tmp_path):
+    _greedy_captions_agree(vllm_vlm, tiny_vlm, tmp_path)
+
+
+def test_greedy_qwen3_vl_captions_over_vllm_equal_in_process(vllm_qwen3_vl, tiny_qwen3_vl, tmp_path):
+    _greedy_captions_agree(vllm_qwen3_vl, tiny_qwen3_vl, tmp_path)
+
+
+def _greedy_captions_agree(server, model_dir: Path, tmp_path: Path) -> None:
+    """(One test per server, so each VLM server runs alone and stops after its test.)"""
     from transformers import AutoTokenizer
 
-    server, model_dir = {"qwen2_5_vl": (vllm_vlm, tiny_vlm), "qwen3_vl": (vllm_qwen3_vl, tiny_qwen3_vl)}[arch]
     images = _images(tmp_path / "imgs")
     want = _caption(images, f"hf:{model_dir}?device=cpu&dtype=float32", tmp_path / "hf")
     got = _caption(images, f"openai:{server.base_url}@{server.model}?timeout=300", tmp_path / "vllm")

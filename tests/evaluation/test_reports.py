@@ -37,6 +37,27 @@ def test_labels_grow_only_where_they_clash():
     files = [Path("/r/a/checkpoint-1/results.json"), Path("/r/b/checkpoint-1/results.json"), Path("/r/c/results.json"),
              Path("/x/same/results.json"), Path("/y/same/results.json"), Path("/r/scores.json")]
     assert reports.unique_labels(files) == ["a/checkpoint-1", "b/checkpoint-1", "c", "x/same", "y/same", "scores"]
+    # whole paths that clash still give two labels: one file named twice, a folder's results.json and a file
+    twice = [Path("/r/a/results.json"), Path("/r/a/results.json"), Path("/x/a.json")]
+    assert reports.unique_labels(twice) == ["r/a", "r/a #2", "x/a"]
+
+
+def test_caption_qa_and_arena_keep_two_runs_of_one_captioner_apart():
+    def capqa(acc):
+        return {"budgets": [10], "captioners": {"m": {"10": {"accuracy": acc}, "full": {"accuracy": acc}}}}
+
+    def arena(pct):
+        return {"candidate": "m", "baselines": {"base": {"pairs": 4, "score_pct": pct}}}
+
+    results = {"caption_qa": [("run-a", capqa(0.4)), ("run-b", capqa(0.9))],
+               "arena": [("arena-a", arena(10.0)), ("arena-b", arena(30.0))]}
+    qa = reports.caption_qa_table(results["caption_qa"])
+    assert qa.loc["m (run-a)", "full"] == 0.4 and qa.loc["m (run-b)", "full"] == 0.9
+    ar = reports.arena_table(results["arena"])
+    assert sorted(ar["candidate"]) == ["m (arena-a)", "m (arena-b)"]
+    summary = reports.summary_table(results)
+    assert summary.loc["m (arena-a)", "arena_score_pct"] == 10.0 and summary.loc["m (arena-b)", "arena_score_pct"] == 30.0
+    assert summary.loc["m (run-b)", "capqa_full"] == 0.9  # not averaged or overwritten into one "m" row
 
 
 def _scored(rows: list[dict]) -> pd.DataFrame:
@@ -67,7 +88,6 @@ def test_difficulty_is_never_read_off_the_reward():
 
 
 def test_an_empty_kl_panel_says_why_and_steps_are_whole():
-    pytest.importorskip("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -91,7 +91,12 @@ def unique_labels(files: list[Path]) -> list[str]:
         labels = ["/".join(c[-d:]) for c, d in zip(chains, depth, strict=True)]
         clash = {x for x in labels if labels.count(x) > 1}
         grow = [i for i, x in enumerate(labels) if x in clash and depth[i] < len(chains[i])]
-        if not grow:
+        if not grow:  # whole paths that still clash (one file listed twice, x/a/results.json and x/a.json)
+            seen: dict[str, int] = {}
+            for i, x in enumerate(labels):
+                seen[x] = seen.get(x, 0) + 1
+                if seen[x] > 1:
+                    labels[i] = f"{x} #{seen[x]}"
             return labels
         for i in grow:
             depth[i] += 1
@@ -115,13 +120,20 @@ def captioner_name(spec: str) -> str:
     return name or spec_name(spec)
 
 
+def row_names(named: list[tuple[str, str]]) -> list[str]:
+    """A row name per ``(captioner, run label)``: the captioner's name, or ``name (label)`` where
+    several runs of one table share it (other options, other checkpoints). Two runs are two rows,
+    never one row where the later silently overwrites the earlier."""
+    shared = {n for n, _ in named if sum(m == n for m, _ in named) > 1}
+    return [f"{n} ({label})" if n in shared else n for n, label in named]
+
+
 def prism_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """Captioner × benchmark scores (plus their mean) from Prism-style results.
 
     ``vlrl eval prism`` writes one ``results.json`` per captioner (``captioner`` spec, and
     ``benchmarks: {name: {"accuracy", "n", ...}}``); files holding several ``captioners`` work too.
-    A row is named by its captioner; where several runs share a captioner name, each row is
-    ``name (run label)``.
+    A row is named by its captioner (:func:`row_names`).
     """
     named: list[tuple[str, str, dict[str, Any]]] = []  # (captioner, run label, benchmarks)
     for label, r in runs:
@@ -130,11 +142,8 @@ def prism_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
         else:
             spec = r.get("captioner") or r.get("model")
             named.append((captioner_name(str(spec)) if spec else label, label, r["benchmarks"]))
-    # Two runs of one captioner (other options, other checkpoints) are two rows, never one.
-    shared = {name for name, _, _ in named if sum(n == name for n, _, _ in named) > 1}
     rows: dict[str, dict[str, float]] = {}
-    for name, label, benches in named:
-        row = f"{name} ({label})" if name in shared else name
+    for row, (_, _, benches) in zip(row_names([(n, lb) for n, lb, _ in named]), named, strict=True):
         for bench, v in benches.items():
             s = _score_of(v)
             if s is not None:
@@ -147,13 +156,15 @@ def prism_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
 
 
 def arena_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
-    """One row per (candidate, baseline): win rate, score %, consistency, caption lengths."""
+    """One row per (candidate, baseline): win rate, score %, consistency, caption lengths (the
+    candidate named by :func:`row_names`, so two runs of one candidate stay apart)."""
     rows = []
-    for label, r in runs:
+    names = row_names([(r["candidate"], label) for label, r in runs])
+    for name, (label, r) in zip(names, runs, strict=True):
         for base, v in r["baselines"].items():
             rows.append(
                 {
-                    "candidate": r["candidate"], "baseline": base, "pairs": v.get("pairs"),
+                    "candidate": name, "baseline": base, "pairs": v.get("pairs"),
                     "win_rate": v.get("win_rate"), "score_pct": v.get("score_pct"),
                     "position_consistency": v.get("position_consistency"),
                     "candidate_words": v.get("candidate_words"), "baseline_words": v.get("baseline_words"),
@@ -164,19 +175,23 @@ def arena_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
 
 
 def caption_qa_table(runs: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
-    """Captioner × word budget QA accuracy (``full`` = untruncated caption)."""
+    """Captioner × word budget QA accuracy (``full`` = untruncated caption; rows by :func:`row_names`)."""
+    named = [(name, label, [str(b) for b in r["budgets"]] + ["full"], v)
+             for label, r in runs for name, v in r["captioners"].items()]
     rows: dict[str, dict[str, float | None]] = {}
-    for _, r in runs:
-        cols = [str(b) for b in r["budgets"]] + ["full"]
-        for name, v in r["captioners"].items():
-            rows[name] = {c: (v.get(c) or {}).get("accuracy") for c in cols}
+    for row, (_, _, cols, v) in zip(row_names([(n, lb) for n, lb, _, _ in named]), named, strict=True):
+        rows[row] = {c: (v.get(c) or {}).get("accuracy") for c in cols}
     df = pd.DataFrame.from_dict(rows, orient="index")
     df.index.name = "captioner"
     return df
 
 
 def summary_table(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> pd.DataFrame:
-    """Side by side, one row per captioner: Prism average, arena score %, caption-QA at each budget."""
+    """Side by side, one row per captioner: Prism average, arena score %, caption-QA at each budget.
+
+    Rows line up by captioner name. A captioner with several runs of one kind has one row per run
+    there (``name (label)``, :func:`row_names`), and its other evaluations stay on the plain name's
+    row: which of two Prism runs an arena run goes with is not in the files."""
     parts = []
     if results.get("prism"):
         parts.append(prism_table(results["prism"])[["average"]].rename(columns={"average": "prism_avg"}))

@@ -51,3 +51,60 @@ def test_no_letter_among_listed_logprobs_is_a_parse_failure_not_chance(tiny_tok)
     assert ans.error is None
     assert ans.parse_failure and ans.correct == 0.0 and ans.letter_mass == 0.0
     assert b._exact.unsupported  # asked /tokenize once, got no token list, kept the listed logprobs
+
+
+def test_looked_up_letters_do_not_shrink_the_unlisted_tail_at_low_temperature():
+    """The letters the exact route adds sit far below the list; the unlisted tokens are bounded by
+    the least likely *listed* one, so the letter mass at T=0.6 must not depend on how unlikely the
+    looked-up letters are."""
+    from vlrl.core.backends.openai_wire import probs_from_top_logprobs
+
+    listed = [("x", math.log(0.5)), ("y", math.log(0.3))]
+    letters = [(" A", math.log(1e-6)), (" B", math.log(2e-6))]
+    t = 0.6
+    _, mass = probs_from_top_logprobs(listed + letters, LETTERS, t, tail_from=listed)
+    tail = 1 - 0.8 - 3e-6
+    z = 0.5 ** (1 / t) + 0.3 ** (1 / t) + (1e-6) ** (1 / t) + (2e-6) ** (1 / t) + tail * 0.3 ** (1 / t - 1)
+    assert mass == pytest.approx(((1e-6) ** (1 / t) + (2e-6) ** (1 / t)) / z, rel=1e-9)
+    _, distorted = probs_from_top_logprobs(listed + letters, LETTERS, t)  # p_min = 1e-6: the tail all but vanishes
+    assert distorted > 1.15 * mass  # 20% too high here; the further below the list, the worse
+
+
+def test_a_failed_letter_lookup_is_not_kept_for_later_asks():
+    """Never cache a failure: a /tokenize that failed once is asked again by the next ask."""
+    import asyncio
+
+    from vlrl.core.backends.openai_exact import ExactLetters
+
+    class Client:
+        calls = 0
+
+        async def post(self, url, body=None, cast_to=None):
+            Client.calls += 1
+            if Client.calls == 1:
+                raise ConnectionError("reset by peer")
+            return {"tokens": [7]}
+
+    ex = ExactLetters(Client(), "http://127.0.0.1:1", "m", asyncio.Semaphore(4), timeout=5.0)
+
+    async def lookup():
+        return await ex._candidates(" A")
+
+    with pytest.raises(ConnectionError):
+        asyncio.run(lookup())
+    assert asyncio.run(lookup()) == [("A", 7)]
+
+
+def test_a_backend_that_reports_no_letter_mass_is_taken_at_its_probabilities():
+    """A third-party backend may return exact probabilities without a mass: that is no parse failure."""
+    from tests.support.scripted import Scripted
+    from vlrl.core.backends.base import ChoiceResult
+
+    pres = present(normalize_mcq({"question": "Colour?", "options": ["red", "blue", "green"], "answer": "B"}), None)
+    probs = {L: (i + 1) / sum(range(1, len(pres.letters) + 1)) for i, L in enumerate(pres.letters)}
+    a = Ask([{"role": "user", "content": "Colour?"}], pres, id="q0")
+    (ans,) = ask(Scripted("no-mass", choose=lambda r: ChoiceResult(probs=probs, method="logits")), [a], mode="exact")
+    assert not ans.parse_failure and ans.letter_mass is None
+    assert ans.correct == pytest.approx(probs[pres.gold])
+    (zero,) = ask(Scripted("zero", choose=lambda r: ChoiceResult(probs=probs, method="logits", mass=0.0)), [a], mode="exact")
+    assert zero.parse_failure and zero.correct == 0.0

@@ -18,6 +18,7 @@ from tests.support.curate import (
     ScriptedTextAnswerer,
     ScriptedVLM,
     colour_of,
+    letter_of,
     make_images,
     prompt_image,
     prompt_text,
@@ -326,20 +327,56 @@ def test_balanced_rotations_give_an_always_a_answerer_chance_and_chance_passes()
     assert sum(x.keep for x in text_only_filter(qs, always_a(), rounds=8, text_max=0.25, chance_floor=False)) == 0
 
 
+def knows(right_rounds: int) -> Scripted:
+    """A text answerer right on the first ``right_rounds`` rounds of each question and wrong after:
+    every question's right option is the text ``"right"``."""
+    def answer(r):
+        text = prompt_text(r.messages)
+        rnd = int(r.id.rsplit("/round", 1)[1])
+        wanted = "right" if rnd < right_rounds else next(o for _, o in re.findall(r"^([A-Z])\. (.*)$", text, re.M) if o != "right")
+        return f" {letter_of(text, wanted)}"
+
+    return Scripted("knows", answer=answer)
+
+
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 6])
-def test_a_constant_answerer_passes_for_any_option_and_round_count(k):
-    """The boundary is tight: the most a constant answerer scores is exactly the ceiling, and the
-    ceiling passes; one more right round than that is above chance and (at or above text_max) fails."""
-    from vlrl.methods.caprl.filtering import chance_ceiling, text_keep
+def test_a_constant_answerer_passes_whenever_rounds_cover_the_options(k):
+    """The boundary is tight: with R >= k the most a constant answerer scores is exactly the
+    ceiling, and the ceiling passes; with R < k there is no floor (the strict rule alone)."""
+    from vlrl.methods.caprl.filtering import chance_ceiling
 
     qs = [{"question": f"Q{i}?", "options": [f"o{j}" for j in range(k)], "answer": "ABCDEF"[i % k]} for i in range(3 * k)]
     for rounds in range(1, 9):
         v = text_only_filter(qs, always_a(), rounds=rounds, text_max=0.25)
-        ceiling = chance_ceiling(k, rounds)
-        assert max(x.accuracy for x in v) == pytest.approx(ceiling), (k, rounds)
-        assert all(x.keep for x in v), (k, rounds)
-        above = ceiling + 1 / rounds  # one right round more than chance
-        assert text_keep(above, k, rounds, text_max=0.25) == (above < 0.25), (k, rounds)
+        if rounds >= k:
+            assert max(x.accuracy for x in v) == pytest.approx(chance_ceiling(k, rounds)), (k, rounds)
+            assert all(x.keep for x in v), (k, rounds)
+        else:
+            assert [x.keep for x in v] == [x.accuracy < 0.25 for x in v], (k, rounds)
+
+
+@pytest.mark.parametrize("k,rounds", [(4, 4), (3, 4), (5, 5), (3, 3)])
+def test_one_right_round_above_chance_is_dropped(k, rounds):
+    """(Rounds whose option order repeats an earlier round's are asked once, so a greedy answerer
+    cannot answer them apart: the cases here have the first ``at + 1`` rounds in distinct orders.)"""
+    from vlrl.methods.caprl.filtering import chance_ceiling
+
+    qs = [{"question": f"Q{i}?", "options": ["right"] + [f"o{j}" for j in range(k - 1)], "answer": "A"} for i in range(2 * k)]
+    at = round(chance_ceiling(k, rounds) * rounds)
+    v_at = text_only_filter(qs, knows(at), rounds=rounds, text_max=0.25)
+    assert all(x.accuracy == pytest.approx(at / rounds) and x.keep for x in v_at)
+    v_above = text_only_filter(qs, knows(at + 1), rounds=rounds, text_max=0.25)
+    assert all(x.accuracy == pytest.approx((at + 1) / rounds) and not x.keep for x in v_above)
+
+
+def test_a_single_round_is_no_free_pass(caplog):
+    """At one round a floor of 1/R would keep every question, even one the answerer always gets
+    right without the image: with R < k there is no floor, and a warning says why."""
+    qs = [{"question": "Q0?", "options": ["w", "right", "y", "z"], "answer": "B"}]
+    with caplog.at_level("WARNING"):
+        (v,) = text_only_filter(qs, knows(1), rounds=1, text_max=0.25)
+    assert v.accuracy == 1.0 and not v.keep
+    assert "more options than the 1 rounds" in caplog.text
 
 
 def test_qa_curate_keeps_questions_for_a_blind_text_answerer(tmp_path):

@@ -133,10 +133,12 @@ class ChoiceResult:
     """Probability of each choice, renormalised over the choices (sums to 1 unless error)."""
     method: Method | None = None
     """``logits``/``logprobs``: exact; ``sampled``: a Monte-Carlo estimate from ``samples`` draws."""
-    mass: float = 0.0
+    mass: float | None = None
     """Unnormalised probability mass the model put on the choices at the request's temperature,
     summed over every token that reads as a choice (``"A"``, ``" A"``, ``"\nA"``): the *letter
-    mass*. Low mass means an off-format answer; callers treat it as a failure, not as chance."""
+    mass*. Low mass means an off-format answer; callers treat it as a failure, not as chance.
+    ``None``: the backend does not report it (a third-party backend); ``probs`` are then taken as
+    they are."""
     error: str | None = None
     cached: bool = False
 

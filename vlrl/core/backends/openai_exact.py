@@ -5,10 +5,11 @@ default). When the option letters are not among them (a random tiny model, or an
 about to go off-format), the reply says nothing about the letters, and renormalising nothing would
 invent credit. vLLM can still say exactly how likely any given token is. The route:
 
-1. Each choice's *token variants* (the letter alone and after common whitespace: ``"A"``, ``" A"``,
-   ``"\\nA"``...) are tokenized once per backend with the server's ``/tokenize``; those that are one
-   token are the candidates, the set :func:`~vlrl.core.backends.base.choice_of_token` counts
-   in-process.
+1. Each choice's *token variants* (the letter alone and with common whitespace before or after it:
+   ``"A"``, ``" A"``, ``"\\nA"``, ``"A\\n"``..., :func:`variant_texts`) are tokenized once per
+   backend with the server's ``/tokenize``; those that are one token are the candidates. They are
+   the tokens :func:`~vlrl.core.backends.base.choice_of_token` counts in process, less any rarer
+   whitespace form (``"\\t\\tA"``), which the in-process count alone includes.
 2. One more chat request, the same conversation and prefix, asks for exactly those tokens'
    logprobs (vLLM's ``logprob_token_ids``, with ``return_tokens_as_token_ids`` so they are matched
    by id). Like the first request it is served from the prefix cache.
@@ -39,6 +40,16 @@ logger = logging.getLogger(__name__)
 WHITESPACE_PREFIXES = ("", " ", "  ", "\t", "\n", "\n\n", "\r\n", " \n")
 """What may stand before a letter in one token and still read as the letter (see ``choice_of_token``)."""
 
+WHITESPACE_SUFFIXES = (" ", "\n", "\n\n")
+"""What may follow it in the same token: ``choice_of_token`` strips both sides, so ``"A\n"`` counts."""
+
+
+def variant_texts(core: str) -> list[str]:
+    """The texts whose one-token forms read as the choice ``core``: whitespace before, after, or both
+    (one space then a newline, the usual ``" A\n"``)."""
+    return ([w + core for w in WHITESPACE_PREFIXES] + [core + w for w in WHITESPACE_SUFFIXES]
+            + [" " + core + "\n"])
+
 HIDDEN_MASS_TOLERANCE = 1e-4
 """``auto`` takes the exact route when the unlisted letter tokens could hold more than this share
 of the listed letter mass (each unlisted token is at most as likely as the least likely listed one)."""
@@ -51,7 +62,7 @@ def needs_exact(top: Sequence[tuple[str, float]], choices: Sequence[str], listed
     probs = [math.exp(lp) for _, lp in top]
     # at most this many letter tokens are missing from the list, none likelier than the least likely
     # listed token, and together no likelier than what the list leaves over
-    unlisted = len(choices) * len(WHITESPACE_PREFIXES)
+    unlisted = len(choices) * len(variant_texts("A"))
     hidden = min(unlisted * min(probs), max(0.0, 1.0 - sum(probs)))
     return hidden > HIDDEN_MASS_TOLERANCE * listed_mass
 
@@ -84,12 +95,12 @@ class ExactLetters:
         self.sem = sem
         self.timeout = timeout
         self.unsupported = False
+        """Set once the server showed it has no ``/tokenize`` (not vLLM): the listed logprobs are all there is."""
         self.named: bool | None = None
         """Whether the server honours ``logprob_token_ids`` on chat completions (None: not known yet)."""
-        """Set once the server showed it has no ``/tokenize`` (not vLLM): the listed logprobs are all there is."""
         self.variants: dict[str, list[tuple[str, int]]] = {}
-        self._pending: dict[str, asyncio.Future] = {}
         """Stripped choice → [(variant text, token id)] of its one-token variants."""
+        self._pending: dict[str, asyncio.Future] = {}
 
     async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         async with self.sem:
@@ -115,15 +126,19 @@ class ExactLetters:
             task = self._pending.get(core)
             if task is None:
                 task = self._pending[core] = asyncio.ensure_future(self._find_variants(core))
-            self.variants[core] = await task
+            try:
+                self.variants[core] = await task
+            finally:  # a failed lookup fails the asks waiting on it, never the later ones
+                if self._pending.get(core) is task and task.done():
+                    del self._pending[core]
         return self.variants[core]
 
     async def _find_variants(self, core: str) -> list[tuple[str, int]]:
         found: dict[int, str] = {}
-        for w in WHITESPACE_PREFIXES:
-            ids = await self._tokenize({"prompt": w + core, "add_special_tokens": False})
+        for text in variant_texts(core):
+            ids = await self._tokenize({"prompt": text, "add_special_tokens": False})
             if len(ids) == 1:
-                found.setdefault(ids[0], w + core)
+                found.setdefault(ids[0], text)
         return [(t, i) for i, t in found.items()]
 
     async def _logprobs(self, ids: list[int], tokens: list[int]) -> list[float]:
@@ -211,5 +226,5 @@ def merge_logprobs(top: Sequence[tuple[str, float]], exact: Sequence[tuple[str, 
     return list(merged.items())
 
 
-__all__ = ["HIDDEN_MASS_TOLERANCE", "ExactLetters", "WHITESPACE_PREFIXES", "has_images", "merge_logprobs",
-           "needs_exact"]
+__all__ = ["HIDDEN_MASS_TOLERANCE", "ExactLetters", "WHITESPACE_PREFIXES", "WHITESPACE_SUFFIXES", "has_images",
+           "merge_logprobs", "needs_exact", "variant_texts"]

@@ -406,11 +406,11 @@ class OpenAIBackend(Backend):
             self._add_usage([resp])
             top = top_logprobs_from_response(resp)
             if top is not None:
-                top = await self._exact.complete(top, messages, req.prefix, req.choices, req.temperature,
-                                                 self.supports_continue)
+                merged = await self._exact.complete(top, messages, req.prefix, req.choices, req.temperature,
+                                                    self.supports_continue)
                 self.supports_logprobs = True
                 self._logprob_misses = 0
-                probs, mass = probs_from_top_logprobs(top, req.choices, req.temperature)
+                probs, mass = probs_from_top_logprobs(merged, req.choices, req.temperature, tail_from=top)
                 return ChoiceResult(probs=probs, method="logprobs", mass=mass)
             # One reply without logprobs is not proof the server cannot give them (a flaky proxy,
             # one odd replica): only repeated evidence, and never after logprobs were seen, switches

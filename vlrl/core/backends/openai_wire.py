@@ -68,7 +68,8 @@ def top_logprobs_from_response(resp: Any) -> list[tuple[str, float]] | None:
 
 
 def probs_from_top_logprobs(
-    top: Sequence[tuple[str, float]], choices: Sequence[str], temperature: float = 1.0
+    top: Sequence[tuple[str, float]], choices: Sequence[str], temperature: float = 1.0,
+    tail_from: Sequence[tuple[str, float]] | None = None,
 ) -> tuple[dict[str, float], float]:
     """Probability of each choice at ``temperature`` from the first token's alternatives.
 
@@ -82,6 +83,10 @@ def probs_from_top_logprobs(
     no likelier than the least likely listed one (weight ``tail * p_min ** (1/T - 1)``). That is
     exact at T=1 and when the listed tokens hold (almost) all the mass, as on a letter answer.
     Temperature 0 is greedy: all mass on the most likely listed token.
+
+    ``tail_from`` are the tokens the server itself listed, when ``top`` also holds looked-up ones
+    (the exact letter route adds letters far below the list): only a listed token bounds the
+    unlisted ones, so ``p_min`` is taken over these (default: ``top``).
     """
     mass_of = dict.fromkeys(choices, 0.0)
     live = [(tok, lp) for tok, lp in top if lp > -math.inf]
@@ -95,7 +100,7 @@ def probs_from_top_logprobs(
         return {k: float(k == c) for k in choices}, 1.0
     listed = sum(math.exp(lp) for _, lp in live)
     tail = max(0.0, 1.0 - listed)
-    p_min = min(math.exp(lp) for _, lp in live)
+    p_min = min(math.exp(lp) for _, lp in (tail_from or live) if lp > -math.inf)
     z = sum(math.exp(lp / temperature) for _, lp in live) + tail * p_min ** (1.0 / temperature - 1.0)
     for tok, lp in live:
         c = choice_of_token(tok, choices)

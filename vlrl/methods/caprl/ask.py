@@ -146,10 +146,11 @@ def _exact_answer(res: Any, pres: Presentation, min_letter_mass: float = 0.0) ->
     if not res.ok:
         return Answer(error=res.error)
     sampled = getattr(res, "method", None) == "sampled"
-    mass = float(getattr(res, "mass", 1.0))
+    reported = getattr(res, "mass", None)
+    mass = None if reported is None else float(reported)
     probs = {k.strip(): float(v) for k, v in res.probs.items()}
     total = sum(probs.get(L, 0.0) for L in pres.letters)
-    if mass <= 0 or mass < min_letter_mass or total <= 0:
+    if (mass is not None and (mass <= 0 or mass < min_letter_mass)) or total <= 0:
         # Off-format: the answerer named no option (a sampling fallback where no sample named one,
         # a server whose listed logprobs hold no letter, or too little probability on the letters).
         # Scored like an unparsable sampled answer, never as the uniform "chance" a

@@ -15,7 +15,7 @@ constant answerer scores at most under these rotations, :func:`chance_ceiling` =
 1/4 at R = k = 4. The paper's rule, text-only accuracy ``< text_max`` alone (0 of 4 at 0.25),
 drops every question for such an answerer although none of them can be answered without the image;
 with the floor a question is kept when text-only accuracy ``< text_max`` *or* ``<= chance_ceiling``.
-``chance_floor=False`` is the paper's rule.
+The floor needs R >= k (see :func:`text_keep`). ``chance_floor=False`` is the paper's rule.
 
 * The visual half adds a "None of the above" option (the paper's design): a VLM that cannot find
   the answer in the image has an honest way out instead of a lucky guess.
@@ -29,6 +29,7 @@ Both answer greedily after the pre-fill "The answer is" and read the first optio
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,8 @@ from vlrl.core.prompts import render
 from vlrl.core.records import MCQ
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import NONE_OF_THE_ABOVE, normalize_mcq, present, seeded_rng
+
+logger = logging.getLogger(__name__)
 
 FILTER_PROMPT = "caprl_filter_answer"
 
@@ -93,10 +96,13 @@ def chance_ceiling(options: int, rounds: int) -> float:
 
 
 def text_keep(accuracy: float, options: int, rounds: int, text_max: float, chance_floor: bool = True) -> bool:
-    """The text-only half's rule: below ``text_max``, or at most chance when ``chance_floor``."""
+    """The text-only half's rule: below ``text_max``, or at most chance when ``chance_floor`` and
+    there are at least as many rounds as options. With fewer rounds the right option never visits
+    every position, a constant answerer scores 0 or 1/R by where the answer fell, and a floor of 1/R
+    (all of it, at one round) would let through questions the answerer knows: no floor then."""
     if accuracy < text_max:
         return True
-    return chance_floor and accuracy <= chance_ceiling(options, rounds) + 1e-9
+    return chance_floor and rounds >= options and accuracy <= chance_ceiling(options, rounds) + 1e-9
 
 
 def text_only_filter(
@@ -131,6 +137,11 @@ def text_only_filter(
         items.append((mcq, None))
         idx.append(i)
         item_keys.append(keys[i] if keys else mcq.key)
+    short = sum(len(m.options) > rounds for m, _ in items)
+    if chance_floor and short:
+        logger.warning("text-only filter: %d of %d questions have more options than the %d rounds: their "
+                       "chance floor is off, and a blind answerer keeps them only by luck (use rounds >= options)",
+                       short, len(items), rounds)
     accuracies = answer_accuracy(backend, items, rounds=rounds, keys=item_keys, seed=seed, salt="text", prompt=prompt)
     for i, (mcq, _), (acc, err) in zip(idx, items, accuracies, strict=True):
         keep = acc is not None and text_keep(acc, len(mcq.options), rounds, text_max, chance_floor)
