@@ -14,7 +14,6 @@ fine: the source module's name is public. Dunders (``__version__``) are public b
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from tests.support.paths import ROOT
 

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from vlrl.core.redact import scrub
+
 logger = logging.getLogger(__name__)
 
 COMMIT_HOOKS: list[Any] = []
@@ -79,7 +81,7 @@ class JsonlStore:
         key = str(record[self.key_field])
         if key in self._keys:
             return False
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self._fh.write(json_line(record))
         self._fh.flush()
         if self.fsync:
             os.fsync(self._fh.fileno())
@@ -167,7 +169,14 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Write one JSON document atomically (see :func:`atomic_open`)."""
     with atomic_open(path) as fh:
-        json.dump(obj, fh, indent=2, ensure_ascii=False, default=str)
+        fh.write(scrub(json.dumps(obj, indent=2, ensure_ascii=False, default=str)))
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """One JSONL line for ``record``, with every configured secret masked by value
+    (:func:`~vlrl.core.redact.scrub`): a server that echoes the API key into an answer, an error or a
+    reason must not put it in any file a job commits, whichever writer commits it."""
+    return scrub(json.dumps(record, ensure_ascii=False, default=str)) + "\n"
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
@@ -179,7 +188,7 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
     n = 0
     with atomic_open(path) as fh:
         for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            fh.write(json_line(record))
             n += 1
     return n
 

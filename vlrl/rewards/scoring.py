@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import atomic_open, iter_jsonl
+from vlrl.core.pipeline import atomic_open, iter_jsonl, json_line
 from vlrl.rewards.base import Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def score_rows_file(
                 n_errors += 1
                 logger.error("%s:%d: %s", input_path, lineno, err)
                 rec.update(line=lineno, reward=None, details={"error": err})
-            fh.write(json.dumps(_jsonable(rec), ensure_ascii=False, default=str) + "\n")
+            fh.write(json_line(_jsonable(rec)))
         fh.flush()
         pending.clear()
 

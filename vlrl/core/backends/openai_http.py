@@ -79,6 +79,7 @@ from vlrl.core.backends.openai_wire import (
     top_logprobs_from_response,
     tristate,
 )
+from vlrl.core.redact import register_secret_env
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class OpenAIBackend(Backend):
         self.timeout = timeout
         self.max_retries = max_retries
         self.api_key_env = api_key_env
+        register_secret_env(api_key_env)  # its value is masked in every text vlrl writes (vlrl.core.redact)
         self.logprobs_mode = logprobs
         self.prefix_mode = prefix_mode
         self.image_format = image_format
