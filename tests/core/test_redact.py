@@ -44,8 +44,9 @@ def test_redact_masks_configured_secret_values(monkeypatch):
     assert scrub("EMPTY answer") == "EMPTY answer"
 
 
-def test_token_in_the_url_is_refused_and_never_echoed():
-    res = run(["caption", "--images", ".", "--model", f"openai:http://{CANARY}@127.0.0.1:9/v1@m", "--out", "o"])
+def test_token_in_the_url_is_refused_and_never_echoed(tmp_path):
+    res = run(["caption", "--images", str(tmp_path), "--model", f"openai:http://{CANARY}@127.0.0.1:9/v1@m", "--out",
+               str(tmp_path / "o")])
     assert res.returncode == 2 and "credentials" in res.stderr
     assert CANARY not in res.stderr + res.stdout
 
