@@ -280,7 +280,8 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     )
     assert "timed out" in rej["timeout"]["reason"]
     assert "only 1 teacher caption" in rej["lonely"]["reason"]
-    assert rej["nostudent"]["reason"].startswith("student caption missing: empty answer")
+    # an empty reply is a failure of the student's request (vlrl.core.backends.base.answer_problem)
+    assert rej["nostudent"]["reason"].startswith("student caption missing: backend error: nostudent: the reply is empty")
     assert stats["rejected_by_reason"]["rubric writer: invalid output"] == 2
     assert (
         stats["accepted"] == 3
