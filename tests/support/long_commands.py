@@ -102,3 +102,80 @@ COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
 
 def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([VLRL, *argv], capture_output=True, text=True, env=child_env(**env), timeout=300)
+
+
+# -- one server that answers every command's prompts -----------------------------------------------
+
+RUBRIC = {
+    "consensus_facts": [{"id": "f1", "fact": "a square", "sources": ["T1", "T2"]},
+                        {"id": "f2", "fact": "its colour", "sources": ["T1", "T2", "T3"]}],
+    "student_correct": [],
+    "deficiencies": [{"id": "d1", "severity": "important", "description": "misses the colour", "facts": ["f2"],
+                      "student_span": None}],
+    "rubrics": [{"id": "x", "deficiency": "d1", "criterion": "States the colour of the square",
+                 "pass_rule": "Pass if the colour is named; fail otherwise.", "weight": 5, "pitfall": False}],
+    "student_meets_all": False,
+}
+SHAPES = ("square", "circle", "triangle", "star")
+
+
+def _parts(body: dict) -> tuple[str, list[str]]:
+    """The text of a chat request and the data URLs of its images."""
+    text, urls = [], []
+    for m in body.get("messages", []):
+        c = m.get("content")
+        for p in c if isinstance(c, list) else [{"type": "text", "text": c or ""}]:
+            if p.get("type") == "text":
+                text.append(p.get("text", ""))
+            elif p.get("type") == "image_url":
+                urls.append(p["image_url"]["url"])
+    return "\n".join(text), urls
+
+
+def colour_of(url: str) -> str:
+    import base64
+    import io
+
+    im = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+    px = im.getpixel((im.width // 2, im.height // 2))
+    return min(RGB, key=lambda c: sum(abs(a - b) for a, b in zip(RGB[c], px, strict=True)))
+
+
+def answer(body: dict) -> str:
+    """What a competent model would say to each command's prompt (see the module docstring)."""
+    import re
+
+    text, urls = _parts(body)
+    if "grading rubrics" in text:
+        return json.dumps(RUBRIC)
+    if "multiple-choice questions about this image" in text:
+        return ("Question 1: What shape is shown in the picture?\nA. square\nB. circle\nC. triangle\nD. star\n"
+                "Answer: A\n")
+    options = dict(re.findall(r"^\(?([A-D])[.)] (.+?)\s*$", text, re.M))
+    if options:
+        rest = re.sub(r"^\(?[A-D][.)] .*$", "", text, flags=re.M).lower()
+        if urls and "square" in options.values():  # with the image: the right shape
+            return next(k for k, v in options.items() if v == "square")
+        for k, v in options.items():  # from a caption: the option the caption names
+            if v.lower() in rest and v.lower() not in ("square",):
+                return k
+        return next((k for k, v in options.items() if v == "circle"), "A")  # a blind guess, wrong
+    colour = colour_of(urls[0]) if urls else "red"
+    return f"A {colour} square on a plain background."
+
+
+def fails_on(colour: str):
+    """A fault that answers 500 to every request about the ``colour`` image: by its pixels, or by
+    a caption or teacher caption that names the colour."""
+
+    def fault(body: dict, headers: dict) -> tuple[int, str] | None:
+        text, urls = _parts(body)
+        if any(colour_of(u) == colour for u in urls) or f"{colour} square" in text.lower():
+            return 500, json.dumps({"error": {"message": f"injected failure for the {colour} image"}})
+        return None
+
+    return fault
+
+
+def fails_all(body: dict, headers: dict) -> tuple[int, str]:
+    return 500, json.dumps({"error": {"message": "injected failure"}})
