@@ -436,7 +436,11 @@ def retry_quarantined(path: str | Path) -> int:
     with open(path, "rb") as fh:
         n = sum(1 for line in fh if line.strip())
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    # the new name must not match the pipelines' ``*.jsonl`` globs
-    path.rename(path.with_name(f"{path.name}.retried-{stamp}"))
+    # the new name must not match the pipelines' ``*.jsonl`` globs, nor replace an earlier backup
+    # (two retries in one second, or a clock set back, would give the same stamp)
+    backup, k = path.with_name(f"{path.name}.retried-{stamp}"), 1
+    while backup.exists():
+        backup, k = path.with_name(f"{path.name}.retried-{stamp}-{k}"), k + 1
+    path.rename(backup)
     logger.info("--retry-quarantined: %d record(s) of %s will be retried", n, path.name)
     return n
