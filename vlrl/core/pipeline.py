@@ -49,23 +49,52 @@ class JsonlStore:
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open for appends
 
     def _repair_and_index(self) -> None:
+        """Index the stored keys. Bad lines after the last good record are a torn tail (a killed
+        writer) and are dropped; a bad line *before* a good one is corruption (a disk, an editor),
+        not a kill: it is moved to ``NAME.corrupt`` with a warning, and the good records after it
+        are kept rather than discarded as a "torn last record"."""
         if not self.path.exists():
             return
-        good_end = 0
+        good_end, last_good, bad = 0, 0, []
         with open(self.path, "rb") as fh:
-            for line in fh:
-                if not line.endswith(b"\n"):
-                    break  # torn write from a killed process
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break
+            offset = 0
+            for lineno, line in enumerate(fh, 1):
+                offset += len(line)
+                rec = self._parse(line)
+                if rec is None:
+                    bad.append(lineno)
+                    continue
                 self._keys.add(str(rec[self.key_field]))
-                good_end += len(line)
-        if good_end != self.path.stat().st_size:
+                good_end, last_good = offset, lineno
+        middle = {n for n in bad if n < last_good}
+        if middle:
+            self._move_corrupt(middle, last_good)
+            logger.warning("%s: moved %d corrupt line(s) (line %s) to %s; the records after them are kept",
+                           self.path, len(middle), ", ".join(map(str, sorted(middle)[:5])),
+                           self.path.name + ".corrupt")
+        elif good_end != self.path.stat().st_size:
             logger.warning("%s: dropping a torn last record left by an interrupted run", self.path)
             with open(self.path, "r+b") as fh:
                 fh.truncate(good_end)
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        if not line.endswith(b"\n"):
+            return None
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return rec if isinstance(rec, dict) and self.key_field in rec else None
+
+    def _move_corrupt(self, lines: set[int], last_good: int) -> None:
+        """Rewrite the file without ``lines`` (appended to ``NAME.corrupt``) and without the torn
+        tail after ``last_good``."""
+        with open(self.path, "rb") as src, atomic_open(self.path, "wb") as dst, \
+                open(self.path.with_name(self.path.name + ".corrupt"), "ab") as side:
+            for lineno, line in enumerate(src, 1):
+                if lineno > last_good:
+                    break
+                (side if lineno in lines else dst).write(line if line.endswith(b"\n") else line + b"\n")
 
     def __contains__(self, key: object) -> bool:
         return str(key) in self._keys
