@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.images import ImageLoadError, resolve_under_root
 from vlrl.core.sources import ImageItem
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ logger = logging.getLogger(__name__)
 def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> Iterator[ImageItem]:
     """Yield the images of any source :func:`vlrl.core.sources.load_any_dataset` reads.
 
-    The id is the row's ``image_id`` (else ``id``, else its path).
+    The id is the row's ``image_id`` (else ``id``, else its path). A path that leaves the source
+    (a symlink out of the folder, ``..``, an absolute path elsewhere) is an item with an error,
+    never opened: the same rule as ``vlrl caption`` and ``qa-curate`` (:func:`resolve_under_root`).
     """
     from vlrl.core.sources import load_any_dataset
 
@@ -42,6 +45,13 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
             continue
         meta = dict(ref.meta)
         image_id = str(meta.pop("image_id", None) or ref.id)
+        if ref.path:
+            # one root policy for every command: no symlink, ``..`` or absolute path out of the source
+            try:
+                resolve_under_root(ref.path, root, ref.path)
+            except ImageLoadError as e:
+                yield ImageItem.from_path(image_id, "", _flat(meta), error=e.reason)
+                continue
         if ref.path and (root / ref.path).exists():
             path = str((root / ref.path).resolve())
         elif ref.data:
