@@ -38,9 +38,24 @@ def teacher_captions_cmd(
         outputs=["captions.jsonl", "failures.jsonl", "teacher_captions.jsonl", "stats.json", "meta.json"],
     )
     typer.echo(json.dumps(stats, indent=2))
-    per = stats.get("per_teacher", {}).values()
-    _exit_for_failures("data teacher-captions", sum(t["captioned"] for t in per), sum(t["missing"] for t in per),
-                       "teacher caption(s) missing (failures.jsonl says why); rerun the same command to retry them")
+    per = list(stats.get("per_teacher", {}).values())
+    captioned = sum(t["captioned"] for t in per)
+    if stats.get("images") and not captioned:
+        from vlrl.core.jobs import EXIT_FAILED
+
+        typer.echo("vlrl data teacher-captions: no teacher captioned any image (failures.jsonl says why)", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    # a caption missing because a backend failed is a failure (retried by the next run); one missing
+    # for its input (a bad image) or its content (a refusal, too short) is not the backend's
+    failed = sum(n for t in per for kind, n in t["reasons"].items() if backend_failure_kind(kind))
+    _exit_for_failures("data teacher-captions", captioned, failed,
+                       "teacher caption(s) missing for a backend failure (failures.jsonl); rerun the same command "
+                       "to retry them")
+
+
+def backend_failure_kind(kind: str) -> bool:
+    """Whether a missing caption's reason kind (``backend error``, ``bad image``...) is the backend's."""
+    return kind.startswith(("backend", "pre-flight", "not attempted"))
 
 
 def _exit_for_failures(name: str, succeeded: int, failed: int, what: str) -> None:
