@@ -82,8 +82,11 @@ class DatasetSource:
         return len(self.dataset)
 
     def _id(self, i: int, row: dict[str, Any]) -> str:
-        if row.get("id") not in (None, ""):
-            return str(row["id"])
+        """The row's ``id``, else its ``image_id`` (what ``vlrl caption`` keys on, so ids chain from
+        one command to the next), else its image path, else its index."""
+        for key in ("id", "image_id"):
+            if row.get(key) not in (None, ""):
+                return str(row[key])
         value = row.get(self.image_column) if self.image_column else None
         path = value.get("path") if isinstance(value, dict) else value
         return str(path) if isinstance(path, str) and path else str(i)
