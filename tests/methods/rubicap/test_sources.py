@@ -46,3 +46,16 @@ def test_teacher_captions_never_sends_an_outside_image(tmp_path):
     rows = {json.loads(x)["image_id"]: json.loads(x) for x in (tmp_path / "out" / "teacher_captions.jsonl").read_text().splitlines()}
     assert rows["inside.png"]["teacher_captions"]
     assert "escapes the dataset root" in rows["passwd.png"]["missing"]["t"]
+
+
+def test_a_reused_image_id_is_recorded_not_dropped(tmp_path):
+    """`teacher-captions` dropped a row that reused an ``image_id`` with only a log warning
+    (finding 13 of #24); now it is ``ID#dup-N`` with its reason, like `qa-curate` and `caption`."""
+    for c in ("red", "blue"):
+        Image.new("RGB", (8, 8), c).save(tmp_path / f"{c}.png")
+    rows = [{"image_id": "x", "image": "red.png"}, {"image_id": "x", "image": "blue.png"},
+            {"image_id": "x", "image": "red.png"}]  # the third repeats the first: the same record
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = load_images(tmp_path / "m.jsonl")
+    assert [it.image_id for it in items] == ["x", "x#dup-1"]
+    assert items[1].error.startswith("duplicate id 'x' names a different image") and items[1].path == ""

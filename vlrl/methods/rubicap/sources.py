@@ -66,15 +66,25 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
 
 
 def load_images(src: str | Path, materialize_dir: str | Path | None = None) -> list[ImageItem]:
-    """All images of ``src``, first occurrence of each id kept."""
-    seen: set[str] = set()
-    out = []
+    """All images of ``src``, first occurrence of each id kept.
+
+    A later row that reuses an id for *another* image is not dropped with a log line (a reader of
+    the outputs would never know): it becomes ``ID#dup-N``, an item with the reason, which the job
+    records like any unusable image (as ``qa-curate`` and ``caption`` do). A row repeating the same
+    id and image is the same record and is skipped."""
+    first: dict[str, ImageItem] = {}
+    out: list[ImageItem] = []
+    dups: dict[str, int] = {}
     for it in iter_images(src, materialize_dir):
-        if it.image_id in seen:
-            logger.warning("%s: duplicate image id %r, keeping the first", src, it.image_id)
-            continue
-        seen.add(it.image_id)
-        out.append(it)
+        seen = first.get(it.image_id)
+        if seen is None:
+            first[it.image_id] = it
+            out.append(it)
+        elif (seen.path, seen.error) != (it.path, it.error):
+            dups[it.image_id] = n = dups.get(it.image_id, 0) + 1
+            reason = f"duplicate id {it.image_id!r} names a different image ({it.path or '<bytes>'}); give it a unique id"
+            logger.warning("%s: %s", src, reason)
+            out.append(ImageItem.from_path(f"{it.image_id}#dup-{n}", "", it.meta, error=reason))
     return out
 
 
