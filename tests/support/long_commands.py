@@ -90,6 +90,23 @@ def reward_score(root: Path, spec: str) -> list[str]:
             "-s", "rounds=1", "-s", "mode=sample", "--out", str(out / "scored.jsonl")]
 
 
+def arena(root: Path, spec: str) -> list[str]:
+    caps = root / "candidate.jsonl"
+    caps.write_text("".join(json.dumps({"image_id": f"img{i}.png", "caption": f"A {c} square."}) + "\n"
+                            for i, c in enumerate(COLOURS)))
+    return ["eval", "arena", "--candidate", f"cand={caps}", "--baseline", f"base={spec}", "--judge", spec,
+            "--images", str(images(root)), "--out", str(root / "out"), *FAIL_FAST]
+
+
+def cold_start(root: Path, spec: str) -> list[str]:
+    imgs = images(root)
+    rows = root / "math.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"q{i}", "image": str(imgs / f"img{i}.png"), "question": "What is 2+3?",
+                                        "answer": "5"}) + "\n" for i in range(4)))
+    return ["data", "cold-start", "--input", str(rows), "--vlm", spec, "--reasoner", spec, "--out", str(root / "out"),
+            *FAIL_FAST]
+
+
 COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "caption": caption,
     "teacher-captions": teacher_captions,
@@ -97,6 +114,8 @@ COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "qa-curate": qa_curate,
     "caption-qa": caption_qa,
     "reward-score": reward_score,
+    "arena": arena,
+    "cold-start": cold_start,
 }
 
 

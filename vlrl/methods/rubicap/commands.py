@@ -141,6 +141,11 @@ def arena_cmd(
     )
     Console().print(results_table(results))
     typer.echo(f"results -> {out}/results.json")
+    per = list(results.get("baselines", {}).values())
+    _exit_for_failures("eval arena", sum(b["pairs"] for b in per),
+                       sum(b.get("missing_captions", 0) + b.get("judge_failures", 0) for b in per),
+                       "pair(s) not judged: a caption is missing or the judge failed (results.json counts "
+                       "'missing_captions' and 'judge_failures'); rerun the same command to retry them")
 
 
 @long_job
