@@ -107,6 +107,16 @@ def cold_start(root: Path, spec: str) -> list[str]:
             *FAIL_FAST]
 
 
+def prism(root: Path, spec: str) -> list[str]:
+    images(root)
+    bench = root / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"id": f"q{i}", "benchmark": "colours", "image": f"imgs/img{i}.png",
+                                         "question": "What colour is the square?", "options": list(COLOURS),
+                                         "answer": "ABCD"[i]}) + "\n" for i in range(4)))
+    return ["eval", "prism", "--captioner", spec, "--answerer", spec, "--bench", str(bench), "--out", str(root / "out"),
+            *FAIL_FAST]
+
+
 COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "caption": caption,
     "teacher-captions": teacher_captions,
@@ -116,6 +126,7 @@ COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "reward-score": reward_score,
     "arena": arena,
     "cold-start": cold_start,
+    "prism": prism,
 }
 
 
