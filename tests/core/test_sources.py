@@ -91,3 +91,27 @@ def test_one_bad_manifest_line_is_that_records_problem_not_the_jobs(tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
     quarantined = (tmp_path / "qa" / "records" / "quarantine-shard-0-of-1.jsonl").read_text()
     assert f"{manifest}:2" in quarantined and f"{manifest}:3" in quarantined
+
+
+def test_caption_refuses_an_absolute_manifest_path_out_of_the_folder_like_every_command(tmp_path):
+    """`caption` opened absolute manifest paths outside the manifest's folder where the other
+    commands refused them (finding 6 of #24): one root policy now."""
+    import json
+
+    from PIL import Image
+
+    from tests.support.fake_openai import FakeOpenAI
+    from tests.support.long_commands import run
+
+    (tmp_path / "data").mkdir()
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "data" / "in.png")
+    Image.new("RGB", (8, 8), "blue").save(tmp_path / "outside.png")
+    manifest = tmp_path / "data" / "m.jsonl"
+    manifest.write_text(json.dumps({"image_id": "in", "image": str(tmp_path / "data" / "in.png")}) + "\n"
+                        + json.dumps({"image_id": "out", "image": str(tmp_path / "outside.png")}) + "\n")
+    with FakeOpenAI() as srv:
+        res = run(["caption", "--images", str(manifest), "--model", srv.spec(), "--out", str(tmp_path / "caps"),
+                   "--no-progress"])
+        assert res.returncode == 0 and srv.chats == 1, res.stderr[-2000:]  # only the inside image was sent
+    (q,) = [json.loads(x) for x in (tmp_path / "caps" / "quarantine.jsonl").read_text().splitlines()]
+    assert q["image_id"] == "out" and "escapes the dataset root" in q["reason"]
