@@ -184,23 +184,19 @@ running job's circuit breaker, see :mod:`vlrl.core.jobs`); they may raise to sto
 _HTML_HEADS = ("<!doctype html", "<html", "<head>", "<body")
 
 
-def answer_problem(texts: Sequence[Any], blank_is_empty: bool = False) -> str | None:
+def answer_problem(texts: Sequence[Any]) -> str | None:
     """Why a chat result's texts are no answer (None: they are one).
 
     A 200 is not proof of an answer: a proxy's error page passed through as completion text, or a
     server that returns empty content, would otherwise be committed as a caption, scored as a wrong
     answer, and cached so that every rerun replays it. So a result is a failure of its request
     (retried, never cached) when no text has any character, or when a text is an HTML page (a
-    caption never starts with ``<html>``). ``blank_is_empty`` (what a server's reply is held to,
-    :func:`~vlrl.core.backends.openai_wire.reply_problem`) counts whitespace-only content as empty
-    too; an in-process model that generated whitespace tokens did answer, badly, and the caller's own
-    checks (a caption's minimum words) judge that. An empty sample among others that answered is
-    kept: with ``n`` samples, "no answer" is one of the outcomes being sampled.
+    caption never starts with ``<html>``). Whitespace is an answer, a bad one: a model that
+    generated newline tokens did answer, and the caller's own checks (a caption's minimum words)
+    judge that. An empty sample among others that answered is kept: with ``n`` samples, "no
+    answer" is one of the outcomes being sampled.
     """
-    def empty(t: Any) -> bool:
-        return not isinstance(t, str) or not (t.strip() if blank_is_empty else t)
-
-    if not texts or all(empty(t) for t in texts):
+    if not texts or all(not isinstance(t, str) or not t for t in texts):
         return "the reply is empty (no text in any choice)"
     for t in texts:
         head = t.lstrip()[:64].lower() if isinstance(t, str) else ""

@@ -133,7 +133,7 @@ def reply_problem(resp: Any, need_text: bool = False) -> str | None:
         if getattr(msg, "content", None) is None:
             return "a reply choice has content null"
     if need_text:  # a generation, not a logprob probe: empty content or an error page is no answer
-        return answer_problem([c.message.content for c in choices], blank_is_empty=True)
+        return answer_problem([c.message.content for c in choices])
     return None
 
 
