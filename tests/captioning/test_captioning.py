@@ -321,7 +321,7 @@ def test_ray_engine_on_a_local_cluster_matches_the_output_format(tiny_vlm, tmp_p
 def test_openai_backend_requests_in_flight_and_failed_request_retried_on_rerun(transformers_server, tmp_path):
     corpus, out = tmp_path / "corpus", tmp_path / "out"
     _make_corpus(corpus, 6)
-    with FaultProxy(transformers_server.root) as proxy:
+    with FaultProxy(transformers_server.root, blank="a blank tiny-model caption") as proxy:
         spec = f"openai:{proxy.root}/v1@{transformers_server.model}?concurrency=4"
         job = CaptionJob(images=str(corpus), models=[spec], out=out, batch_size=6, max_tokens=8, progress=False)
         proxy.script("400")  # the first request to arrive is refused (not retryable)

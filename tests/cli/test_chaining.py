@@ -124,3 +124,29 @@ def test_notebook_fixture_holds_only_what_the_real_score_command_writes(tmp_path
         assert set(fx) <= set(got), f"the fixture holds {sorted(set(fx) - set(got))}, which the command never writes"
         carried = [k for k in ("id", "image_id", "image", "completion") if k in fx]
         assert {k: fx[k] for k in carried} == {k: got[k] for k in carried}
+
+
+def test_ids_chain_from_caption_through_qa_curate_to_caption_qa(tmp_path):
+    """One manifest with ``image_id``: `caption` keyed on it while `qa-curate` keyed on the path,
+    so `eval caption-qa --captions` matched 0 of 20 and exited 0 (finding 8 of #24)."""
+    from tests.support.long_commands import FAIL_FAST, answer, images, run
+
+    imgs = images(tmp_path, 4)
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps({"image_id": f"pic{i}", "image": f"imgs/img{i}.png"}) + "\n" for i in range(4)))
+    with FakeOpenAI(reply=answer) as srv:
+        spec = srv.spec()
+        res = run(["caption", "--images", str(manifest), "--model", spec, "--out", str(tmp_path / "caps"), "--no-progress"])
+        assert res.returncode == 0, res.stderr[-2000:]
+        (part,) = (tmp_path / "caps" / "captions").glob("*.jsonl")
+        assert {json.loads(x)["image_id"] for x in part.read_text().splitlines()} == {f"pic{i}" for i in range(4)}
+        res = run(["data", "qa-curate", "--images", str(manifest), "--vlm", spec, "--answerer", spec, "--out",
+                   str(tmp_path / "qa"), "--per-image", "1", "--rounds", "1", "--quiet", *FAIL_FAST])
+        assert res.returncode == 0, res.stderr[-2000:]
+        res = run(["eval", "caption-qa", "--qa", str(tmp_path / "qa" / "dataset"), "--answerer", spec, "--captions",
+                   str(part), "--out", str(tmp_path / "eval"), "--budgets", "50", "--set", "mode=sample", *FAIL_FAST])
+        assert res.returncode == 0, res.stderr[-2000:]
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    (name,) = results["captioners"]
+    assert results["captioners"][name]["missing_captions"] == 0 and results["captioners"][name]["50"]["scored"] == 4
+    assert imgs.is_dir()

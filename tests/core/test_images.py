@@ -366,3 +366,29 @@ def test_postscript_disguised_as_jpeg_is_refused_before_ghostscript(tmp_path: Pa
         load_image(p, record="photo.jpg")
     _assert_refused(exc, "photo.jpg", "refused")
     assert calls == []
+
+
+def test_an_extreme_aspect_ratio_is_the_images_problem_not_the_backends(tmp_path):
+    """A 1000×2 image passed the loader and failed inside `hf:` on every request: a backend failure,
+    retried on every run, exit 1, and 32 in a row tripped the breaker (finding 10 of #24)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.support.fake_openai import FakeOpenAI
+    from tests.support.jobs import child_env
+    from vlrl.core.images import ImageLoadError, load_image
+
+    Image.new("RGB", (1000, 2), "red").save(tmp_path / "thin.png")
+    with pytest.raises(ImageLoadError, match="aspect ratio 500:1 is over 200:1"):
+        load_image(tmp_path / "thin.png")
+    Image.new("RGB", (400, 2), "red").save(tmp_path / "ok.png")  # 200:1 exactly is fine
+    assert load_image(tmp_path / "ok.png").size == (400, 2)
+    vlrl = str(Path(sys.executable).parent / "vlrl")
+    with FakeOpenAI() as srv:
+        res = subprocess.run([vlrl, "caption", "--images", str(tmp_path), "--model", srv.spec(), "--out",
+                              str(tmp_path / "out"), "--no-progress"], capture_output=True, text=True, env=child_env(),
+                             timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]  # quarantined with its reason, not failed
+    (q,) = [json.loads(x) for x in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    assert q["image_id"] == "thin.png" and "aspect ratio" in q["reason"]

@@ -140,6 +140,20 @@ def test_retry_quarantined_moves_the_file_aside(tmp_path):
     assert "reason" in kept.read_text()
 
 
+def test_retries_in_one_second_keep_every_backup(tmp_path, monkeypatch):
+    """The backup is named by the wall-clock second: a second retry in that second (or after the
+    clock was set back) must not overwrite the first backup (finding 13 of #24)."""
+    import time
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20260101T000000")
+    q = tmp_path / "quarantine.jsonl"
+    for reason in ("first", "second", "third"):
+        q.write_text(f'{{"id": "a", "reason": "{reason}"}}\n')
+        assert retry_quarantined(q) == 1
+    kept = sorted(p.read_text() for p in tmp_path.glob("quarantine.jsonl.retried-*"))
+    assert len(kept) == 3 and all(any(r in k for k in kept) for r in ("first", "second", "third"))
+
+
 # -- pre-flight -----------------------------------------------------------------------------------
 
 

@@ -92,3 +92,23 @@ def test_atomic_json_failure_leaves_no_temp_file(tmp_path):
     with pytest.raises(UnicodeEncodeError):
         atomic_write_json(tmp_path / "x.json", {"name": "bad\udcffname"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_a_corrupt_middle_line_keeps_the_good_records_after_it(tmp_path):
+    """One corrupted line in the middle of a part is not a torn last record: the 199 good lines
+    after it used to be discarded with it (finding 13 of #24). Now it moves to NAME.corrupt."""
+    import json
+
+    from vlrl.core.pipeline import JsonlStore
+
+    path = tmp_path / "part.jsonl"
+    lines = [json.dumps({"id": f"r{i}", "caption": "ok"}) for i in range(200)]
+    lines[3] = '{"id": "r3", "capt\x00ion": ###'
+    path.write_text("\n".join(lines) + "\n" + '{"id": "torn", "cap')
+    with JsonlStore(path) as store:
+        assert len(store) == 199 and "r3" not in store and "r199" in store and "torn" not in store
+        assert store.append({"id": "r3", "caption": "again"})  # the lost record is simply redone
+    assert len(path.read_text().splitlines()) == 200 and path.read_text().endswith("\n")
+    assert (tmp_path / "part.jsonl.corrupt").read_text().startswith('{"id": "r3", "capt')
+    with JsonlStore(path) as store:  # a clean file now: nothing moved, nothing dropped
+        assert len(store) == 200

@@ -27,8 +27,9 @@ class FakeOpenAI:
         """The answer text as a function of the request body (default: "a caption <hash>")."""
         self.also = also
         """More model names /v1/models lists (one server standing in for several backends)."""
-        self.fail: tuple[int, str] | None = None
-        """(status, body) to answer every chat request with, or None to answer normally."""
+        self.fail: tuple[int, str] | Callable[[dict, dict], tuple[int, str] | None] | None = None
+        """(status, body) to answer every chat request with, or a function of (request body, request
+        headers) that returns one for the requests it fails (None: answer normally), or None."""
         self.chats = 0
         outer = self
 
@@ -53,8 +54,9 @@ class FakeOpenAI:
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.chats += 1
-                if outer.fail is not None:
-                    self._send(*outer.fail)
+                fail = outer.fail(json.loads(raw), dict(self.headers)) if callable(outer.fail) else outer.fail
+                if fail is not None:
+                    self._send(*fail)
                     return
                 if outer.delay:
                     time.sleep(outer.delay)

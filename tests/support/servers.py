@@ -132,8 +132,12 @@ class FaultProxy:
     consulted; otherwise ``default`` applies. ``stall_s`` is how long a stall lasts.
     """
 
-    def __init__(self, upstream: str, default: Action = "pass", stall_s: float = 30.0) -> None:
+    def __init__(self, upstream: str, default: Action = "pass", stall_s: float = 30.0, blank: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.blank = blank
+        """Text put where the upstream answered empty content: a tiny random model often stops at
+        once, and an empty completion is a failure by design (``answer_problem``); transport tests
+        that only need *an* answer pass one."""
         self.default = default
         self.stall_s = stall_s
         self.seen: list[Seen] = []
@@ -218,6 +222,8 @@ class FaultProxy:
                 await self._reply(writer, int(action), {"content-type": "application/json"}, err.encode())
                 return
             status, rheaders, rbody = await self._forward(method, path, headers, raw)
+            if self.blank is not None and status == 200 and method == "POST":
+                rbody = self._fill_blank(rbody)
             if callable(action) and status == 200:
                 rbody = json.dumps(action(json.loads(rbody))).encode()
             await self._reply(writer, status, rheaders, rbody)
@@ -243,6 +249,17 @@ class FaultProxy:
         if rheaders.get("transfer-encoding", "").lower() == "chunked":
             rbody = _dechunk(rbody)
         return status, rheaders, rbody
+
+    def _fill_blank(self, rbody: bytes) -> bytes:
+        try:
+            resp = json.loads(rbody)
+        except ValueError:
+            return rbody
+        for c in resp.get("choices", []) if isinstance(resp, dict) else []:
+            msg = c.get("message") or {}
+            if msg.get("content") == "":
+                msg["content"] = self.blank
+        return json.dumps(resp).encode()
 
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, headers: dict[str, str], body: bytes) -> None:

@@ -281,3 +281,58 @@ def test_several_images_per_sample_reach_the_trainer_rows(tmp_path):
     row = ds[0]
     assert "images" in row and len(row["images"]) == 2
     assert row["images"][0].getpixel((0, 0)) != row["images"][1].getpixel((0, 0))  # two different images, in order
+
+
+def test_reward_health_counts_floors_and_backend_failures_not_only_none():
+    """A dead answerer behind a guard scores -1.0 (the floor), never None: the values alone look
+    healthy, so the rule reads each reward's health (finding 2 of #24)."""
+    import torch
+
+    from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
+    from vlrl.rewards.guards import with_guards
+    from vlrl.training.runstate import NoneRewardGuard, RunFailed
+
+    class DeadAnswerer(Reward):
+        name = "caprl_qa"
+        answerer = "openai:http://127.0.0.1:9/v1@dead"
+
+        def __init__(self):
+            self.alive = False
+
+        def score(self, completions, **columns):
+            if self.alive:
+                return [Score(0.5) for _ in completions]
+            return [Score(None, {BACKEND_FAILED: 1}) for _ in completions]
+
+    inner = DeadAnswerer()
+    guarded = with_guards(inner, policy="veto", floor=-1.0, enabled=["length"], length={"min_words": 1000})
+
+    class Fine(Reward):
+        name = "format"
+
+        def score(self, completions, **columns):
+            return [Score(float(i % 2)) for i in range(len(completions))]
+
+    fine = Fine()
+    g = NoneRewardGuard(2)
+
+    def step():
+        values = torch.tensor([[v, f] for v, f in zip(guarded(completions=["a b"] * 4), fine(completions=["x"] * 4),
+                                                      strict=True)], dtype=torch.float32)
+        assert not torch.isnan(values).any() and bool((values[:, 0] == -1.0).all())  # the floor, not None
+        g.observe(values, [guarded, fine])
+
+    step()
+    with pytest.raises(RunFailed, match=r"reward caprl_qa had no signal for 2 consecutive steps.*127\.0\.0\.1:9/v1@dead"):
+        step()
+    # backend failures that stand in as 0.0 (on_judge_failure=zero) count the same way
+    h = NoneRewardGuard(1)
+    zero = Reward.__new__(DeadAnswerer)
+    zero.score = lambda completions, **kw: [Score(0.0, {BACKEND_FAILED: 1}) for _ in completions]
+    with pytest.raises(RunFailed, match="no signal"):
+        h.observe(torch.tensor([[v] for v in zero(completions=["x"] * 3)]), [zero])
+    ok = NoneRewardGuard(1)  # a working reward with a spread of values never counts
+    ok.observe(torch.tensor([[0.0], [1.0]]), [fine])
+    fine(completions=["x", "y"])
+    ok.observe(torch.tensor([[0.0], [1.0]]), [fine])
+    NoneRewardGuard(0).observe(torch.tensor([[-1.0]]), [guarded])  # 0 turns the stop off

@@ -68,6 +68,27 @@ def test_all_none_rewards_stop_the_run_non_zero(helpers):
     assert not (out / "metrics.json").exists()  # nothing reported as a finished run
 
 
+def test_dead_answerer_behind_a_guard_stops_the_run_naming_the_backend(tmp_path):
+    """The answerer returns 500 on every request and the guard turns each None into its floor:
+    reward -1.0, std 0, every step. The run must stop non-zero within max_none_reward_steps, with
+    one line naming the backend, and save no finished model (finding 2 of #24)."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    out = tmp_path / "dead"
+    with FakeOpenAI(model="answerer") as srv:
+        srv.fail = (500, '{"error": {"message": "upstream down"}}')
+        reward = ("rewards=[{name: caprl_qa, settings: {answerer: '" + srv.spec() + "', mode: exact, "
+                  "questions_per_caption: 2, rounds: 1, min_letter_mass: 0.0}, "
+                  "guards: {policy: veto, floor: -1.0, enabled: [length], length: {min_words: 1000}}}]")
+        res = _cli("train", "grpo", "--recipe", str(TINY / "caprl_tiny.yaml"), f"output_dir={out}", "max_steps=8",
+                   "save_steps=1", reward, "run.max_none_reward_steps=2")
+    assert res.exit_code == 1, res.output
+    assert "reward caprl_qa had no signal for 2 consecutive steps" in res.output
+    assert f"{srv.base_url}@answerer" in res.output
+    assert not (out / "metrics.json").exists()
+    assert not (out / "checkpoint-3").exists()  # stopped within the bound, not after max_steps
+
+
 def test_finished_rerun_raised_max_steps_and_another_run(helpers, monkeypatch):
     out = helpers / "run"
     lr_log = helpers / "lr.jsonl"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixels, long_job
+from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixels, command_errors, long_job
 
 
 @long_job(image_flags=False, before="cache",
@@ -44,10 +44,11 @@ def caption(
     job: JobFlags = JobFlags(),
 ) -> None:
     from vlrl.captioning import CaptionJob, run_caption
-    from vlrl.core.jobs import EXIT_FAILED, EXIT_USAGE, BackendDown, exit_code
-    from vlrl.core.redact import redact
+    from vlrl.core.jobs import exit_code
 
-    try:
+    # a dead backend exits 1; a bad path, setting or input, or a folder that cannot be written (a
+    # read-only or full disk, a file in the way) is one redacted line and exit 2, as in every command
+    with command_errors("caption"):
         caption_job = CaptionJob(
             images=images, models=list(model), out=out, prompt=prompt,
             prompt_file=str(prompt_file) if prompt_file else None, shard=shard, batch_size=batch_size,
@@ -63,12 +64,6 @@ def caption(
 
         with image_limits_of({"max_image_pixels": max_image_pixels}):  # PIL's own ceiling follows the limit
             m = run_caption(caption_job)
-    except BackendDown as e:
-        typer.echo(f"vlrl caption: {e}", err=True)
-        raise typer.Exit(EXIT_FAILED) from None
-    except (ValueError, FileNotFoundError, NotADirectoryError) as e:
-        typer.echo(f"vlrl caption: {redact(e)}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
     run, counts = m["this_run"], m["counts"]
     typer.echo(
         f"{m['status']}: {run['captioned']} new captions ({run['images_per_s']} img/s), "

@@ -53,13 +53,18 @@ def score_cmd(
     finally:
         scorer.close()  # logs each backend's accounting
     typer.echo(json.dumps(summary, indent=2, default=str))
-    _exit_for(summary["scored"], summary["errors"], strict, f"{input}: no row could be scored (see the errors above)")
+    # a row whose reward is None scored nothing; one whose backend failed is a failure (--strict: 3)
+    _exit_for(summary["scored"] - summary["none"], summary["errors"] + summary["backend_failed"], strict,
+              f"{input}: no row could be scored (see the errors above)",
+              none=summary["none"] if summary["scored"] == summary["none"] else 0)
 
 
-def _exit_for(ok: int, failed: int, strict: bool, all_failed: str) -> None:
+def _exit_for(ok: int, failed: int, strict: bool, all_failed: str, none: int = 0) -> None:
+    """Exit 1 when no row got a value (every row bad, failed in the backend, or None), 3 with
+    ``--strict`` when some did not, else 0."""
     from vlrl.core.jobs import EXIT_FAILED, EXIT_PARTIAL
 
-    if failed and not ok:
+    if (failed or none) and not ok:
         typer.echo(f"error: {all_failed}", err=True)
         raise typer.Exit(EXIT_FAILED)
     if failed and strict:

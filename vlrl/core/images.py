@@ -57,6 +57,9 @@ DEFAULT_MAX_PIXELS_LIMIT = 89_478_485
 QWEN_FACTOR = 28
 """Patch size × spatial merge for Qwen2-VL and Qwen2.5-VL (14 × 2)."""
 
+MAX_ASPECT_RATIO = 200
+"""The longest side over the shortest that Qwen's (and qwen-vl-utils') processors accept."""
+
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jfif", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 
 _ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
@@ -199,6 +202,12 @@ def load_image(
 
     img = _exif_transpose(img, record)
     img = to_rgb(img, record)
+    ratio = max(img.size) / max(1, min(img.size))
+    if ratio > MAX_ASPECT_RATIO:
+        # the vision processors refuse it per request, which a job would count as a backend failure,
+        # retry on every run and let trip the circuit breaker: it is this image's problem
+        raise ImageLoadError(record, f"aspect ratio {ratio:.0f}:1 is over {MAX_ASPECT_RATIO}:1 "
+                                     f"({img.width}×{img.height}); vision-language processors refuse it")
     if min_pixels is not None or max_pixels is not None:
         img = fit_pixel_budget(img, min_pixels=min_pixels, max_pixels=max_pixels, factor=factor, record=record)
     return img

@@ -45,7 +45,7 @@ from vlrl.core.identity import (  # noqa: F401 - re-exported: the identity names
     read_identity,
     resolve_source,
 )
-from vlrl.core.pipeline import atomic_write_json
+from vlrl.core.pipeline import atomic_write_json, parse_shard
 from vlrl.core.redact import redact
 
 logger = logging.getLogger(__name__)
@@ -263,6 +263,7 @@ class Job:
                 if stored and self.has_work():
                     check_identity(stored, self.settings, where=str(self.out), what=f"vlrl {self.name}")
                 self._recorded = bool(stored) and stored == self.settings and self.has_work()
+            self._check_other_shards()
         except BaseException:
             self.lock.release()
             raise
@@ -274,6 +275,34 @@ class Job:
             base.OBSERVERS.append(self._on_results)
             pipeline.COMMIT_HOOKS.append(self._on_commit)
         return self
+
+    def _other_shards(self) -> list[Path]:
+        """The identity files of this job's other shards in ``out`` (and of an unsharded run)."""
+        p = self.identity_path
+        stem = p.stem[: -len(self.tag)] if self.tag and p.stem.endswith(self.tag) else p.stem
+        found = [p.with_name(stem + p.suffix), *sorted(self.out.glob(f"{stem}-shard*of*{p.suffix}"))]
+        return [f for f in found if f != p and f.is_file()]
+
+    def _check_other_shards(self) -> None:
+        """One identity across shards: every shard in ``out`` must have the same settings and the
+        same shard count, or ``load_dataset(OUT)`` mixes rows made two ways (or counts an image
+        twice, once per layout). Checked even with ``--force``, which clears only this shard."""
+        mine = {k: v for k, v in self.settings.items() if k != "shard"}
+        for f in self._other_shards():
+            data = read_identity(f)
+            other = (data or {}).get("job")
+            if not isinstance(other, dict):
+                continue
+            layout = data.get("shard") or other.get("shard") or [0, 1]
+            n = int(layout[1]) if isinstance(layout, (list, tuple)) and len(layout) == 2 else 1
+            changes = [] if n == self.shard[1] else [f"shards: {n} → {self.shard[1]}"]
+            changes += identity_changes({k: v for k, v in other.items() if k != "shard"}, mine)
+            if changes:
+                raise JobMismatch(
+                    f"{self.out}: another shard of vlrl {self.name} ({f.name}) was made with other settings "
+                    f"(changed: {', '.join(c.split(':', 1)[0] for c in changes)}):\n  " + "\n  ".join(changes)
+                    + f"\nrun every shard with the same settings and --shard i/{n}, or use a new --out"
+                )
 
     def _on_results(self, results: Any) -> None:
         self.breaker.check()
@@ -357,7 +386,10 @@ def run_command_job(
     ``tolerate_dead``: a committee job (teacher captions) goes on without the backends that fail
     pre-flight (each is one warning line) and fails only when every one does.
     """
-    job = Job(name, out, job_settings(params, ignore), force=bool(params.get("force")), outputs=outputs,
+    settings = job_settings(params, ignore)
+    if "shard" in params:  # the shard count is part of the layout every shard shares (the index is not)
+        settings["shards"] = parse_shard(params.get("shard"))[1]
+    job = Job(name, out, settings, force=bool(params.get("force")), outputs=outputs,
               max_consecutive_failures=int(params.get("max_consecutive_failures", DEFAULT_MAX_CONSECUTIVE_FAILURES)),
               observe=True)
     with job:
@@ -404,7 +436,11 @@ def retry_quarantined(path: str | Path) -> int:
     with open(path, "rb") as fh:
         n = sum(1 for line in fh if line.strip())
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    # the new name must not match the pipelines' ``*.jsonl`` globs
-    path.rename(path.with_name(f"{path.name}.retried-{stamp}"))
+    # the new name must not match the pipelines' ``*.jsonl`` globs, nor replace an earlier backup
+    # (two retries in one second, or a clock set back, would give the same stamp)
+    backup, k = path.with_name(f"{path.name}.retried-{stamp}"), 1
+    while backup.exists():
+        backup, k = path.with_name(f"{path.name}.retried-{stamp}-{k}"), k + 1
+    path.rename(backup)
     logger.info("--retry-quarantined: %d record(s) of %s will be retried", n, path.name)
     return n

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from vlrl.core.redact import scrub
+
 logger = logging.getLogger(__name__)
 
 COMMIT_HOOKS: list[Any] = []
@@ -47,23 +49,52 @@ class JsonlStore:
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open for appends
 
     def _repair_and_index(self) -> None:
+        """Index the stored keys. Bad lines after the last good record are a torn tail (a killed
+        writer) and are dropped; a bad line *before* a good one is corruption (a disk, an editor),
+        not a kill: it is moved to ``NAME.corrupt`` with a warning, and the good records after it
+        are kept rather than discarded as a "torn last record"."""
         if not self.path.exists():
             return
-        good_end = 0
+        good_end, last_good, bad = 0, 0, []
         with open(self.path, "rb") as fh:
-            for line in fh:
-                if not line.endswith(b"\n"):
-                    break  # torn write from a killed process
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break
+            offset = 0
+            for lineno, line in enumerate(fh, 1):
+                offset += len(line)
+                rec = self._parse(line)
+                if rec is None:
+                    bad.append(lineno)
+                    continue
                 self._keys.add(str(rec[self.key_field]))
-                good_end += len(line)
-        if good_end != self.path.stat().st_size:
+                good_end, last_good = offset, lineno
+        middle = {n for n in bad if n < last_good}
+        if middle:
+            self._move_corrupt(middle, last_good)
+            logger.warning("%s: moved %d corrupt line(s) (line %s) to %s; the records after them are kept",
+                           self.path, len(middle), ", ".join(map(str, sorted(middle)[:5])),
+                           self.path.name + ".corrupt")
+        elif good_end != self.path.stat().st_size:
             logger.warning("%s: dropping a torn last record left by an interrupted run", self.path)
             with open(self.path, "r+b") as fh:
                 fh.truncate(good_end)
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        if not line.endswith(b"\n"):
+            return None
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return rec if isinstance(rec, dict) and self.key_field in rec else None
+
+    def _move_corrupt(self, lines: set[int], last_good: int) -> None:
+        """Rewrite the file without ``lines`` (appended to ``NAME.corrupt``) and without the torn
+        tail after ``last_good``."""
+        with open(self.path, "rb") as src, atomic_open(self.path, "wb") as dst, \
+                open(self.path.with_name(self.path.name + ".corrupt"), "ab") as side:
+            for lineno, line in enumerate(src, 1):
+                if lineno > last_good:
+                    break
+                (side if lineno in lines else dst).write(line if line.endswith(b"\n") else line + b"\n")
 
     def __contains__(self, key: object) -> bool:
         return str(key) in self._keys
@@ -79,7 +110,7 @@ class JsonlStore:
         key = str(record[self.key_field])
         if key in self._keys:
             return False
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self._fh.write(json_line(record))
         self._fh.flush()
         if self.fsync:
             os.fsync(self._fh.fileno())
@@ -167,7 +198,14 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Write one JSON document atomically (see :func:`atomic_open`)."""
     with atomic_open(path) as fh:
-        json.dump(obj, fh, indent=2, ensure_ascii=False, default=str)
+        fh.write(scrub(json.dumps(obj, indent=2, ensure_ascii=False, default=str)))
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """One JSONL line for ``record``, with every configured secret masked by value
+    (:func:`~vlrl.core.redact.scrub`): a server that echoes the API key into an answer, an error or a
+    reason must not put it in any file a job commits, whichever writer commits it."""
+    return scrub(json.dumps(record, ensure_ascii=False, default=str)) + "\n"
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
@@ -179,7 +217,7 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
     n = 0
     with atomic_open(path) as fh:
         for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            fh.write(json_line(record))
             n += 1
     return n
 

@@ -7,15 +7,52 @@ text vlrl stores passes through :func:`redact`, the CLI installs :class:`Redacti
 root logger, and :func:`find_credential` lets spec parsers refuse a credential outright instead of
 carrying it into model names and caption records.
 
-The patterns favour false positives (a redacted non-secret costs nothing) over misses.
+Patterns alone miss a key that has no telltale shape (a proxy's random token, a key pasted without
+``Bearer``), so redaction is also **by value**: the values of the environment variables that hold
+secrets (:data:`SECRET_ENV_VARS`, plus every ``api_key_env=`` a backend spec names, registered with
+:func:`register_secret_env`) are replaced wherever they appear. :func:`scrub` does only that (cheap
+enough for every line a writer commits, and it never touches ordinary text); :func:`redact` does
+both. The patterns favour false positives (a redacted non-secret costs nothing) over misses.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 
 MASK = "***"
+
+SECRET_ENV_VARS: set[str] = {
+    "OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "WANDB_API_KEY",
+    "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "VLLM_API_KEY",
+}  # fmt: skip
+"""Environment variables whose values are secrets (grown by :func:`register_secret_env`)."""
+
+MIN_SECRET_LEN = 6
+"""Shorter values (``EMPTY``, ``x``) are placeholders, not secrets; masking them would maim text."""
+
+
+def register_secret_env(name: str) -> None:
+    """Treat the value of environment variable ``name`` as a secret from now on (a backend's
+    ``api_key_env``); the value is read when text is redacted, so a key set later is covered too."""
+    if name:
+        SECRET_ENV_VARS.add(name)
+
+
+def secret_values() -> list[str]:
+    """The secrets to mask by value, longest first (so a key that contains another is masked whole)."""
+    vals = {os.environ.get(n) or "" for n in SECRET_ENV_VARS}
+    return sorted((v for v in vals if len(v) >= MIN_SECRET_LEN and v != "EMPTY"), key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """``text`` with the value of every configured secret replaced by ``***`` (no patterns)."""
+    for v in secret_values():
+        if v in text:
+            text = text.replace(v, MASK)
+    return text
 
 # (pattern, replacement): the replacement keeps the name so the reader knows what was there.
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -36,14 +73,14 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{10,}"), MASK),
     (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{8,}"), MASK),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),
-    # user:password@host in URLs
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\g<1>{MASK}@"),
+    # user:password@host and token@host in URLs
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@"), rf"\g<1>{MASK}@"),
 ]
 
 
 def redact(text: object) -> str:
     """``text`` with anything credential-like replaced by ``***`` (non-strings are ``str()``-ed)."""
-    s = text if isinstance(text, str) else str(text)
+    s = scrub(text if isinstance(text, str) else str(text))
     for pat, rep in _PATTERNS:
         s = pat.sub(rep, s)
     return s
@@ -68,8 +105,35 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class ScrubbingStream:
+    """A text stream that :func:`scrub`-s what is written through it: the last line of defence for
+    what never passes a logger (a traceback, a library's ``print``, a progress bar's postfix)."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def write(self, s: str) -> int:
+        self._inner.write(scrub(s))  # type: ignore[attr-defined]
+        return len(s)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def writelines(self, lines: object) -> None:
+        for line in lines:  # type: ignore[attr-defined]
+            self.write(line)
+
+
 def install_log_redaction() -> None:
-    """Attach :class:`RedactingFilter` to every handler of the root logger (idempotent)."""
+    """Attach :class:`RedactingFilter` to every handler of the root logger and scrub ``sys.stderr``
+    and ``sys.stdout`` by value (idempotent)."""
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, RedactingFilter) for f in h.filters):
             h.addFilter(RedactingFilter())
+        stream = getattr(h, "stream", None)
+        if stream is not None and not isinstance(stream, ScrubbingStream) and stream in (sys.stderr, sys.stdout):
+            h.stream = ScrubbingStream(stream)  # type: ignore[attr-defined]
+    for name in ("stderr", "stdout"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, ScrubbingStream):
+            setattr(sys, name, ScrubbingStream(stream))

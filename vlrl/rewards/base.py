@@ -30,6 +30,33 @@ class Score:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+BACKEND_FAILED = "backend_failed"
+"""Detail key of a score that stands in for a backend failure (an answerer or judge that did not
+answer): its value, ``None`` or a configured fallback such as 0.0, says nothing about the completion."""
+
+NO_SIGNAL_DETAILS = (BACKEND_FAILED, "guarded_none", "guard_floor")
+"""Details that mark a score as carrying no evidence from the reward itself: a backend failure, a
+guard's floor put where the inner reward gave ``None``, or a veto's floor."""
+
+
+def no_signal(score: Score) -> bool:
+    """Whether ``score`` carries no evidence about its completion: ``None``, a number standing in for
+    a backend failure, or a guard's floor. A training step where every score of a reward is so has
+    no signal from that reward, whatever the numbers look like (the reward-health rule,
+    :class:`vlrl.training.runstate.NoneRewardGuard`)."""
+    return score.value is None or any(score.details.get(k) for k in NO_SIGNAL_DETAILS)
+
+
+@dataclass
+class Health:
+    """What the last call of a reward gave: how many of its ``total`` scores had :func:`no_signal`
+    (``dead``), and how many of those were failures rather than a plain "not applicable" ``None``."""
+
+    dead: int = 0
+    failed: int = 0
+    total: int = 0
+
+
 def completion_text(completion: Any) -> str:
     """TRL passes conversational completions as ``[{"role": "assistant", "content": str}]``."""
     if isinstance(completion, str):
@@ -86,6 +113,8 @@ class Reward(abc.ABC):
         columns = {k: v for k, v in kwargs.items() if k not in TRL_KWARGS}
         texts = [completion_text(c) for c in completions or []]
         scores = self.score(texts, prompts=prompts, **columns)
+        self.health = Health(sum(no_signal(s) for s in scores),
+                             sum(any(s.details.get(k) for k in NO_SIGNAL_DETAILS) for s in scores), len(scores))
         if log_metric is not None:
             for key, value in summarize_details(scores).items():
                 log_metric(f"{self.name}/{key}", value)

@@ -430,6 +430,8 @@ class GuardedReward(Reward):
                     value = self.floor if self.policy == "veto" else self.floor - report.penalty
                 else:
                     value = self.floor if self.policy == "veto" else value - report.penalty
+                if self.policy == "veto":
+                    details["guard_floor"] = 1.0  # the floor, not the inner reward, decided (no_signal)
             out.append(Score(value, details))
         return out
 

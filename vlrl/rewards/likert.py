@@ -41,7 +41,7 @@ from vlrl.core.backends import Backend, ChatRequest, SamplingParams, load_backen
 from vlrl.judge.fence import fence_caption
 from vlrl.judge.structured import InvalidOutput, extract_final_json
 from vlrl.rewards import register_reward
-from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class LikertJudgeReward(Reward):
             return [self._failure(f"internal error: {type(e).__name__}: {e}") for _ in completions]
 
     def _failure(self, reason: str) -> Score:
-        return Score(None if self.on_judge_failure == "drop" else 0.0, {"judge_failures": 1, "reason": reason})
+        return Score(None if self.on_judge_failure == "drop" else 0.0, {"judge_failures": 1, BACKEND_FAILED: 1, "reason": reason})
 
     def _image_part(self, value: Any) -> dict[str, Any] | None:
         from vlrl.core.images import image_part

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.pipeline import atomic_open, iter_jsonl
-from vlrl.rewards.base import Reward, Score, completion_text, summarize_details
+from vlrl.core.pipeline import atomic_open, iter_jsonl, json_line
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ def score_rows_file(
                 n_errors += 1
                 logger.error("%s:%d: %s", input_path, lineno, err)
                 rec.update(line=lineno, reward=None, details={"error": err})
-            fh.write(json.dumps(_jsonable(rec), ensure_ascii=False, default=str) + "\n")
+            fh.write(json_line(_jsonable(rec)))
         fh.flush()
         pending.clear()
 
@@ -286,6 +286,7 @@ def score_rows_file(
         "scored": len(scored),
         "errors": n_errors,
         "none": sum(s.value is None for s in scored),
+        "backend_failed": sum(bool(s.details.get(BACKEND_FAILED)) for s in scored),
         "mean_reward": sum(values) / len(values) if values else None,
         "details": {k: v for k, v in summarize_details(scored).items() if k != "none_rate"},
     }

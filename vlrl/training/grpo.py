@@ -120,7 +120,7 @@ def _trainer_class():
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             self._vlrl_reward_s += time.perf_counter() - t0
             if self._vlrl_none_guard is not None:
-                self._vlrl_none_guard.observe(rewards)
+                self._vlrl_none_guard.observe(rewards, self.reward_funcs, self.accelerator.gather)
             return rewards
 
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None):

@@ -13,7 +13,8 @@ Three questions are answered before any model loads, each with a one-line messag
   learning-rate schedule re-planned for the new length (:func:`replan_lr`), because the restored
   optimizer otherwise holds the old schedule's last value (0 for a decaying schedule) for one step.
 * **Is training producing signal?** (:class:`NoneRewardGuard`) after K consecutive steps in which
-  every reward was ``None`` the run stops with :class:`RunFailed`, instead of "succeeding" on zero
+  a reward had no signal (every score ``None``, a backend failure or a guard's floor) the run stops
+  with :class:`RunFailed` naming the reward and its backend, instead of "succeeding" on zero
   advantages.
 
 It also holds what the trainers share, so GRPO, PTST stages and SFT prepare and resume the same
@@ -29,6 +30,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,30 +182,88 @@ def replan_lr(lr_scheduler: Any, optimizer: Any) -> None:
 
 
 class NoneRewardGuard:
-    """Counts consecutive steps in which every reward (all functions, all completions) was None."""
+    """The reward-health rule: a reward with no signal for K steps in a row stops the run.
+
+    A step counts when every reward is ``None`` (NaN in TRL's tensor), or against one
+    :class:`~vlrl.rewards.base.Reward` when every one of its scores carries no evidence
+    (:func:`~vlrl.rewards.base.no_signal`) and some of them are failures: a backend failure
+    standing in as ``None`` or a number, a guard's floor put where the answerer gave nothing, a
+    veto's floor. (A reward that is merely not applicable to a whole step, all plain ``None``
+    beside a reward that scores, is no failure: small steps of a mixed dataset do that.) Looking at the values alone
+    is not enough: a guard that turns each ``None`` of a dead answerer into ``-1.0`` makes a run that
+    logs reward -1.0 with std 0 at every step, saves checkpoints and "succeeds". Each function keeps
+    its own streak, so a dead answerer stops the run even beside a format reward that still works;
+    the stop names the function and its backend.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = int(limit)
         self.streak = 0
+        self.streaks: dict[int, int] = {}
 
-    def observe(self, rewards_per_func) -> None:
-        """``rewards_per_func``: TRL's gathered (completions × functions) tensor, None as NaN."""
+    def observe(self, rewards_per_func, funcs: Sequence[Any] = (), gather: Any = None) -> None:
+        """``rewards_per_func``: TRL's gathered (completions × functions) tensor, None as NaN;
+        ``funcs``: the reward functions (their ``health`` after this step's call); ``gather``: sums a
+        tensor over processes, so every rank reaches the same verdict (identity when alone)."""
         import torch
 
         if self.limit <= 0:
             return
-        if bool(torch.isnan(rewards_per_func).all()):
+        n_funcs = rewards_per_func.shape[1] if rewards_per_func.dim() == 2 else 1
+        nan = torch.isnan(rewards_per_func.reshape(rewards_per_func.shape[0], n_funcs))
+        local = torch.zeros(n_funcs, 3, device=rewards_per_func.device)
+        for j, fn in enumerate(list(funcs)[:n_funcs]):
+            h = getattr(fn, "health", None)
+            if h is not None:
+                local[j] = torch.tensor([float(h.dead), float(h.failed), float(h.total)])
+        counts = gather(local) if gather is not None else local
+        counts = counts.reshape(-1, n_funcs, 3).sum(0)
+        if bool(nan.all()):
             self.streak += 1
             logger.warning("every reward was None in this step (%d in a row of %d allowed)", self.streak, self.limit)
             if self.streak >= self.limit:
                 raise RunFailed(
                     f"every reward was None for {self.streak} consecutive steps: the reward cannot score anything "
-                    "(a dead answerer/judge backend, or a dataset without the columns it needs); check the "
-                    "reward's backend with `vlrl train check`, fix it and rerun (run.max_none_reward_steps=0 "
-                    "turns this stop off)"
+                    f"({_backends(funcs)}: a dead answerer/judge backend, or a dataset without the columns it needs); "
+                    "check the reward's backend with `vlrl train check`, fix it and rerun "
+                    "(run.max_none_reward_steps=0 turns this stop off)"
                 )
         else:
             self.streak = 0
+        for j in range(n_funcs):
+            dead, failed, total = (float(x) for x in counts[j])
+            if total > 0 and dead >= total and failed > 0:
+                self.streaks[j] = self.streaks.get(j, 0) + 1
+            else:
+                self.streaks[j] = 0
+                continue
+            fn = list(funcs)[j] if j < len(funcs) else None
+            name = getattr(fn, "name", None) or getattr(fn, "__name__", f"reward {j}")
+            logger.warning("reward %s had no signal in this step (%d in a row of %d allowed)", name, self.streaks[j], self.limit)
+            if self.streaks[j] >= self.limit:
+                raise RunFailed(
+                    f"reward {name} had no signal for {self.streaks[j]} consecutive steps (every score None, a "
+                    f"backend failure or a guard's floor): its backend {_backends([fn])} is not answering; check it "
+                    "with `vlrl train check`, fix it and rerun (run.max_none_reward_steps=0 turns this stop off)"
+                )
+
+
+def _backends(funcs: Sequence[Any]) -> str:
+    """The backends the reward functions talk to, as specs (redacted), for the one-line stop message."""
+    from vlrl.core.redact import redact
+
+    names = []
+    for fn in funcs:
+        for attr in ("answerer", "judge", "judges"):
+            try:
+                value = getattr(fn, attr, None)
+            except Exception:  # noqa: BLE001 - a reward's lazy property must not hide the stop
+                value = None
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                if v is None:
+                    continue
+                names.append(v if isinstance(v, str) else f"{getattr(v, 'kind', '?')}:{getattr(v, 'model', v)}")
+    return redact(", ".join(dict.fromkeys(names))) if names else "unknown"
 
 
 def reward_share(history: list[dict[str, Any]]) -> float | None:

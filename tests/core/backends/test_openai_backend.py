@@ -31,7 +31,7 @@ def user(text, image=None):
 
 @pytest.fixture
 def proxy(transformers_server):
-    with FaultProxy(transformers_server.root) as p:
+    with FaultProxy(transformers_server.root, blank="a blank tiny-model answer") as p:
         yield p
 
 

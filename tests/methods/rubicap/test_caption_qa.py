@@ -142,8 +142,9 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm, tiny_lm):
             "questions_per_caption=1",
         ],
     )
-    assert res.exit_code == 0, res.output
     r = json.loads((out / "results.json").read_text())
+    # the random tiny captioner writes junk or nothing: its missing captions make the run partial (3)
+    assert res.exit_code == (3 if r["captioners"]["tiny"]["missing_captions"] else 0), res.output
     assert set(r["captioners"]) == {"early", "tiny"} and (out / "accuracy_vs_budget.png").exists()
 
 

@@ -280,7 +280,8 @@ def test_pipeline_repair_retry_reject_and_resume(tmp_path):
     )
     assert "timed out" in rej["timeout"]["reason"]
     assert "only 1 teacher caption" in rej["lonely"]["reason"]
-    assert rej["nostudent"]["reason"].startswith("student caption missing: empty answer")
+    # an empty reply is a failure of the student's request (vlrl.core.backends.base.answer_problem)
+    assert rej["nostudent"]["reason"].startswith("student caption missing: backend error: nostudent: the reply is empty")
     assert stats["rejected_by_reason"]["rubric writer: invalid output"] == 2
     assert (
         stats["accepted"] == 3
@@ -312,6 +313,14 @@ def test_with_image_attaches_the_image(tmp_path):
     assert "attached" in content[1]["text"]
 
 
+def _code(stats):
+    """The README's exit code for a rubrics run: 1 when every image was rejected, 3 when some were
+    for a backend error, else 0 (random tiny models mostly write junk)."""
+    if not stats["accepted"] + stats["solved"]:
+        return 1
+    return 3 if any("backend error" in k for k in stats["rejected_by_reason"]) else 0
+
+
 @pytest.mark.slow
 def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm, tiny_lm):
     from typer.testing import CliRunner
@@ -340,16 +349,16 @@ def test_cli_with_tiny_hf_models(tmp_path, tiny_vlm, tiny_lm):
         "48",
     ]
     res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0, res.output
     stats = json.loads((out / "stats.json").read_text())
+    assert res.exit_code == _code(stats), res.output
     assert stats["images"] == 2 and stats["accepted"] + stats["rejected"] == 2
     # 2) student captions from a file: the tiny writer's junk is repaired, retried, then rejected
     caps = tmp_path / "student.jsonl"
     caps.write_text("".join(json.dumps({"image_id": i, "caption": "A red truck."}) + "\n" for i in ("a", "b")))
     out2 = tmp_path / "out2"
     res = CliRunner().invoke(app, [*args[:5], str(caps), *args[6:9], str(out2), *args[10:]])
-    assert res.exit_code == 0, res.output
     stats2 = json.loads((out2 / "stats.json").read_text())
+    assert res.exit_code == _code(stats2), res.output
     assert stats2["accepted"] + stats2["rejected"] == 2
     for rec in read_jsonl(out2 / "rejected.jsonl"):  # never a crash: a reason and the raw answers
         assert rec["reason"].startswith("rubric writer:") and len(rec["raw"]) >= 1

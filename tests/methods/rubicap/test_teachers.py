@@ -161,15 +161,20 @@ def test_cli_with_tiny_hf_teachers(tmp_path, tiny_vlm):
         "gone=hf:/nonexistent",
     ]
     res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0, res.output
     stats = json.loads((out / "stats.json").read_text())
+    # random tiny teachers mostly answer junk: the exit code follows the missing captions (README)
+    from vlrl.methods.rubicap.commands import backend_failure_kind
+
+    captioned = sum(t["captioned"] for t in stats["per_teacher"].values())
+    failed = sum(n for t in stats["per_teacher"].values() for k, n in t["reasons"].items() if backend_failure_kind(k))
+    assert res.exit_code == (1 if not captioned else 3 if failed else 0), res.output
     assert stats["teachers"] == ["a", "b", "gone"] and stats["images"] == 2
     for name in ("a", "b"):  # junk captions are either kept or missing with a reason, never lost
         assert stats["per_teacher"][name]["captioned"] + stats["per_teacher"][name]["missing"] == 2
     assert stats["per_teacher"]["gone"]["missing"] == 2
     assert (out / "cache" / "responses.sqlite").exists()
     res2 = CliRunner().invoke(app, args)  # rerun: cached, same result
-    assert res2.exit_code == 0 and json.loads((out / "stats.json").read_text()) == stats
+    assert res2.exit_code == res.exit_code and json.loads((out / "stats.json").read_text()) == stats
 
 
 def test_each_missing_caption_is_one_log_line_naming_teacher_and_image(tmp_path, caplog):

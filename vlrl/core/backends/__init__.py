@@ -34,7 +34,7 @@ from vlrl.core.backends.base import (
     SamplingParams,
 )
 from vlrl.core.backends.cache import CachedBackend, ResponseCache
-from vlrl.core.redact import find_credential, redact
+from vlrl.core.redact import find_credential, redact, register_secret_env
 
 __all__ = [
     "Accounting",
@@ -67,12 +67,25 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     opts = dict(parse_qsl(query, keep_blank_values=True))
     if kind not in ("hf", "openai", "py"):
         raise ValueError(f"backend spec {redact(spec)!r}: unknown kind {kind!r} (expected 'hf', 'openai' or 'py')")
-    if "api_key" in opts or find_credential(spec):
+    if "api_key" in opts or find_credential(spec) or _url_userinfo(kind, target):
         raise ValueError(
             f"backend spec {redact(spec)!r} holds credentials; never put an API key in a backend spec, "
             "name its environment variable with api_key_env="
         )
+    if kind == "openai":
+        register_secret_env(opts.get("api_key_env", "OPENAI_API_KEY"))  # its value is masked wherever text is written
     return kind, target, opts
+
+
+def _url_userinfo(kind: str, target: str) -> bool:
+    """Whether an ``openai:`` base URL carries ``TOKEN@`` or ``user:password@`` before its host: a
+    token alone has no shape a pattern knows, so it is refused by position, before pre-flight
+    could echo the URL."""
+    if kind != "openai" or "@" not in target:
+        return False
+    from urllib.parse import urlsplit
+
+    return "@" in urlsplit(target.rsplit("@", 1)[0]).netloc
 
 
 def load_backend(spec: str | Backend, cache: str | Path | ResponseCache | None = None) -> Backend:

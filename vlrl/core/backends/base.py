@@ -183,6 +183,37 @@ OBSERVERS: list[Any] = []
 running job's circuit breaker, see :mod:`vlrl.core.jobs`); they may raise to stop the job."""
 
 
+_HTML_HEADS = ("<!doctype html", "<html", "<head>", "<body")
+
+
+def answer_problem(texts: Sequence[Any]) -> str | None:
+    """Why a chat result's texts are no answer (None: they are one).
+
+    A 200 is not proof of an answer: a proxy's error page passed through as completion text, or a
+    server that returns empty content, would otherwise be committed as a caption, scored as a wrong
+    answer, and cached so that every rerun replays it. So a result is a failure of its request
+    (retried, never cached) when no text has any character, or when a text is an HTML page (a
+    caption never starts with ``<html>``). Whitespace is an answer, a bad one: a model that
+    generated newline tokens did answer, and the caller's own checks (a caption's minimum words)
+    judge that. An empty sample among others that answered is kept: with ``n`` samples, "no
+    answer" is one of the outcomes being sampled.
+    """
+    if not texts or all(not isinstance(t, str) or not t for t in texts):
+        return "the reply is empty (no text in any choice)"
+    for t in texts:
+        head = t.lstrip()[:64].lower() if isinstance(t, str) else ""
+        if head.startswith(_HTML_HEADS):
+            return f"the reply is an HTML page, not an answer ({' '.join(t.split())[:80]!r})"
+    return None
+
+
+def _reject_non_answers(requests: Sequence[ChatRequest], results: Sequence[ChatResult]) -> None:
+    """Turn a result without an answer into an error of its request (see :func:`answer_problem`)."""
+    for i, (req, r) in enumerate(zip(requests, results, strict=False)):
+        if r.ok and (why := answer_problem(r.texts)):
+            r.error, r.texts, r.finish_reasons = f"{req.id or f'request {i}'}: {why}", [], []
+
+
 def _redact_errors(results: Sequence[Any]) -> None:
     """Error texts end in failure records and logs; a server that echoes the API key must not put it there."""
     from vlrl.core.redact import redact
@@ -215,6 +246,7 @@ class Backend(abc.ABC):
             return []
         self._notify(None)  # an open circuit breaker stops the call before anything is sent
         results = self._chat(list(requests))
+        _reject_non_answers(requests, results)
         _redact_errors(results)
         self._account(results)
         self._notify(results)

@@ -6,8 +6,10 @@ backend identity (kind + model + anything that changes answers), the full reques
 images hashed by pixels, sampling parameters, seed). API keys are never part of a backend identity,
 so they never reach the file.
 
-Only successful, non-empty results are stored: a failure (timeout, 500, a malformed reply) or an
-empty answer is asked again on the next run, never replayed. Choice scores are keyed by the method
+Only successful, non-empty results are stored: a failure (timeout, 500, a malformed reply), an
+empty answer or an HTML error page as text (:func:`~vlrl.core.backends.base.answer_problem`) is
+asked again on the next run, never replayed, and such an entry left by an older cache is not
+replayed either. Choice scores are keyed by the method
 that produced them (``logits``/``logprobs`` exact, ``sampled`` estimate): a sampled estimate made
 while a server looked unable to return logprobs is never replayed as an exact score.
 Greedy requests and seeded sampling are deterministic and cache safely. Unseeded sampling is cached
@@ -32,6 +34,7 @@ from vlrl.core.backends.base import (
     ChatResult,
     ChoiceRequest,
     ChoiceResult,
+    answer_problem,
     request_key,
 )
 
@@ -116,7 +119,8 @@ class CachedBackend(Backend):
                     keys[i] = f"{keys[i]}#{k}"
         return self._through(
             requests, keys, self.inner.chat, lambda d: ChatResult(**d),
-            lambda r: r.ok and any(r.texts),  # an empty reply is asked again, never replayed
+            # an empty reply or an error page is asked again, never stored nor replayed
+            lambda r: r.ok and answer_problem(r.texts) is None,
         )
 
     def score_choices(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult]:
@@ -144,6 +148,8 @@ class CachedBackend(Backend):
 
     def _through(self, requests, keys, call, build, storable, store_key=None):
         hits = self.cache.get_many(sorted(set(keys)))
+        # an entry a cache from before this rule kept (an HTML page as an answer) is asked again
+        hits = {k: v for k, v in hits.items() if storable(build(v))}
         todo: dict[str, object] = {}
         for k, r in zip(keys, requests, strict=True):
             if k not in hits and k not in todo:

@@ -81,6 +81,7 @@ from vlrl.core.backends.openai_wire import (
     top_logprobs_from_response,
     tristate,
 )
+from vlrl.core.redact import register_secret_env
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class OpenAIBackend(Backend):
         self.timeout = timeout
         self.max_retries = max_retries
         self.api_key_env = api_key_env
+        register_secret_env(api_key_env)  # its value is masked in every text vlrl writes (vlrl.core.redact)
         self.logprobs_mode = logprobs
         self.prefix_mode = prefix_mode
         self.image_format = image_format
@@ -227,8 +229,9 @@ class OpenAIBackend(Backend):
         super().close()  # logs the accounting
 
     # -- one HTTP request, with timeout and retries ----------------------------------------------
-    async def _create(self, rid: str, **kwargs: Any) -> Any:
-        """``chat.completions.create`` with retries; raises :class:`RequestFailed` when it gives up."""
+    async def _create(self, rid: str, need_text: bool = False, **kwargs: Any) -> Any:
+        """``chat.completions.create`` with retries; raises :class:`RequestFailed` when it gives up.
+        ``need_text``: a generation, so empty content or an HTML page is a bad reply (retried)."""
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
         def before_sleep(state: Any) -> None:
@@ -263,7 +266,7 @@ class OpenAIBackend(Backend):
                     async with self._sem:
                         call = self._client.chat.completions.create(model=self.model, **kwargs)
                         resp = await asyncio.wait_for(call, self.timeout)
-                    problem = reply_problem(resp)
+                    problem = reply_problem(resp, need_text)
                     if problem:
                         raise MalformedReply(problem)
                     return resp
@@ -275,7 +278,8 @@ class OpenAIBackend(Backend):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _sample(
-        self, rid: str, messages: list[dict], n: int, seed: int | None, extra_body: dict | None, **kw: Any
+        self, rid: str, messages: list[dict], n: int, seed: int | None, extra_body: dict | None,
+        need_text: bool = False, **kw: Any,
     ) -> tuple[list[str], list[str], int, int]:
         """``n`` samples → (texts, finish reasons, prompt tokens, completion tokens).
 
@@ -291,7 +295,7 @@ class OpenAIBackend(Backend):
                 args["seed"] = seed + k
             if extra_body:
                 args["extra_body"] = extra_body
-            return self._create(rid, **args)
+            return self._create(rid, need_text, **args)
 
         replies = [await send(0, n)] if n > 1 and self.supports_n is not False else []
         got = sum(len(r.choices) for r in replies)
@@ -337,7 +341,7 @@ class OpenAIBackend(Backend):
 
         async def call(msgs: list[dict], extra: dict | None) -> Any:
             body = {**(top_k_body(sp) or {}), **(extra or {})} or None
-            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, **sampling_kwargs(sp))
+            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, True, **sampling_kwargs(sp))
 
         tail = assistant_tail(messages)
         try:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from vlrl.core.backends.base import SamplingParams, choice_of_token
+from vlrl.core.backends.base import SamplingParams, answer_problem, choice_of_token
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -116,7 +116,7 @@ class MalformedReply(Exception):
     """An HTTP 200 whose body breaks the chat-completions schema (retried like a 5xx)."""
 
 
-def reply_problem(resp: Any) -> str | None:
+def reply_problem(resp: Any, need_text: bool = False) -> str | None:
     """Why a chat-completions reply cannot be used (None: it can).
 
     A server behind a misconfigured proxy can answer 200 with an HTML page, an empty ``choices``
@@ -137,6 +137,8 @@ def reply_problem(resp: Any) -> str | None:
             return "a reply choice has no message"
         if getattr(msg, "content", None) is None:
             return "a reply choice has content null"
+    if need_text:  # a generation, not a logprob probe: empty content or an error page is no answer
+        return answer_problem([c.message.content for c in choices])
     return None
 
 

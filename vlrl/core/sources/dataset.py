@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, iter_image_files, load_image
-from vlrl.core.pipeline import read_jsonl
+from vlrl.core.pipeline import iter_jsonl, read_jsonl
 from vlrl.core.records import ImageRef, RecordError, UnloadableImageRef, as_dict
 from vlrl.core.sources.columns import IMAGE_COLUMNS
 
@@ -67,7 +67,9 @@ class DatasetSource:
     image_column: str | None = None
     base: Path | None = None
     skipped: list[dict[str, str]] = field(default_factory=list)
-    """Files seen but not listed (``{"path", "reason"}``): names Arrow cannot hold (not UTF-8)."""
+    """Files or lines seen but not listed (``{"path", "reason"}``): names Arrow cannot hold (not
+    UTF-8), a manifest's bad lines (``FILE:LINE``). Each is also an :class:`UnloadableImageRef` of
+    :meth:`image_refs`, so every job quarantines it with its reason instead of aborting."""
 
     def __post_init__(self) -> None:
         self.dataset = undecoded(self.dataset)
@@ -80,8 +82,11 @@ class DatasetSource:
         return len(self.dataset)
 
     def _id(self, i: int, row: dict[str, Any]) -> str:
-        if row.get("id") not in (None, ""):
-            return str(row["id"])
+        """The row's ``id``, else its ``image_id`` (what ``vlrl caption`` keys on, so ids chain from
+        one command to the next), else its image path, else its index."""
+        for key in ("id", "image_id"):
+            if row.get(key) not in (None, ""):
+                return str(row[key])
         value = row.get(self.image_column) if self.image_column else None
         path = value.get("path") if isinstance(value, dict) else value
         return str(path) if isinstance(path, str) and path else str(i)
@@ -127,7 +132,7 @@ class DatasetSource:
     def image_refs(self) -> list[ImageRef]:
         """Every row as an :class:`ImageRef` (paths relative to :attr:`base`); columns other than
         id/image/path go to ``meta``."""
-        refs = []
+        refs: list[ImageRef] = [UnloadableImageRef(id=s["path"], reason=s["reason"]) for s in self.skipped]
         skip = {"id", "meta", "path", self.image_column}
         assert self.base is not None
         for i, row in enumerate(self.dataset):
@@ -178,7 +183,8 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
         default_root = path.parent
         suffix = path.suffix.lower()
         if suffix in (".jsonl", ".json"):
-            ds, kind = _from_rows(_read_json_rows(path), src), "jsonl"
+            rows, skipped = _read_json_rows(path)
+            ds, kind = _from_rows(rows, src), "jsonl"
         elif suffix == ".parquet":
             ds, kind = _read_parquet(path), "parquet"
         elif suffix in IMAGE_EXTENSIONS:
@@ -199,7 +205,11 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     elif parquet := sorted(path.glob("*.parquet")):
         ds, kind, default_root = _read_parquet(*parquet), "parquet", path
     elif jsonl := sorted(path.glob("*.jsonl")):
-        rows = [r for f in jsonl for r in _read_json_rows(f)]
+        rows = []
+        for f in jsonl:
+            more, bad = _read_json_rows(f)
+            rows += more
+            skipped += bad
         ds, kind, default_root = _from_rows(rows, src), "jsonl", path
     else:
         raise ValueError(f"{src}: no images, imagefolder metadata, save_to_disk files, parquet or JSONL found")
@@ -234,14 +244,33 @@ def undecoded(ds: datasets.Dataset) -> datasets.Dataset:
     return ds
 
 
-def _read_json_rows(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8-sig") as fh:
-        head = fh.read(1024).lstrip()
-    rows = json.loads(path.read_text(encoding="utf-8-sig")) if head.startswith("[") else list(read_jsonl(path))
-    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
-    if bad is not None:
-        raise ValueError(f"{path}: record {bad + 1} is not a JSON object")
-    return rows
+def _read_json_rows(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The rows of a JSONL (or JSON array) manifest, and its bad lines as ``{"path": "FILE:LINE",
+    "reason"}``: one bad line (invalid UTF-8, not JSON, not an object) is that record's problem,
+    named by file and line, never the end of the job."""
+    with open(path, "rb") as fh:
+        head = fh.read(1024).lstrip(b"\xef\xbb\xbf \t\r\n")
+    rows: list[dict[str, Any]] = []
+    bad: list[dict[str, str]] = []
+    if head.startswith(b"["):
+        try:
+            records = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ValueError(f"{path}: not a valid JSON array ({' '.join(str(e).split())[:120]})") from None
+        for i, r in enumerate(records, 1):
+            if isinstance(r, dict):
+                rows.append(r)
+            else:
+                bad.append({"path": f"{path}:{i}", "reason": f"record {i} is not a JSON object"})
+    else:
+        for lineno, rec, reason in iter_jsonl(path):
+            if rec is None:
+                bad.append({"path": f"{path}:{lineno}", "reason": reason})
+            else:
+                rows.append(rec)
+    for b in bad:
+        logger.warning("%s: bad manifest line, left out: %s", b["path"], b["reason"])
+    return rows, bad
 
 
 def _read_parquet(*files: Path) -> datasets.Dataset:

@@ -227,7 +227,12 @@ def load_records(
 ) -> list[Any]:
     """Read records back from any layout :func:`load_any_dataset` understands."""
     source = load_any_dataset(src, root=root)
+    bad = source.skipped[0] if source.skipped else None
+    if bad and cls is not ImageRef and (cls is not None or not len(source.dataset)):
+        raise ValueError(f"{bad['path']}: {bad['reason']}")  # records (MCQs, rubrics) are all or nothing
     cls = cls or infer_record_type(source.dataset.column_names)
+    if bad and cls is not ImageRef:
+        raise ValueError(f"{bad['path']}: {bad['reason']}")
     if cls is ImageRef:
         return source.image_refs()
     return dataset_to_records(source.dataset, cls)

@@ -203,11 +203,9 @@ class ManifestSource(ImageSource):
         else:
             image_id = f"{Path(self.root).name}:{n}"
         if data is None:
-            if path:
-                # relative paths must stay under the manifest's folder; absolute ones are explicit
-                locator = {"kind": "file", "path": str(path), "root": None if os.path.isabs(path) else self.base}
-            else:
-                locator = {"kind": "missing"}
+            # one root policy for every command: a path, relative or absolute, must stay under the
+            # manifest's folder (as qa-curate, teacher-captions and the evaluations require)
+            locator = {"kind": "file", "path": str(path), "root": self.base} if path else {"kind": "missing"}
         meta = {k: v for k, v in row.items() if k not in (img_col, id_col) and isinstance(v, (str, int, float, bool))}
         return ImageItem(image_id, locator, data=data, meta=meta)
 

@@ -7,6 +7,8 @@ adds them to the groups.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from vlrl.methods.options import (
@@ -237,6 +239,27 @@ def prism_cmd(
                   f"macro {res['macro']:.3f}" if res["macro"] is not None else "", str(res["errors"]))
     Console().print(table)
     typer.echo(f"results -> {out}/results.json")
+    _prism_exit(Path(out), res["n"])
+
+
+def _prism_exit(out: Path, n: int) -> None:
+    """Exit as the README's table says. Accuracy counts a failed question as wrong (and reports
+    ``errors``), so only the exit code tells a pipeline that the number is degraded: a question
+    whose captioner or answerer failed is a failure (3, or 1 when none succeeded); one whose image
+    is unreadable (``state/bad_images.jsonl``) or whose question is malformed is an input problem."""
+    from vlrl.core.jobs import exit_code
+    from vlrl.core.pipeline import read_jsonl
+
+    bad_images = out / "state" / "bad_images.jsonl"
+    inputs = {r.get("reason") for r in read_jsonl(bad_images, on_error="skip")} if bad_images.is_file() else set()
+    failed = sum(1 for p in read_jsonl(out / "predictions.jsonl", on_error="skip")
+                 if p.get("error") and p["error"] not in inputs and not str(p["error"]).startswith("bad question"))
+    if failed:
+        typer.echo(f"vlrl eval prism: {failed} of {n} question(s) failed in a backend (counted as wrong and as "
+                   "'errors' in results.json); rerun the same command to retry them", err=True)
+    code = exit_code(n - failed, failed)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(groups: dict[str, typer.Typer]) -> None:

@@ -52,7 +52,7 @@ from vlrl.core.prompts import render
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import CANNOT_ANSWER, MCQError, coerce_questions, normalize_mcq, present, seeded_rng
 from vlrl.rewards import register_reward
-from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ class CapRLQAReward(Reward):
         }
         if not ok:
             first_error = next((a.error for a in answers if a is not None), "answerer unavailable")
-            return Score(None, {**details, "reason": f"no question could be scored: {first_error}"})
+            return Score(None, {**details, BACKEND_FAILED: 1, "reason": f"no question could be scored: {first_error}"})
         acc = sum(a.correct for a in ok) / len(ok)
         details["qa_acc"] = acc
         details["parse_failure_rate"] = details["parse_failures"] / len(ok)

@@ -116,8 +116,9 @@ def run_caption_qa(
             done = []
             for (n, b, iid), text, s in zip(batch, texts, scores, strict=True):
                 key = unit_key((n, b, iid))
-                if s.value is None and s.details.get("errors"):
-                    # the answerer failed (endpoint down): not a result, so the next run retries it
+                if s.details.get("errors"):
+                    # an ask failed (endpoint down, a bad reply): the score would be over a smaller
+                    # question set than the image has, so it is not a result; the next run retries it
                     done.append(Outcome.fail(key, s.details.get("reason", "answerer failed"),
                                              label=f"{n} at {b or 'full'} words, {iid}"))
                     continue
@@ -129,6 +130,7 @@ def run_caption_qa(
                   batch_size=batch_size, desc="caption-qa",
                   failure_log="{desc}: {label}: {reason}; will retry on the next run")
         results = aggregate(list(store), names, levels, items, caps)
+        _count_failed(results, units, store, unit_key)
         results["settings"] = settings
     finally:
         store.close()
@@ -138,6 +140,16 @@ def run_caption_qa(
     except Exception as e:  # a plot must never lose computed results
         logger.warning("caption-qa: could not draw the plot: %s", e)
     return results
+
+
+def _count_failed(results: dict[str, Any], units: list, store: JsonlStore, unit_key: Any) -> None:
+    """Add to each captioner × budget the units with no stored score (their asks failed; retried by
+    the next run) to ``unscored`` and ``failed``: accuracy is never over a silently smaller set."""
+    for unit in units:
+        if unit_key(unit) not in store:
+            cell = results["captioners"][unit[0]][str(unit[1] or "full")]
+            cell["failed"] = cell.get("failed", 0) + 1
+            cell["unscored"] += 1
 
 
 def aggregate(rows: list[dict], names: list[str], levels: list[int | None], items, caps) -> dict[str, Any]:

@@ -38,6 +38,35 @@ def teacher_captions_cmd(
         outputs=["captions.jsonl", "failures.jsonl", "teacher_captions.jsonl", "stats.json", "meta.json"],
     )
     typer.echo(json.dumps(stats, indent=2))
+    per = list(stats.get("per_teacher", {}).values())
+    captioned = sum(t["captioned"] for t in per)
+    if stats.get("images") and not captioned:
+        from vlrl.core.jobs import EXIT_FAILED
+
+        typer.echo("vlrl data teacher-captions: no teacher captioned any image (failures.jsonl says why)", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    # a caption missing because a backend failed is a failure (retried by the next run); one missing
+    # for its input (a bad image) or its content (a refusal, too short) is not the backend's
+    failed = sum(n for t in per for kind, n in t["reasons"].items() if backend_failure_kind(kind))
+    _exit_for_failures("data teacher-captions", captioned, failed,
+                       "teacher caption(s) missing for a backend failure (failures.jsonl); rerun the same command "
+                       "to retry them")
+
+
+def backend_failure_kind(kind: str) -> bool:
+    """Whether a missing caption's reason kind (``backend error``, ``bad image``...) is the backend's."""
+    return kind.startswith(("backend", "pre-flight", "not attempted"))
+
+
+def _exit_for_failures(name: str, succeeded: int, failed: int, what: str) -> None:
+    """End as the README's exit-code table says: 0 all done, 3 some failed, 1 nothing succeeded."""
+    from vlrl.core.jobs import exit_code
+
+    if failed:
+        typer.echo(f"vlrl {name}: {failed} {what}", err=True)
+    code = exit_code(succeeded, failed)
+    if code:
+        raise typer.Exit(code)
 
 
 @long_job
@@ -71,6 +100,18 @@ def rubrics_cmd(
         outputs=["rubrics.jsonl", "rejected.jsonl", "student.jsonl", "stats.json"],
     )
     typer.echo(json.dumps(stats, indent=2))
+    # a rejection for a backend error is a failure; one for the writer's content is a quarantine,
+    # but a run where every image was rejected produced nothing to train on
+    backend = sum(n for reason, n in stats.get("rejected_by_reason", {}).items() if "backend error" in reason)
+    good = stats.get("accepted", 0) + stats.get("solved", 0)
+    if stats.get("images") and not good:
+        from vlrl.core.jobs import EXIT_FAILED
+
+        typer.echo(f"vlrl data rubrics: every image was rejected ({stats.get('rejected', 0)}; rejected.jsonl says why)",
+                   err=True)
+        raise typer.Exit(EXIT_FAILED)
+    _exit_for_failures("data rubrics", good, backend, "image(s) rejected for a backend error (rejected.jsonl); "
+                       "rerun with --retry-quarantined once the backend is healthy")
 
 
 @long_job
@@ -100,6 +141,11 @@ def arena_cmd(
     )
     Console().print(results_table(results))
     typer.echo(f"results -> {out}/results.json")
+    per = list(results.get("baselines", {}).values())
+    _exit_for_failures("eval arena", sum(b["pairs"] for b in per),
+                       sum(b.get("missing_captions", 0) + b.get("judge_failures", 0) for b in per),
+                       "pair(s) not judged: a caption is missing or the judge failed (results.json counts "
+                       "'missing_captions' and 'judge_failures'); rerun the same command to retry them")
 
 
 @long_job
@@ -130,6 +176,12 @@ def caption_qa_cmd(
     )
     Console().print(results_table(results))
     typer.echo(f"results -> {out}/results.json, plot -> {out}/accuracy_vs_budget.png")
+    per = [r for r in results["captioners"].values()]
+    levels = [str(b) for b in results["budgets"]] + ["full"]
+    failed = sum(r[c].get("failed", 0) for r in per for c in levels) + sum(r["missing_captions"] * len(levels) for r in per)
+    _exit_for_failures("eval caption-qa", sum(r[c]["scored"] for r in per for c in levels), failed,
+                       "caption × budget unit(s) unscored because the answerer or captioner failed (counted as "
+                       "'unscored' and 'missing_captions' in results.json); rerun the same command to retry them")
 
 
 def register(groups: dict[str, typer.Typer]) -> None:

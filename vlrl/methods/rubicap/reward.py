@@ -66,7 +66,7 @@ from vlrl.methods.rubicap.verdicts import (
     parse_verdicts_text,
 )
 from vlrl.rewards import register_reward
-from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class RubricJudgeReward(Reward):
 
     def _failure(self, reason: str, **details: Any) -> Score:
         value = None if self.on_judge_failure == "drop" else 0.0
-        return Score(value, {"judge_failures": 1, "reason": reason, **details})
+        return Score(value, {"judge_failures": 1, BACKEND_FAILED: 1, "reason": reason, **details})
 
     def _score(self, completions: list[str], rubric_col: list[Any], image_col: list[Any]) -> list[Score]:
         from vlrl.methods.rubicap.schema import parse_rubric_set

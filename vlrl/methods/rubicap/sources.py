@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.images import ImageLoadError, resolve_under_root
 from vlrl.core.sources import ImageItem
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ logger = logging.getLogger(__name__)
 def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> Iterator[ImageItem]:
     """Yield the images of any source :func:`vlrl.core.sources.load_any_dataset` reads.
 
-    The id is the row's ``image_id`` (else ``id``, else its path).
+    The id is the row's ``image_id`` (else ``id``, else its path). A path that leaves the source
+    (a symlink out of the folder, ``..``, an absolute path elsewhere) is an item with an error,
+    never opened: the same rule as ``vlrl caption`` and ``qa-curate`` (:func:`resolve_under_root`).
     """
     from vlrl.core.sources import load_any_dataset
 
@@ -42,6 +45,13 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
             continue
         meta = dict(ref.meta)
         image_id = str(meta.pop("image_id", None) or ref.id)
+        if ref.path:
+            # one root policy for every command: no symlink, ``..`` or absolute path out of the source
+            try:
+                resolve_under_root(ref.path, root, ref.path)
+            except ImageLoadError as e:
+                yield ImageItem.from_path(image_id, "", _flat(meta), error=e.reason)
+                continue
         if ref.path and (root / ref.path).exists():
             path = str((root / ref.path).resolve())
         elif ref.data:
@@ -56,15 +66,25 @@ def iter_images(src: str | Path, materialize_dir: str | Path | None = None) -> I
 
 
 def load_images(src: str | Path, materialize_dir: str | Path | None = None) -> list[ImageItem]:
-    """All images of ``src``, first occurrence of each id kept."""
-    seen: set[str] = set()
-    out = []
+    """All images of ``src``, first occurrence of each id kept.
+
+    A later row that reuses an id for *another* image is not dropped with a log line (a reader of
+    the outputs would never know): it becomes ``ID#dup-N``, an item with the reason, which the job
+    records like any unusable image (as ``qa-curate`` and ``caption`` do). A row repeating the same
+    id and image is the same record and is skipped."""
+    first: dict[str, ImageItem] = {}
+    out: list[ImageItem] = []
+    dups: dict[str, int] = {}
     for it in iter_images(src, materialize_dir):
-        if it.image_id in seen:
-            logger.warning("%s: duplicate image id %r, keeping the first", src, it.image_id)
-            continue
-        seen.add(it.image_id)
-        out.append(it)
+        seen = first.get(it.image_id)
+        if seen is None:
+            first[it.image_id] = it
+            out.append(it)
+        elif (seen.path, seen.error) != (it.path, it.error):
+            dups[it.image_id] = n = dups.get(it.image_id, 0) + 1
+            reason = f"duplicate id {it.image_id!r} names a different image ({it.path or '<bytes>'}); give it a unique id"
+            logger.warning("%s: %s", src, reason)
+            out.append(ImageItem.from_path(f"{it.image_id}#dup-{n}", "", it.meta, error=reason))
     return out
 
 

@@ -45,7 +45,8 @@ def cold_start_cmd(
     typer.echo(json.dumps(stats, indent=2))
     if stats.get("failed_this_run"):
         typer.echo(f"{stats['failed_this_run']} record(s) failed in a backend; rerun the same command to retry them", err=True)
-    code = exit_code(stats["total"], stats.get("failed_this_run", 0))
+    done = stats.get("kept", 0) + stats.get("rejected", 0) + stats.get("quarantined", 0)  # a failure is not done
+    code = exit_code(done, stats.get("failed_this_run", 0))
     if code:
         raise typer.Exit(code)
 

@@ -1,0 +1,67 @@
+"""A 200 is not an answer: empty content or an error page as completion text is a failure of its
+request (retried, never cached, never committed as a record), whichever backend produced it."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.long_commands import caption, run
+from tests.support.scripted import Scripted
+from vlrl.core.backends import ChatRequest, load_backend
+
+HTML = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+
+
+def _ask(backend, n=1):
+    return backend.chat([ChatRequest([{"role": "user", "content": "Describe."}], id=f"r{i}") for i in range(n)])
+
+
+def test_empty_content_is_retried_then_an_error():
+    replies = iter(["", "", "a red square"])
+    with FakeOpenAI(reply=lambda body: next(replies)) as srv:
+        b = load_backend(srv.spec(max_retries="2", backoff="0"))
+        (res,) = _ask(b)
+        assert res.ok and res.text == "a red square" and srv.chats == 3  # two empty replies were retried
+        b.close()
+    with FakeOpenAI(reply=lambda body: "") as srv:
+        b = load_backend(srv.spec(max_retries="1", backoff="0"))
+        (res,) = _ask(b)
+        assert not res.ok and "empty" in res.error and srv.chats == 2 and res.texts == []
+        b.close()
+
+
+def test_an_html_page_as_text_is_never_cached_nor_replayed(tmp_path):
+    with FakeOpenAI(reply=lambda body: HTML) as srv:
+        b = load_backend(srv.spec(), cache=tmp_path / "cache")
+        (res,) = _ask(b)
+        assert not res.ok and "HTML page" in res.error
+        assert len(b.cache) == 0
+        (again,) = _ask(b)  # asked again, not replayed
+        assert not again.ok and srv.chats == 2
+        b.close()
+
+
+def test_every_backend_kind_gets_the_same_rule(tmp_path):
+    s = Scripted("m", answer=lambda r: {"r0": "", "r1": HTML, "r2": "fine"}[r.id])
+    a, h, ok = _ask(s, 3)
+    assert "r0: the reply is empty" in a.error and "r1: the reply is an HTML page" in h.error and ok.text == "fine"
+    multi = Scripted("m", answer=lambda r: None)
+    multi._chat = lambda reqs: [type(a)(texts=["", "a cat"], finish_reasons=["stop", "stop"]) for _ in reqs]
+    (res,) = _ask(multi)
+    assert res.ok and res.texts == ["", "a cat"]  # one empty sample among answers is an outcome, not a failure
+
+
+def test_caption_never_commits_an_empty_caption_and_a_rerun_repairs(tmp_path):
+    with FakeOpenAI(reply=lambda body: "") as srv:
+        argv = caption(tmp_path, srv.spec())
+        res = run(argv)
+    assert res.returncode == 1, res.stderr[-2000:]  # nothing succeeded
+    rows = [json.loads(x) for p in (tmp_path / "out" / "captions").glob("*.jsonl") for x in p.read_text().splitlines()]
+    assert rows == []
+    assert "the reply is empty" in res.stderr
+    with FakeOpenAI() as srv:  # the server is fixed: the same command captions every image
+        res = run(caption(tmp_path, srv.spec()))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(x) for p in (tmp_path / "out" / "captions").glob("*.jsonl") for x in p.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["caption"].strip() for r in rows)

@@ -1,0 +1,64 @@
+"""Redaction by value: a configured secret never reaches a file or a log, whatever its shape.
+
+The canary key below has no telltale shape (no ``sk-``, no ``Bearer``), so only redaction by the
+value of the configured key variable can hide it. The fake server echoes the ``Authorization``
+header it received into every error body, as misconfigured proxies do.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.long_commands import COMMANDS, run
+
+CANARY = "canary" + "Q7x9LmZ2pW4vR8tK"
+
+
+def _echoing_server() -> FakeOpenAI:
+    srv = FakeOpenAI()
+    srv.echoed = 0
+
+    def fail(body, headers):
+        key = {k.lower(): v for k, v in headers.items()}.get("authorization", "").removeprefix("Bearer ")
+        srv.echoed += key == CANARY
+        return 500, json.dumps({"error": {"message": f"upstream refused key {key} for {body.get('model')}"}})
+
+    srv.fail = fail
+    return srv
+
+
+def test_redact_masks_configured_secret_values(monkeypatch):
+    from vlrl.core.redact import redact, scrub
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    assert scrub(f"x {CANARY} y") == "x *** y" and CANARY not in redact(f"error: {CANARY}")
+    monkeypatch.setenv("MY_PROXY_KEY", "proxytoken123")
+    from vlrl.core.backends import parse_spec
+
+    parse_spec("openai:http://127.0.0.1:9/v1@m?api_key_env=MY_PROXY_KEY")  # naming the variable registers it
+    assert scrub("got proxytoken123") == "got ***"
+    monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")  # a placeholder is not a secret: text stays whole
+    assert scrub("EMPTY answer") == "EMPTY answer"
+
+
+def test_token_in_the_url_is_refused_and_never_echoed(tmp_path):
+    res = run(["caption", "--images", str(tmp_path), "--model", f"openai:http://{CANARY}@127.0.0.1:9/v1@m", "--out",
+               str(tmp_path / "o")])
+    assert res.returncode == 2 and "credentials" in res.stderr
+    assert CANARY not in res.stderr + res.stdout
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_echoed_key_appears_in_no_file_and_no_log(tmp_path, command):
+    with _echoing_server() as srv:
+        argv = COMMANDS[command](tmp_path, srv.spec())
+        res = run(argv, OPENAI_API_KEY=CANARY)
+    assert srv.echoed > 0, res.stderr[-2000:]  # the server was really asked, and echoed the key
+    assert CANARY not in res.stderr + res.stdout, res.stderr[-3000:]
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert files, "the command wrote nothing to check"
+    for p in files:
+        assert CANARY.encode() not in p.read_bytes(), p
