@@ -77,6 +77,7 @@ from vlrl.core.backends.openai_wire import (
     retry_after_seconds,
     sampling_kwargs,
     strip_prefix,
+    to_openai_messages,
     top_k_body,
     top_logprobs_from_response,
     tristate,
@@ -334,7 +335,7 @@ class OpenAIBackend(Backend):
     async def _chat_one(self, i: int, req: ChatRequest) -> ChatResult:
         rid = req.id or f"#{i}"
         try:
-            messages = self._convert_messages(req.messages)
+            messages = to_openai_messages(req.messages, self.image_format)
         except Exception as e:
             return ChatResult(error=f"openai request {rid}: bad input: {one_line(e)}")
         sp = req.sampling
@@ -375,7 +376,7 @@ class OpenAIBackend(Backend):
         if not req.choices:
             return ChoiceResult(error=f"openai request {rid}: no choices given")
         try:
-            messages = self._convert_messages(req.messages)
+            messages = to_openai_messages(req.messages, self.image_format)
         except Exception as e:
             return ChoiceResult(error=f"openai request {rid}: bad input: {one_line(e)}")
         try:
@@ -483,21 +484,6 @@ class OpenAIBackend(Backend):
             u = getattr(r, "usage", None)
             if u is not None:
                 self.stats.add(prompt_tokens=u.prompt_tokens or 0, completion_tokens=u.completion_tokens or 0)
-
-    # -- messages and images -----------------------------------------------------------------------
-    def _convert_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for m in messages:
-            content = m.get("content")
-            if isinstance(content, list):
-                m = dict(m, content=[self._convert_part(p) for p in content])
-            out.append(dict(m))
-        return out
-
-    def _convert_part(self, part: dict[str, Any]) -> dict[str, Any]:
-        if part.get("type") != "image":
-            return part
-        return {"type": "image_url", "image_url": {"url": image_data_url(part["image"], self.image_format)}}
 
 
 __all__ = ["OpenAIBackend", "RequestFailed", "image_data_url", "probs_from_top_logprobs", "top_logprobs_from_response"]

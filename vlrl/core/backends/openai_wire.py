@@ -44,6 +44,20 @@ def image_data_url(image: Any, fmt: str = "png") -> str:
     return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
 
 
+def to_openai_messages(messages: Sequence[dict[str, Any]], image_format: str = "png") -> list[dict[str, Any]]:
+    """vlrl's messages in the OpenAI wire layout: each ``{"type": "image", "image": ...}`` part becomes
+    an ``image_url`` part with the image inlined as a data URL (the server never reads our disk)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            m = dict(m, content=[p if p.get("type") != "image" else
+                                 {"type": "image_url", "image_url": {"url": image_data_url(p["image"], image_format)}}
+                                 for p in content])
+        out.append(dict(m))
+    return out
+
+
 def top_logprobs_from_response(resp: Any) -> list[tuple[str, float]] | None:
     """The first generated token's alternatives ``[(token, logprob), ...]`` or None if absent.
 
