@@ -29,6 +29,10 @@ class FakeOpenAI:
         """More model names /v1/models lists (one server standing in for several backends)."""
         self.fail: tuple[int, str] | None = None
         """(status, body) to answer every chat request with, or None to answer normally."""
+        self.refuse: Callable[[dict], tuple[int, str] | None] | None = None
+        """(status, body) to answer a chat request with, as a function of its body (None: answer it)."""
+        self.bodies: list[dict] = []
+        """Every chat request body, in order of arrival."""
         self.chats = 0
         outer = self
 
@@ -53,12 +57,15 @@ class FakeOpenAI:
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.chats += 1
-                if outer.fail is not None:
-                    self._send(*outer.fail)
+                body = json.loads(raw) if raw else {}
+                outer.bodies.append(body)
+                refused = outer.refuse(body) if outer.refuse else None
+                if outer.fail is not None or refused is not None:
+                    self._send(*(refused or outer.fail))
                     return
                 if outer.delay:
                     time.sleep(outer.delay)
-                text = outer.reply(json.loads(raw)) if outer.reply else "a caption " + hashlib.sha1(raw).hexdigest()[:8]
+                text = outer.reply(body) if outer.reply else "a caption " + hashlib.sha1(raw).hexdigest()[:8]
                 self._send(200, json.dumps({
                     "id": "x", "object": "chat.completion", "created": 0, "model": outer.model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
