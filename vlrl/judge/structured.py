@@ -36,6 +36,10 @@ T = TypeVar("T")
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
+_DECODER = json.JSONDecoder(strict=False)
+"""Raw control characters inside strings are accepted: grammar-constrained decoding (xgrammar on vLLM)
+lets a model write them, and a tab inside a judge's ``reason`` is no reason to repair its verdict."""
+
 CORRECTION = (
     "Your previous answer could not be used: {error}. Reply again with only the corrected JSON object, no other text."
 )
@@ -55,7 +59,7 @@ def extract_json(text: str) -> tuple[Any, bool]:
         if start < 0:
             continue
         try:
-            value, _ = json.JSONDecoder().raw_decode(cand[start:])
+            value, _ = _DECODER.raw_decode(cand[start:])
             return value, False
         except json.JSONDecodeError:
             pass
@@ -89,7 +93,7 @@ def extract_final_json(text: str, accept: Callable[[Any], T]) -> T:
     starts = [i for i, ch in enumerate(text) if ch in "{["]
     if not starts:
         raise InvalidOutput("no JSON object found in the answer")
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     last_error: Exception | None = None
     for i in reversed(starts):
         try:

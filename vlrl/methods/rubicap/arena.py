@@ -62,10 +62,12 @@ ORDERS = ("cand_first", "base_first")
 _LEAD = re.compile(r"^\W*(A|B|tie|draw)\b", re.IGNORECASE)
 JUDGE_SCHEMA = {
     "title": "arena_verdict", "type": "object", "additionalProperties": False, "required": ["reason", "winner"],
-    "properties": {"reason": {"type": "string", "maxLength": 400}, "winner": {"type": "string", "enum": ["A", "B", "tie"]}},
+    "properties": {"reason": {"type": "string", "maxLength": 200}, "winner": {"type": "string", "enum": ["A", "B", "tie"]}},
 }  # fmt: skip
 """The built-in judge prompt's answer (its last line), sent as structured output; a custom prompt
-may ask for another layout, so it goes without. ``reason`` is bounded: the answer must close in time."""
+may ask for another layout, so it goes without. ``reason`` (one sentence) is bounded so that the
+answer closes within the default 256 tokens even at one character per token: a verdict is never
+cut off behind its reason."""
 
 
 def _winner(value: Any) -> str:

@@ -140,7 +140,9 @@ def parse_score(text: str, scale: float = 10.0) -> float:
 # bracket. A server without the feature ignores them and the parsers' own leniency does the work.
 # Free text is bounded (maxLength) so a constrained answer always closes within the token limit.
 
-EXPLANATION_MAX_CHARS = 400
+EXPLANATION_MAX_CHARS = 150
+"""One sentence; with its brackets it fits the per-rubric default of 192 tokens even on a tokenizer
+of one character per token, so a constrained answer is never cut off before its verdict."""
 
 
 def _object(props: dict[str, Any], title: str | None = None) -> dict[str, Any]:
