@@ -75,3 +75,12 @@ def test_rubric_writer_schema_names_the_labels_of_its_prompt(tmp_path):
 def test_arena_schema_is_the_prompt_answer():
     assert JUDGE_SCHEMA["properties"]["winner"]["enum"] == ["A", "B", "tie"]
     assert JUDGE_SCHEMA["required"] == ["reason", "winner"]  # reason first, as the prompt asks
+
+
+def test_a_raw_control_character_inside_a_string_is_not_a_reason_to_repair():
+    # xgrammar (vLLM's structured output) lets a model write raw control characters in strings
+    from vlrl.judge.structured import extract_final_json, extract_json
+
+    text = '{"reason": "tab\there\x07", "winner": "B"}'
+    assert extract_json(text) == ({"reason": "tab\there\x07", "winner": "B"}, False)
+    assert extract_final_json(text, lambda obj: obj["winner"]) == "B"
