@@ -54,8 +54,11 @@ def _vllm(model_dir: Path, name: str, tmp_path_factory, *extra: str) -> Iterator
 
 @pytest.fixture(scope="session")
 def vllm_lm(tiny_lm, tmp_path_factory) -> Iterator:
-    """vLLM serving the session's tiny Qwen2 LM as ``tiny-lm``, prefix caching on (the answerer GPU users run)."""
-    yield from _vllm(tiny_lm, "tiny-lm", tmp_path_factory, "--enable-prefix-caching")
+    """vLLM serving the session's tiny Qwen2 LM as ``tiny-lm``, prefix caching on (the answerer GPU users run).
+
+    Its context is the model's full 4096 (the last ``--max-model-len`` wins): it also serves as the
+    rubric writer, whose prompt is ~1,800 tokens in the tiny model's character-sized vocabulary."""
+    yield from _vllm(tiny_lm, "tiny-lm", tmp_path_factory, "--enable-prefix-caching", "--max-model-len", "4096")
 
 
 @pytest.fixture(scope="session")

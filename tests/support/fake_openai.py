@@ -30,6 +30,10 @@ class FakeOpenAI:
         self.fail: tuple[int, str] | Callable[[dict, dict], tuple[int, str] | None] | None = None
         """(status, body) to answer every chat request with, or a function of (request body, request
         headers) that returns one for the requests it fails (None: answer normally), or None."""
+        self.refuse: Callable[[dict], tuple[int, str] | None] | None = None
+        """(status, body) to answer a chat request with, as a function of its body (None: answer it)."""
+        self.bodies: list[dict] = []
+        """Every chat request body, in order of arrival."""
         self.chats = 0
         outer = self
 
@@ -54,13 +58,16 @@ class FakeOpenAI:
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.chats += 1
-                fail = outer.fail(json.loads(raw), dict(self.headers)) if callable(outer.fail) else outer.fail
-                if fail is not None:
-                    self._send(*fail)
+                body = json.loads(raw) if raw else {}
+                outer.bodies.append(body)
+                fail = outer.fail(body, dict(self.headers)) if callable(outer.fail) else outer.fail
+                refused = outer.refuse(body) if outer.refuse else None
+                if fail is not None or refused is not None:
+                    self._send(*(refused or fail))
                     return
                 if outer.delay:
                     time.sleep(outer.delay)
-                text = outer.reply(json.loads(raw)) if outer.reply else "a caption " + hashlib.sha1(raw).hexdigest()[:8]
+                text = outer.reply(body) if outer.reply else "a caption " + hashlib.sha1(raw).hexdigest()[:8]
                 self._send(200, json.dumps({
                     "id": "x", "object": "chat.completion", "created": 0, "model": outer.model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],

@@ -12,6 +12,11 @@ vLLM's CPU build starts on a small machine:
   prefill is split over steps ("CPU Generator does not use offset": it rewinds the request's torch
   generator by an offset, which CPU generators do not have). A few thousand seeded samples in one
   request split that way; whole prefills never do.
+* ``--structured-outputs-config {"backend": "xgrammar", "disable_any_whitespace": true}``: a JSON
+  schema sent as ``response_format`` (the judges') is decoded by xgrammar, which by default lets the
+  model put any whitespace between tokens; a greedy random model then writes whitespace until the
+  token limit. Compact JSON is what a judge should be served with anyway (fewer tokens), and vLLM
+  accepts the switch only with a backend named.
 * ``VLLM_HOST_IP=127.0.0.1`` keeps its internal sockets on loopback, ``VLLM_CPU_KVCACHE_SPACE=1``
   (GiB) keeps its KV cache small.
 
@@ -117,7 +122,8 @@ def vllm_serve(
     cmd = [
         str(exe), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--enforce-eager", "--max-model-len", "1024", "--no-enable-chunked-prefill", *extra,
+        "--enforce-eager", "--max-model-len", "1024", "--no-enable-chunked-prefill",
+        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}', *extra,
     ]  # fmt: skip
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "20", str(LIFETIME_S), *cmd]

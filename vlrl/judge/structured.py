@@ -20,6 +20,7 @@ last round each item carries either a value or the reason it was rejected.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -34,6 +35,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+_DECODER = json.JSONDecoder(strict=False)
+"""Raw control characters inside strings are accepted: grammar-constrained decoding (xgrammar on vLLM)
+lets a model write them, and a tab inside a judge's ``reason`` is no reason to repair its verdict."""
 
 CORRECTION = (
     "Your previous answer could not be used: {error}. Reply again with only the corrected JSON object, no other text."
@@ -54,7 +59,7 @@ def extract_json(text: str) -> tuple[Any, bool]:
         if start < 0:
             continue
         try:
-            value, _ = json.JSONDecoder().raw_decode(cand[start:])
+            value, _ = _DECODER.raw_decode(cand[start:])
             return value, False
         except json.JSONDecodeError:
             pass
@@ -88,7 +93,7 @@ def extract_final_json(text: str, accept: Callable[[Any], T]) -> T:
     starts = [i for i, ch in enumerate(text) if ch in "{["]
     if not starts:
         raise InvalidOutput("no JSON object found in the answer")
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     last_error: Exception | None = None
     for i in reversed(starts):
         try:
@@ -170,6 +175,7 @@ def chat_structured(
     correction: str = CORRECTION,
     raw_text: bool = False,
     reject_truncated: bool = False,
+    json_schema: dict[str, Any] | None = None,
 ) -> list[Structured[T]]:
     """Run ``requests`` until each parses, retrying failures up to ``max_retries`` times.
 
@@ -180,8 +186,16 @@ def chat_structured(
     "length"``) is rejected without parsing and without a retry (the same limit would cut the
     same answer again): JSON repair would otherwise close its brackets and pass off a fragment as
     a complete answer.
+
+    ``json_schema``: the schema of the expected JSON, for requests that carry none of their own
+    (a request's own schema, e.g. one naming its rubric ids, wins). A backend with structured output
+    constrains decoding to it, so the answer parses without repair; any other backend ignores it and
+    the extract/repair/validate/retry path above does the work, as it does for answers that pass the
+    schema but not ``parse``. Correction retries carry the schema too.
     """
     out: list[Structured[T]] = [Structured() for _ in requests]
+    if json_schema is not None:
+        requests = [r if r.json_schema is not None else dataclasses.replace(r, json_schema=json_schema) for r in requests]
     pending: dict[int, ChatRequest] = dict(enumerate(requests))
     for _round in range(max_retries + 1):
         if not pending:
@@ -229,6 +243,7 @@ def chat_structured(
                     ],
                     sampling=req.sampling,
                     id=req.id,
+                    json_schema=req.json_schema,
                 )
         pending = next_pending
     for i in pending:

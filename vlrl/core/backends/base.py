@@ -76,6 +76,11 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     id: str | None = None
     """Record id used in error messages and logs (e.g. the image path); not part of the cache key."""
+    json_schema: dict[str, Any] | None = None
+    """A JSON schema the answer must follow (judges that answer in JSON). A server with structured
+    output (vLLM's ``response_format: json_schema``) constrains decoding to it; every other backend
+    ignores it and the caller's repair path (:func:`vlrl.judge.structured.chat_structured`) copes.
+    Part of the cache key: a constrained answer is not the unconstrained one."""
 
 
 @dataclass
@@ -164,6 +169,8 @@ class Accounting:
     retries: int = 0
     cache_hits: int = 0
     failures: int = 0
+    structured: int = 0
+    """Requests answered under server-side structured output (their JSON schema constrained decoding)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **deltas: int) -> None:
@@ -245,6 +252,8 @@ class Backend(abc.ABC):
         if not requests:
             return []
         self._notify(None)  # an open circuit breaker stops the call before anything is sent
+        if not self.structured_output and any(r.json_schema is not None for r in requests):
+            self.log_route("repair path (this backend does not constrain decoding to a JSON schema)")
         results = self._chat(list(requests))
         _reject_non_answers(requests, results)
         _redact_errors(results)
@@ -274,6 +283,18 @@ class Backend(abc.ABC):
         _redact_errors(out)
         self.stats.add(requests=len(requests), failures=sum(not r.ok for r in out))
         return out
+
+    structured_output = False
+    """Whether this backend can send a request's ``json_schema`` as server-side structured output
+    (the openai backend: :mod:`vlrl.core.backends.openai_structured`); the others take the repair path."""
+
+    def log_route(self, route: str) -> None:
+        """Say once per backend (and again if it changes) how JSON answers are obtained: a user reading
+        a judge's repaired/rejected counts needs to know whether decoding was constrained at all."""
+        if self.__dict__.get("_route_logged") != route:
+            self._route_logged = route
+            url = self.identity().get("base_url")
+            logger.info("backend %s %s: structured output: %s", self.kind, f"{url}@{self.model}" if url else self.model, route)
 
     observed = True
     """Whether results are reported to :data:`OBSERVERS` (a wrapper such as the cache says no: its

@@ -105,7 +105,9 @@ class CachedBackend(Backend):
 
     def chat(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         keys = [
-            request_key(self.identity(), {"op": "chat", "messages": r.messages, "sampling": r.sampling.to_dict()})
+            request_key(self.identity(), {"op": "chat", "messages": r.messages, "sampling": r.sampling.to_dict(),
+                                          # only when set: keys made before schemas existed stay valid
+                                          **({"json_schema": r.json_schema} if r.json_schema is not None else {})})
             for r in requests
         ]
         # Unseeded sampling is not deterministic: k identical requests in one batch ask for k

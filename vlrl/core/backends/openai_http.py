@@ -37,10 +37,10 @@ Why it looks the way it does:
   ``logprobs_evidence`` valid replies in a row carry no logprobs (or the server rejects the field),
   never after one odd reply, and never once logprobs were seen; the switch is logged and
   :meth:`choice_method` puts it in the cache key.
-* **Images** (PIL or path parts) travel as base64 PNG (lossless, the default) or JPEG data URLs;
-  paths go through :func:`vlrl.core.images.load_image` so EXIF and mode rules match the in-process path.
-* **Secrets.** The API key is read from the environment variable ``api_key_env`` when the client is
-  built and lives only inside the client: never in the spec, :meth:`identity`, logs or the cache.
+* **Images** travel as base64 PNG (lossless, the default) or JPEG data URLs, loaded as in process.
+* **A JSON schema** goes out as ``response_format`` until refused (:mod:`~vlrl.core.backends.openai_structured`).
+* **Secrets.** The API key is read from the environment variable ``api_key_env`` and lives only
+  inside the client: never in the spec, :meth:`identity`, logs or the cache.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from vlrl.core.backends.base import (
 )
 from vlrl.core.backends.loop_thread import LoopThread
 from vlrl.core.backends.openai_exact import ExactLetters
+from vlrl.core.backends.openai_structured import StructuredRoute
 from vlrl.core.backends.openai_wire import (
     MalformedReply,
     append_to_last_user,
@@ -101,6 +102,7 @@ class OpenAIBackend(Backend):
     """Backend over any OpenAI-compatible ``/v1/chat/completions`` endpoint."""
 
     kind = "openai"
+    structured_output = True
 
     def __init__(
         self,
@@ -160,6 +162,7 @@ class OpenAIBackend(Backend):
         self.supports_n: bool | None = None
         self.supports_logprobs: bool | None = None if logprobs == "auto" else logprobs == "on"
         self.supports_continue: bool | None = {"auto": None, "assistant": True, "user": False}[prefix_mode]
+        self._structured = StructuredRoute(self.base_url)
         self._client: Any = None
         self._sem: asyncio.Semaphore | None = None
         self._runner = LoopThread("OpenAIBackend", self._make_client, name="vlrl-openai-loop")
@@ -237,10 +240,8 @@ class OpenAIBackend(Backend):
 
         def before_sleep(state: Any) -> None:
             self.stats.add(retries=1)
-            logger.debug(
-                "openai request %s: attempt %d failed (%s); retrying",
-                rid, state.attempt_number, describe_error(state.outcome.exception(), self.timeout),
-            )
+            logger.debug("openai request %s: attempt %d failed (%s); retrying", rid, state.attempt_number,
+                         describe_error(state.outcome.exception(), self.timeout))
 
         backoff = wait_exponential_jitter(initial=self.backoff, max=self.backoff_max, jitter=self.backoff)
 
@@ -338,21 +339,21 @@ class OpenAIBackend(Backend):
             messages = to_openai_messages(req.messages, self.image_format)
         except Exception as e:
             return ChatResult(error=f"openai request {rid}: bad input: {one_line(e)}")
-        sp = req.sampling
+        sp, tail = req.sampling, assistant_tail(messages)
 
-        async def call(msgs: list[dict], extra: dict | None) -> Any:
-            body = {**(top_k_body(sp) or {}), **(extra or {})} or None
-            return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, True, **sampling_kwargs(sp))
+        async def send(fmt: dict) -> Any:  # fmt: the schema's response_format, while the server takes it
+            async def call(msgs: list[dict], extra: dict | None) -> Any:
+                body = {**(top_k_body(sp) or {}), **(extra or {})} or None
+                return await self._sample(rid, msgs, max(sp.n, 1), sp.seed, body, True, **sampling_kwargs(sp), **fmt)
 
-        tail = assistant_tail(messages)
-        try:
             if tail is None:
-                texts, reasons, pt, ct = await call(messages, None)
-            else:
-                # A trailing assistant message is a pre-fill ("The answer is"): the model must
-                # continue it, not close it and start a fresh turn (see _with_prefix).
-                texts, reasons, pt, ct = await self._with_prefix(messages[:-1], tail, call)
-                texts = [strip_prefix(t, tail) for t in texts]
+                return await call(messages, None)
+            # a trailing assistant message is a pre-fill ("The answer is"): continued (see _with_prefix)
+            texts, *rest = await self._with_prefix(messages[:-1], tail, call)
+            return [strip_prefix(t, tail) for t in texts], *rest
+
+        try:
+            texts, reasons, pt, ct = await self._structured.send(self, req.json_schema, send)
         except RequestFailed as e:
             return ChatResult(error=f"openai request {rid}: {e}")
         return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=pt, completion_tokens=ct)

@@ -60,6 +60,14 @@ logger = logging.getLogger(__name__)
 JUDGE_PROMPT = "arena_judge.jinja"
 ORDERS = ("cand_first", "base_first")
 _LEAD = re.compile(r"^\W*(A|B|tie|draw)\b", re.IGNORECASE)
+JUDGE_SCHEMA = {
+    "title": "arena_verdict", "type": "object", "additionalProperties": False, "required": ["reason", "winner"],
+    "properties": {"reason": {"type": "string", "maxLength": 200}, "winner": {"type": "string", "enum": ["A", "B", "tie"]}},
+}  # fmt: skip
+"""The built-in judge prompt's answer (its last line), sent as structured output; a custom prompt
+may ask for another layout, so it goes without. ``reason`` (one sentence) is bounded so that the
+answer closes within the default 256 tokens even at one character per token: a verdict is never
+cut off behind its reason."""
 
 
 def _winner(value: Any) -> str:
@@ -204,7 +212,7 @@ def _judge_all(
             live.append((key, it, b, order))
         results = chat_structured(
             backend, requests, lambda t, i: parse_winner(t), max_retries=max_retries, raw_text=True,
-            reject_truncated=True,
+            reject_truncated=True, json_schema=None if prompt_file else JUDGE_SCHEMA,
         )
         for (key, it, b, order), res in zip(live, results, strict=True):
             if not res.ok:

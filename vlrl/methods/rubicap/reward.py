@@ -64,6 +64,9 @@ from vlrl.methods.rubicap.verdicts import (
     parse_single_verdict,
     parse_verdicts,
     parse_verdicts_text,
+    score_schema,
+    single_verdict_schema,
+    verdicts_schema,
 )
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
@@ -71,6 +74,8 @@ from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
 logger = logging.getLogger(__name__)
 
 PANEL = ("mean", "majority", "min")
+BUILTIN_PROMPTS = ("rubric_judge.jinja", "rubric_judge_single.jinja", "rubric_judge_implicit.jinja")
+"""Explicit, per-rubric and implicit prompts; their answers are sent with a JSON schema (verdicts.py)."""
 
 __all__ = ["RubricJudgeReward", "caption_fence", "parse_score", "parse_single_verdict", "parse_verdicts", "rubric_value"]
 
@@ -169,9 +174,7 @@ class RubricJudgeReward(Reward):
         self.explain = bool(explain)
         self.seed = int(seed)
         if prompt is None:
-            prompt = {"implicit": "rubric_judge_implicit.jinja"}.get(
-                aggregation, "rubric_judge_single.jinja" if per_rubric else "rubric_judge.jinja"
-            )
+            prompt = {"implicit": BUILTIN_PROMPTS[2]}.get(aggregation, BUILTIN_PROMPTS[1 if per_rubric else 0])
         self.prompt = prompt
         default_tokens = (1024 if self._mode == "explicit" else 64) * (3 if self.explain else 1)
         self.max_tokens = int(max_tokens) if max_tokens else default_tokens
@@ -286,6 +289,8 @@ class RubricJudgeReward(Reward):
         from vlrl.judge.structured import chat_structured
 
         sampling = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature)
+        # the built-in prompts' answers go out as structured output; a custom prompt may ask for another layout
+        builtin = self.prompt in BUILTIN_PROMPTS
         unique: dict[str, int] = {}
         requests: list[ChatRequest] = []
         parsers: list[Any] = []
@@ -305,21 +310,21 @@ class RubricJudgeReward(Reward):
                 for unit in units:
                     if self._mode == "per_rubric":
                         text = self.request_text(caption, unit[0], with_image=img is not None)
-                        parse = parse_single_verdict
+                        parse, schema = parse_single_verdict, single_verdict_schema(self.explain)
                     else:
                         common = {**fence, "with_image": img is not None, "explain": self.explain}
                         text = render(self.prompt, rubrics=list(unit), **common)
                         ids = [r.id for r in unit]
                         parse = parse_score if self._mode == "implicit" else (lambda t, ids=ids: parse_verdicts_text(t, ids))
+                        schema = score_schema(self.explain) if self._mode == "implicit" else verdicts_schema(ids, self.explain)
                     src = image_col[i] if isinstance(image_col[i], str) else id(image_col[i])
                     # votes of per-rubric / implicit prompts repeat the text: the vote index keeps them apart
                     key = f"{src if img else ''}\x00{v if self.temperature > 0 else ''}\x00{text}"
                     if key not in unique:
                         content: Any = [img, {"type": "text", "text": text}] if img else text
                         unique[key] = len(requests)
-                        requests.append(
-                            ChatRequest([{"role": "user", "content": content}], sampling, id=f"sample{i}/{j}/v{v}")
-                        )
+                        requests.append(ChatRequest([{"role": "user", "content": content}], sampling,
+                                                    id=f"sample{i}/{j}/v{v}", json_schema=schema if builtin else None))
                         parsers.append(parse)
                     mine.append(unique[key])
                 per_vote.append(mine)

@@ -233,6 +233,39 @@ def validate_writer_output(obj: Any, labels: dict[str, str], *, student: str) ->
     }
 
 
+def writer_schema(labels: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The writer's answer as a JSON schema, sent with the built-in prompt as structured output.
+
+    Decoding held to it yields the five keys in order, ``student_meets_all`` last, caption labels
+    from ``labels`` and severities from the three known; everything :func:`validate_writer_output`
+    checks beyond shape (consensus, links, spans) is still checked there. Lists and texts are
+    bounded so a constrained answer closes within the token limit.
+    """
+
+    def text(n: int) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1, "maxLength": n}
+
+    def obj(props: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+    def many(item: dict[str, Any], n: int = 24) -> dict[str, Any]:
+        return {"type": "array", "items": item, "maxItems": n}
+
+    ident = text(16)
+    return {"title": "rubric_writer", **obj({
+        "consensus_facts": many(obj({"id": ident, "fact": text(300),
+                                     "sources": many({"type": "string", "enum": list(labels)}, len(labels))})),
+        "student_correct": many(ident),
+        "deficiencies": many(obj({
+            "id": ident, "severity": {"type": "string", "enum": list(SEVERITY_WEIGHTS)}, "description": text(300),
+            "facts": many(ident), "student_span": {"anyOf": [text(300), {"type": "null"}]},
+        })),
+        "rubrics": many(obj({"id": ident, "deficiency": ident, "criterion": text(300), "pass_rule": text(300),
+                             "pitfall": {"type": "boolean"}})),
+        "student_meets_all": {"type": "boolean"},
+    })}  # fmt: skip
+
+
 def parse_rubric_set(value: Any) -> list[RubricItem]:
     """A dataset's ``rubrics`` cell (list of dicts or records, or its JSON string) → rubric items.
 

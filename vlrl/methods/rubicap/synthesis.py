@@ -47,7 +47,7 @@ from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.judge.structured import chat_structured
-from vlrl.methods.rubicap.schema import validate_writer_output
+from vlrl.methods.rubicap.schema import validate_writer_output, writer_schema
 from vlrl.methods.rubicap.teachers import DEFAULT_PROMPT, read_teacher_dataset
 
 logger = logging.getLogger(__name__)
@@ -204,8 +204,11 @@ def _write_rubrics(
             except Exception as e:
                 done.append(Outcome.fail(iid, f"bad image: {e}"))
                 continue
+        # the built-in prompt's answer goes out as structured output; a custom prompt may ask for more keys
+        schema = writer_schema(list(labels)) if str(template) == WRITER_PROMPT else None
         requests.append(
-            ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=max_tokens), id=iid)
+            ChatRequest([{"role": "user", "content": content}], SamplingParams(max_tokens=max_tokens), id=iid,
+                        json_schema=schema)
         )
         label_maps.append(labels)
         labels_of[iid] = labels

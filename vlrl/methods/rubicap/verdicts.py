@@ -134,6 +134,45 @@ def parse_score(text: str, scale: float = 10.0) -> float:
     return _number(m.group(0).strip(), scale)
 
 
+# -- the same answers as JSON schemas ------------------------------------------------------------------
+# Sent with the built-in prompts as server-side structured output (vLLM's response_format): decoding
+# is held to the shape the parsers above read, so a verdict is never lost to prose or a broken
+# bracket. A server without the feature ignores them and the parsers' own leniency does the work.
+# Free text is bounded (maxLength) so a constrained answer always closes within the token limit.
+
+EXPLANATION_MAX_CHARS = 150
+"""One sentence; with its brackets it fits the per-rubric default of 192 tokens even on a tokenizer
+of one character per token, so a constrained answer is never cut off before its verdict."""
+
+
+def _object(props: dict[str, Any], title: str | None = None) -> dict[str, Any]:
+    out = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    return {"title": title, **out} if title else out
+
+
+def _explained(props: dict[str, Any], explain: bool) -> dict[str, Any]:
+    """``props`` with an ``explanation`` first (the judge reasons before it decides), if asked for."""
+    return {"explanation": {"type": "string", "maxLength": EXPLANATION_MAX_CHARS}, **props} if explain else props
+
+
+def verdicts_schema(ids: list[str], explain: bool = False) -> dict[str, Any]:
+    """``{"verdicts": [{"id", "pass"}, ...]}`` with exactly ``ids``, in their order (the prompt's)."""
+    items = [_object({"id": {"type": "string", "const": i}, **_explained({"pass": {"type": "boolean"}}, explain)})
+             for i in ids]
+    verdicts = {"type": "array", "prefixItems": items, "items": False, "minItems": len(ids), "maxItems": len(ids)}
+    return _object({"verdicts": verdicts}, "rubric_verdicts")
+
+
+def single_verdict_schema(explain: bool = False) -> dict[str, Any]:
+    """``{"pass": true|false}`` (after an explanation when asked for)."""
+    return _object(_explained({"pass": {"type": "boolean"}}, explain), "rubric_verdict")
+
+
+def score_schema(explain: bool = False, scale: float = 10.0) -> dict[str, Any]:
+    """``{"score": 0..scale}`` (after an explanation when asked for)."""
+    return _object(_explained({"score": {"type": "number", "minimum": 0, "maximum": scale}}, explain), "rubric_score")
+
+
 def majority(votes: list[bool]) -> bool:
     """Strict majority; a tie fails (a criterion passes only when most votes say so)."""
     return sum(votes) * 2 > len(votes)
