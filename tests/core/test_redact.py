@@ -44,6 +44,17 @@ def test_redact_masks_configured_secret_values(monkeypatch):
     assert scrub("EMPTY answer") == "EMPTY answer"
 
 
+def test_a_key_with_json_escaped_characters_is_masked_inside_a_written_line(tmp_path, monkeypatch):
+    from vlrl.core.pipeline import write_jsonl
+
+    key = 'sk"quote\\slash-1234567'
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    out = tmp_path / "rows.jsonl"
+    write_jsonl(out, [{"error": f"server said: bad key {key}"}])
+    text = out.read_text()
+    assert json.dumps(key)[1:-1] not in text and "quote" not in text and "***" in text
+
+
 def test_token_in_the_url_is_refused_and_never_echoed(tmp_path):
     res = run(["caption", "--images", str(tmp_path), "--model", f"openai:http://{CANARY}@127.0.0.1:9/v1@m", "--out",
                str(tmp_path / "o")])

@@ -100,7 +100,11 @@ class Canned(Backend):
         return [ChatResult(texts=[self.text] * r.sampling.n, finish_reasons=["stop"] * r.sampling.n) for r in requests]
 
     def _score_choices(self, requests: list[ChoiceRequest]) -> list[Any]:
-        raise NotImplementedError("a canned backend only writes")
+        from vlrl.core.backends import ChoiceResult
+
+        # It only writes: a path that asks it for choice scores gets a one-line failure per request.
+        return [ChoiceResult(error=f"{r.id or 'request'}: bench-canned writes text; it scores no choices")
+                for r in requests]
 
 
 def _images(folder: Path, n: int, side: int = 56, seed: int = 0) -> Path:

@@ -17,6 +17,7 @@ both. The patterns favour false positives (a redacted non-secret costs nothing) 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -48,11 +49,14 @@ def secret_values() -> list[str]:
 
 
 def scrub(text: str) -> str:
-    """``text`` with the value of every configured secret replaced by ``***`` (no patterns)."""
+    """``text`` with the value of every configured secret replaced by ``***`` (no patterns), as it
+    is and as JSON writes it inside a string (a key with a quote or backslash is escaped there)."""
     for v in secret_values():
-        if v in text:
-            text = text.replace(v, MASK)
+        for form in {v, json.dumps(v)[1:-1]}:
+            if form in text:
+                text = text.replace(form, MASK)
     return text
+
 
 # (pattern, replacement): the replacement keeps the name so the reader knows what was there.
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
