@@ -12,6 +12,7 @@ import math
 import pytest
 
 from tests.support.servers import TemplateServer
+from vlrl.core.backends import ChoiceRequest
 from vlrl.core.backends.openai_exact import needs_exact
 from vlrl.core.backends.openai_http import OpenAIBackend
 from vlrl.methods.caprl.ask import Ask, ask
@@ -108,3 +109,27 @@ def test_a_backend_that_reports_no_letter_mass_is_taken_at_its_probabilities():
     assert ans.correct == pytest.approx(probs[pres.gold])
     (zero,) = ask(Scripted("zero", choose=lambda r: ChoiceResult(probs=probs, method="logits", mass=0.0)), [a], mode="exact")
     assert zero.parse_failure and zero.correct == 0.0
+
+
+def test_http_scores_cached_before_the_exact_route_are_not_replayed(tmp_path):
+    """A cache from before the exact letter route holds listed-logprob scores that can miss every
+    letter: the new key leaves them unread, and the fresh exact score is stored and replayed."""
+    from tests.support.scripted import Scripted
+    from vlrl.core.backends.base import ChoiceResult, request_key
+    from vlrl.core.backends.cache import CachedBackend, ResponseCache
+
+    class HTTPLike(Scripted):
+        def choice_method(self) -> str:
+            return "logprobs"
+
+    inner = HTTPLike("http-like", choose=lambda r: ChoiceResult(probs={"A": 0.9, "B": 0.1}, method="logprobs", mass=0.5))
+    req = ChoiceRequest([{"role": "user", "content": "q"}], ["A", "B"], id="q0")
+    old_payload = {"op": "choices", "messages": req.messages, "choices": req.choices, "prefix": req.prefix,
+                   "samples": req.samples, "seed": req.seed, "method": "logprobs"}
+    cache = ResponseCache(tmp_path / "cache")
+    cache.put_many({request_key(inner.identity(), old_payload): {"probs": {"A": 0.5, "B": 0.5}, "method": "logprobs", "mass": 0.0}})
+    cached = CachedBackend(inner, cache)
+    (first,) = cached.score_choices([req])
+    assert not first.cached and first.probs["A"] == 0.9 and len(inner.requests) == 1
+    (again,) = cached.score_choices([req])
+    assert again.cached and again.probs["A"] == 0.9 and len(inner.requests) == 1

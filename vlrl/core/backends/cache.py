@@ -138,6 +138,10 @@ class CachedBackend(Backend):
             }
             if r.temperature != 1.0:  # keys made before temperatures existed stay valid at T=1
                 payload["temperature"] = r.temperature
+            if method == "logprobs":
+                # HTTP scores from before the exact letter route read the listed top logprobs only,
+                # and on a server that lists no letter they are wrong: never replay them
+                payload["letters"] = "exact"
             return request_key(self.identity(), payload)
 
         expected = self.inner.choice_method()
