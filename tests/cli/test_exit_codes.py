@@ -62,3 +62,19 @@ def test_caption_qa_never_scores_a_smaller_question_set_and_a_healthy_rerun_repa
     healthy = json.loads((tmp_path / "fresh" / "out" / "results.json").read_text())["captioners"]["caps"]
     assert cell["50"]["scored"] == 4 and cell["50"]["unscored"] == 0
     assert cell == healthy  # the repaired numbers are the healthy run's, not the degraded ones
+
+
+def test_eval_reasoning_leaves_failed_items_unscored_and_a_healthy_rerun_scores_them(tmp_path):
+    with FakeOpenAI(reply=answer) as srv:
+        argv = COMMANDS["reasoning"](tmp_path, srv.spec(max_retries="2", backoff="0.01"))
+        srv.fail = LEVELS["partial"]
+        res = run(argv)
+        assert res.returncode == 3, res.stderr[-2000:]
+        metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+        assert metrics["n"] == 3 and metrics["unscored"] == 1  # accuracy is over 3, and says so
+        assert "q1" not in {json.loads(line)["id"] for line in (tmp_path / "out" / "predictions.jsonl").open()}
+        srv.fail = None
+        res = run(argv)
+        assert res.returncode == 0, res.stderr[-2000:]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["n"] == 4 and metrics["unscored"] == 0

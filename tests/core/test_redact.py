@@ -44,6 +44,21 @@ def test_redact_masks_configured_secret_values(monkeypatch):
     assert scrub("EMPTY answer") == "EMPTY answer"
 
 
+def test_a_short_key_is_masked_where_it_stands_alone_and_a_tiny_one_is_named(monkeypatch, caplog):
+    from vlrl.core import redact as r
+
+    monkeypatch.setenv("OPENAI_API_KEY", "k3y9z")  # 5 characters: below the anywhere-length
+    assert r.scrub("upstream refused key k3y9z (401)") == "upstream refused key *** (401)"
+    assert r.scrub('{"key": "k3y9z"}') == '{"key": "***"}'
+    assert r.scrub("xk3y9zy and k3y9z_2") == "xk3y9zy and k3y9z_2"  # inside a word: ordinary text stays whole
+    monkeypatch.setattr(r, "_warned_short", set())
+    monkeypatch.setenv("OPENAI_API_KEY", "ab")
+    with caplog.at_level("WARNING"):
+        assert r.scrub("ab cd") == "ab cd" and r.scrub("ab") == "ab"
+    named = [rec for rec in caplog.records if "OPENAI_API_KEY" in rec.getMessage()]
+    assert len(named) == 1 and "too short" in named[0].getMessage()  # once, not on every line
+
+
 def test_a_key_with_json_escaped_characters_is_masked_inside_a_written_line(tmp_path, monkeypatch):
     from vlrl.core.pipeline import write_jsonl
 

@@ -117,6 +117,14 @@ def prism(root: Path, spec: str) -> list[str]:
             *FAIL_FAST]
 
 
+def reasoning(root: Path, spec: str) -> list[str]:
+    imgs = images(root)
+    bench = root / "reasoning.jsonl"
+    bench.write_text("".join(json.dumps({"id": f"q{i}", "image": str(imgs / f"img{i}.png"), "question": "What is 2+3?",
+                                         "answer": "5"}) + "\n" for i in range(4)))
+    return ["eval", "reasoning", "--model", spec, "--bench", str(bench), "--out", str(root / "out"), "--max-tokens", "32"]
+
+
 COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "caption": caption,
     "teacher-captions": teacher_captions,
@@ -127,6 +135,7 @@ COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "arena": arena,
     "cold-start": cold_start,
     "prism": prism,
+    "reasoning": reasoning,
 }
 
 

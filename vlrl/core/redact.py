@@ -32,7 +32,17 @@ SECRET_ENV_VARS: set[str] = {
 """Environment variables whose values are secrets (grown by :func:`register_secret_env`)."""
 
 MIN_SECRET_LEN = 6
-"""Shorter values (``EMPTY``, ``x``) are placeholders, not secrets; masking them would maim text."""
+"""Values this long are masked wherever they appear, even inside a word."""
+
+MIN_SHORT_SECRET_LEN = 3
+"""Values of 3 to 5 characters are masked only where they stand alone (between non-word characters),
+so a key ``abc12`` is hidden in ``key abc12 rejected`` without maiming ``xabc12y``. Shorter values
+cannot be told from ordinary text at all: they are left and named once in a warning."""
+
+PLACEHOLDERS = frozenset({"EMPTY", "none", "None", "null", "dummy", "token", "key"})
+"""Values that servers are given as "no key" (vLLM's ``EMPTY``): not secrets, never masked."""
+
+_warned_short: set[str] = set()
 
 
 def register_secret_env(name: str) -> None:
@@ -42,10 +52,31 @@ def register_secret_env(name: str) -> None:
         SECRET_ENV_VARS.add(name)
 
 
+def _configured() -> set[str]:
+    vals = set()
+    for n in SECRET_ENV_VARS:
+        v = os.environ.get(n) or ""
+        if not v or v in PLACEHOLDERS:
+            continue
+        if len(v) < MIN_SHORT_SECRET_LEN and n not in _warned_short:
+            _warned_short.add(n)
+            logging.getLogger(__name__).warning(
+                "%s holds a value of %d character(s): too short to be masked in written text", n, len(v)
+            )
+        vals.add(v)
+    return vals
+
+
 def secret_values() -> list[str]:
-    """The secrets to mask by value, longest first (so a key that contains another is masked whole)."""
-    vals = {os.environ.get(n) or "" for n in SECRET_ENV_VARS}
-    return sorted((v for v in vals if len(v) >= MIN_SECRET_LEN and v != "EMPTY"), key=len, reverse=True)
+    """The secrets to mask anywhere by value, longest first (so a key that contains another is masked
+    whole)."""
+    return sorted((v for v in _configured() if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
+
+
+def short_secret_values() -> list[str]:
+    """The secrets of 3 to 5 characters, masked only where they stand alone (see
+    :data:`MIN_SHORT_SECRET_LEN`)."""
+    return sorted((v for v in _configured() if MIN_SHORT_SECRET_LEN <= len(v) < MIN_SECRET_LEN), key=len, reverse=True)
 
 
 def scrub(text: str) -> str:
@@ -55,6 +86,10 @@ def scrub(text: str) -> str:
         for form in {v, json.dumps(v)[1:-1]}:
             if form in text:
                 text = text.replace(form, MASK)
+    for v in short_secret_values():
+        for form in {v, json.dumps(v)[1:-1]}:
+            if form in text:
+                text = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(form)}(?![A-Za-z0-9_])", MASK, text)
     return text
 
 

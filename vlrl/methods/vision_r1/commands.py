@@ -71,7 +71,7 @@ def reasoning_cmd(
     from vlrl.methods.vision_r1.evaluate import evaluate_reasoning
 
     try:
-        from vlrl.core.jobs import preflight
+        from vlrl.core.jobs import exit_code, preflight
 
         preflight(model)
         with image_limits_of(params):
@@ -81,6 +81,12 @@ def reasoning_cmd(
         typer.echo(f"vlrl eval reasoning: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps(metrics, indent=2, default=str))
+    if metrics["unscored"]:
+        typer.echo(f"vlrl eval reasoning: {metrics['unscored']} item(s) failed in the backend and are left unscored "
+                   "(accuracy is over the rest); rerun the same command to score them", err=True)
+    code = exit_code(metrics.get("n", 0), metrics["unscored"])
+    if code:
+        raise typer.Exit(code)
 
 
 def register(groups: dict[str, typer.Typer]) -> None:

@@ -146,7 +146,12 @@ def evaluate_reasoning(
             group = rec.get(group_by) if group_by else next((rec[f] for f in GROUP_FIELDS if rec.get(f) is not None), None)
             metas.append((rid, rec, group))
         for (rid, rec, group), res in zip(metas, backend.chat(reqs), strict=True):
-            # a backend error is a prediction with ``error`` set (it counts as wrong), not a quarantine
+            # A backend error is no prediction: committed as a wrong answer, it would lower the
+            # accuracy without a word and a rerun would keep it. It is left unscored, counted, and
+            # retried by the next run.
+            if not res.ok:
+                done.append(Outcome.retry(rid, res.error or "the backend failed"))
+                continue
             truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
             verdict = score_output(res.text if res.ok else "", rec["answer"], rec.get("choices"), truncated)
             done.append(Outcome.ok(rid, {"id": rid, "answer": rec["answer"], "output": res.text if res.ok else None,
@@ -155,12 +160,13 @@ def evaluate_reasoning(
         return done
 
     try:
-        run_stage(items(), key=lambda x: x[0], process=process, store=preds, quarantine=quarantine,
-                  batch_size=batch_size, desc="eval reasoning")
+        counts = run_stage(items(), key=lambda x: x[0], process=process, store=preds, quarantine=quarantine,
+                           batch_size=batch_size, desc="eval reasoning")
         keep = set(wanted)
         rows = [r for r in preds if r["id"] in keep]
         metrics = {**summarize(rows), "model": getattr(backend, "model", str(model)), "bench": bench,
-                   "quarantined": len(quarantine), "max_tokens": max_tokens, "temperature": temperature}
+                   "quarantined": len(quarantine), "unscored": counts.failed, "max_tokens": max_tokens,
+                   "temperature": temperature}
         atomic_write_json(out / "metrics.json", metrics)
     finally:
         preds.close()
