@@ -335,3 +335,32 @@ def test_rows_whose_reward_is_none_are_one_log_line_each(tmp_path, caplog):
     assert len(lines) == 2
     assert ":1: id 'ok': reward None (empty rubric set)" in lines[0]
     assert ":2: id 'bad': reward None (rubric 1 is malformed" in lines[1]
+
+
+@pytest.mark.parametrize("fault, strict, code", [("broken", False, 0), ("broken", True, 3), ("all", False, 1)])
+def test_guard_command_reports_rows_the_defense_judge_could_not_judge(tmp_path, fault, strict, code):
+    """A dead or failing llm_defense judge must not pass captions as clean: each row it could not
+    judge is an error with the judge's reason, and the exit code follows (README's table)."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    rows = write_lines(tmp_path / "caps.jsonl", [{"id": "a", "caption": "A red bus at a stop."},
+                                                 {"id": "b", "caption": "A broken fence by a field."},
+                                                 {"id": "c", "caption": "Two cats on a sofa."}])
+
+    def fail(body, headers):
+        if fault == "all" or "broken" in json.dumps(body):
+            return 500, json.dumps({"error": {"message": "judge overloaded"}})
+        return None
+
+    with FakeOpenAI(reply=lambda body: '{"explanation": "plain description", "gaming": false}') as srv:
+        srv.fail = fail
+        settings = {"enabled": ["llm_defense"], "llm_defense": {"judge": srv.spec(max_retries="0"), "max_retries": 0}}
+        out = tmp_path / "guards.json"
+        proc = run("reward", "guard", "--input", str(rows), "--json", str(out), "--settings", json.dumps(settings),
+                   *(["--strict"] if strict else []))
+    assert proc.returncode == code, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    bad = {e["id"]: e["error"] for e in report["summary"]["errors"]}
+    want = {"a", "b", "c"} if fault == "all" else {"b"}
+    assert set(bad) == want and all("llm_defense could not judge" in e and "judge overloaded" in e for e in bad.values())
+    assert {r["id"] for r in report["results"]} == {"a", "b", "c"} - want

@@ -9,8 +9,10 @@ the caption fenced as a JSON string the way the rubric judge sees it.
 
 It is a guard like the others (``guards: {enabled: [..., llm_defense], llm_defense: {judge: SPEC}}``)
 but never on by default: it costs a model call per distinct caption. A judge answer that cannot be
-used after retries does not fire the guard; it is counted in ``counts["failures"]`` and logged, so
-a broken defense judge shows up in the run's numbers instead of passing silently.
+used after retries does not fire the guard; it is counted in ``counts["failures"]``, logged, and
+kept as the caption's reason (:meth:`DefenseJudge.error`), which ``vlrl reward guard`` reports on
+that row, so a broken defense judge shows up instead of passing every caption. A failure is never
+kept as a verdict: the next batch that holds the caption asks again.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ class DefenseJudge:
         self.max_tokens = int(max_tokens)
         self.cache = cache
         self._backend: Backend | None = None
-        self.verdicts: dict[str, tuple[bool | None, str]] = {}
+        self.verdicts: dict[str, bool] = {}
+        self.errors: dict[str, str] = {}
         self.counts: Counter[str] = Counter()
 
     @property
@@ -85,14 +88,19 @@ class DefenseJudge:
         for caption, res in zip(todo, results, strict=True):
             self.counts["judged"] += 1
             if res.ok:
-                self.verdicts[caption] = (bool(res.value), "")
+                self.verdicts[caption] = bool(res.value)
+                self.errors.pop(caption, None)
             else:
                 self.counts["failures"] += 1
                 logger.warning("llm_defense: judge failed on a caption: %s", res.error)
-                self.verdicts[caption] = (None, res.error or "judge failed")
+                self.errors[caption] = res.error or "judge failed"
 
     def gaming(self, caption: str) -> bool | None:
         """``True`` / ``False``, or ``None`` when the judge could not answer."""
-        if caption not in self.verdicts:
+        if caption not in self.verdicts and caption not in self.errors:
             self.prefetch([caption])
-        return self.verdicts[caption][0]
+        return self.verdicts.get(caption)
+
+    def error(self, caption: str) -> str | None:
+        """Why the judge gave no verdict on ``caption`` in its last try, or ``None``."""
+        return None if caption in self.verdicts else self.errors.get(caption)

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlrl.rewards import register_reward
-from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
 from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
 from vlrl.rewards.guard_meta import (
     GRADER_FAMILIES,
@@ -114,6 +114,12 @@ class Guard(abc.ABC):
 
     def fires(self, text: str) -> bool:
         return self.match(Doc.of(text)) is not None
+
+    def unjudged(self, doc: Doc) -> str | None:
+        """Why the guard could not decide on ``doc`` (a judge that failed), or ``None``. A pattern
+        always decides; a guard that asks a model must say when the model gave no answer, or a dead
+        judge would pass every caption as clean."""
+        return None
 
 
 class PatternGuard(Guard):
@@ -195,6 +201,9 @@ class LLMDefenseGuard(Guard):
 
     def match(self, doc: Doc) -> str | None:
         return "judged as gaming the grader" if self.judge.gaming(doc.raw) else None
+
+    def unjudged(self, doc: Doc) -> str | None:
+        return self.judge.error(doc.raw)
 
 
 @register_guard("repetition")
@@ -287,6 +296,8 @@ class GuardReport:
     fired: list[str]
     penalty: float
     evidence: dict[str, str] = field(default_factory=dict)
+    unjudged: dict[str, str] = field(default_factory=dict)
+    """Guards that could not decide (name → reason): the caption is not known to be clean."""
 
 
 class GuardSet:
@@ -365,6 +376,7 @@ class GuardSet:
         doc = caption if isinstance(caption, Doc) else Doc.of(caption if isinstance(caption, str) else str(caption or ""))
         fired: list[str] = []
         evidence: dict[str, str] = {}
+        unjudged: dict[str, str] = {}
         penalty = 0.0
         for g in self.guards:
             hit = g.match(doc)
@@ -372,11 +384,13 @@ class GuardSet:
                 fired.append(g.name)
                 evidence[g.name] = hit
                 penalty += g.penalty
+            elif (why := g.unjudged(doc)) is not None:
+                unjudged[g.name] = why
         self.counts["evaluated"] += 1
         self.counts.update(fired)
         if fired:
             logger.debug("guards fired %s: %s", fired, evidence)
-        return GuardReport(fired, penalty, evidence)
+        return GuardReport(fired, penalty, evidence, unjudged)
 
     def details(self, report: GuardReport) -> dict[str, float]:
         out = {f"guard/{name}": float(name in report.fired) for name in self.names}
@@ -395,7 +409,8 @@ class GuardedReward(Reward):
 
     A flagged caption is punished even when the inner reward is ``None``: a caption that breaks the
     judge (or the answerer) must not escape the veto that way. It then scores ``floor`` (veto) or
-    ``floor - penalty`` (penalty). An unflagged ``None`` stays ``None``."""
+    ``floor - penalty`` (penalty). An unflagged ``None`` stays ``None``, and an unflagged caption
+    that a model-judged guard could not judge is ``None`` too (with the judge's reason)."""
 
     def __init__(self, inner: Reward, guards: GuardSet, policy: str = "penalty", floor: float = 0.0) -> None:
         if policy not in ("veto", "penalty"):
@@ -432,6 +447,12 @@ class GuardedReward(Reward):
                     value = self.floor if self.policy == "veto" else value - report.penalty
                 if self.policy == "veto":
                     details["guard_floor"] = 1.0  # the floor, not the inner reward, decided (no_signal)
+            elif report.unjudged:
+                # A guard's judge failed: the caption is not known to be clean, so it gets no reward
+                # (``None``, a backend failure the reward-health rule counts) rather than a pass.
+                value = None
+                details[BACKEND_FAILED] = 1.0
+                details["reason"] = "; ".join(f"{k} could not judge: {v}" for k, v in report.unjudged.items())
             out.append(Score(value, details))
         return out
 

@@ -298,8 +298,9 @@ def guard_rows_file(
     """Run a :class:`~vlrl.rewards.guards.GuardSet` over ``{"id", "caption"}`` rows (or
     ``{"image_id", "caption"}`` as ``vlrl caption`` writes them, or ``completion`` as text).
 
-    Returns ``{"results": [{"id", "fired", "penalty", ...carried}], "summary": {...}}``; bad rows are
-    left out of ``results`` and listed in ``summary.errors`` with their line.
+    Returns ``{"results": [{"id", "fired", "penalty", ...carried}], "summary": {...}}``; bad rows, and
+    rows no guard fired on that a model-judged guard could not judge, are left out of ``results`` and
+    listed in ``summary.errors`` with their line and reason.
     """
     from tqdm import tqdm
 
@@ -317,6 +318,11 @@ def guard_rows_file(
             errors.append({"line": lineno, "id": row.get("id") if row else None, "error": err})
             continue
         report = guards.evaluate(completion_text(row["caption"]) if row["caption"] is not None else "")
+        if report.unjudged and not report.fired:  # not known to be clean: a row with its reason, not a pass
+            err = f"id {row['id']!r}: " + "; ".join(f"{k} could not judge: {v}" for k, v in report.unjudged.items())
+            logger.error("%s:%d: %s", input_path, lineno, err)
+            errors.append({"line": lineno, "id": row["id"], "error": err})
+            continue
         for name in report.fired:
             counts[name] += 1
         results.append({**carried(row), "id": row["id"], "fired": report.fired, "penalty": report.penalty})
