@@ -125,6 +125,11 @@ def reasoning(root: Path, spec: str) -> list[str]:
     return ["eval", "reasoning", "--model", spec, "--bench", str(bench), "--out", str(root / "out"), "--max-tokens", "32"]
 
 
+def reward_smoke(root: Path, spec: str) -> list[str]:
+    return ["reward", "smoke", "--qa", str(qa_rows(root)), "--captioner", spec, "--answerer", spec, "--mode", "sample",
+            "--rounds", "1", "--questions-per-caption", "1", "--out", str(root / "out" / "smoke.json")]
+
+
 COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "caption": caption,
     "teacher-captions": teacher_captions,
@@ -136,6 +141,7 @@ COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "cold-start": cold_start,
     "prism": prism,
     "reasoning": reasoning,
+    "reward-smoke": reward_smoke,
 }
 
 

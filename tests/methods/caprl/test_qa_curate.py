@@ -400,7 +400,8 @@ def test_smoke_cli_samples_the_qa_set_by_default(monkeypatch, tmp_path):
     def fake_check(qa, captioner, answerer, **kw):
         seen.update(kw)
         v = {"mean": 1.0, "none": 0, "cannot_answer_rate": 0.0}
-        return {"images": 2, "variants": dict.fromkeys(("real", "generic", "empty", "shuffled"), v), "passed": True, "failures": []}
+        return {"images": 2, "variants": dict.fromkeys(("real", "generic", "empty", "shuffled"), v), "passed": True, "failures": [],
+                "scored": 8, "backend_failed": 0}
 
     monkeypatch.setattr(smoke, "smoke_check", fake_check)
     base = ["reward", "smoke", "--qa", "x", "--captioner", "hf:x", "--answerer", "hf:y", "--out", str(tmp_path / "s.json")]

@@ -143,11 +143,17 @@ def _smoke_caprl_qa(*, qa, captioner, answerer, mode, limit, questions_per_capti
     if missing:
         typer.echo(f"vlrl reward smoke: caprl_qa needs {', '.join(missing)}", err=True)
         raise typer.Exit(2)
+    from vlrl.core.backends import BackendError
+    from vlrl.core.jobs import EXIT_FAILED, exit_code
     from vlrl.methods.caprl.smoke import smoke_check
 
     try:
         summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
                               rounds=rounds, cache=cache, margin=margin, chance_margin=chance_margin, seed=seed)
+    except BackendError as e:  # recorded too: a pipeline that reads --out sees why, not a stale pass
+        atomic_write_json(out, {"passed": False, "failures": [str(e)], "backend_failed": True})
+        typer.echo(f"vlrl reward smoke: {e}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
     except (OSError, ValueError) as e:
         typer.echo(f"vlrl reward smoke: {e}", err=True)
         raise typer.Exit(2) from None
@@ -174,6 +180,10 @@ def _smoke_caprl_qa(*, qa, captioner, answerer, mode, limit, questions_per_capti
                             title="WARNING: caprl_qa smoke check FAILED", style="bold red"))
         if strict:
             raise typer.Exit(1)
+    if summary["backend_failed"]:  # the verdict is over fewer captions than asked: the exit code says so
+        typer.echo(f"vlrl reward smoke: {summary['backend_failed']} caption(s) failed in a backend and are not in "
+                   "the numbers above; rerun the same command when the backends are healthy", err=True)
+        raise typer.Exit(exit_code(summary["scored"], summary["backend_failed"]) or EXIT_FAILED)
 
 def _smoke_other(reward_name: str, **options) -> None:
     """Another method's check, found by reward name (methods never import each other)."""

@@ -16,9 +16,10 @@ from collections import Counter
 from typing import Any
 
 from vlrl.captioning.captioner import caption_images
-from vlrl.core.backends import SamplingParams, load_backend
+from vlrl.core.backends import BackendError, SamplingParams, load_backend
 from vlrl.core.prompts import render
 from vlrl.rewards import build_reward
+from vlrl.rewards.base import BACKEND_FAILED
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +77,14 @@ def smoke_check(
             logger.warning("smoke: image %d: captioning failed: %s", i, oc.reason)
     real = [oc.caption for oc in outcomes]
     keep = [i for i, c in enumerate(real) if c is not None]
+    caption_failed = sum(oc.caption is None and str(oc.reason).startswith("backend") for oc in outcomes)
     skipped += len(images) - len(keep)
     real = [real[i] for i in keep]
     questions = [questions[i] for i in keep]
+    if len(real) < 2 and caption_failed:
+        first = next(oc.reason for oc in outcomes if oc.caption is None and str(oc.reason).startswith("backend"))
+        raise BackendError(f"the captioner failed on {caption_failed} of {len(images)} images ({first}); "
+                           f"{len(real)} captioned, the smoke check needs at least 2")
     if len(real) < 2:
         raise ValueError(f"{qa}: need at least 2 captioned images for the smoke check, got {len(real)}")
     sets = {
@@ -91,7 +97,11 @@ def smoke_check(
                           questions_per_caption=questions_per_caption, rounds=rounds, seed=seed)
     flat = [c for v in VARIANTS for c in sets[v]]
     scores = reward.score(flat, questions=questions * len(VARIANTS))
-    summary: dict[str, Any] = {"mode": mode, "images": len(real), "skipped": skipped, "variants": {}}
+    # Backend failures (an image the captioner failed on, a caption the answerer failed on) are
+    # counted apart from input problems: they make the command's exit code 3 or 1, not a verdict.
+    summary: dict[str, Any] = {"mode": mode, "images": len(real), "skipped": skipped, "variants": {},
+                               "scored": sum(s.value is not None for s in scores),
+                               "backend_failed": caption_failed + sum(bool(s.details.get(BACKEND_FAILED)) for s in scores)}
     for k, v in enumerate(VARIANTS):
         mine = scores[k * len(real) : (k + 1) * len(real)]
         vals = [s.value for s in mine if s.value is not None]
