@@ -280,3 +280,26 @@ def test_bench_reward_with_a_dead_answerer_is_a_clear_error_not_numbers():
 
     with pytest.raises(ValueError, match="no caption could be scored in sample mode .*answerer"):
         bench_reward(FactAnswerer(fail=True), n_captions=2, repeats=1, questions_per_caption=1, rounds=1)
+
+
+class FlakyAnswerer(FactAnswerer):
+    """Fails every third chat request (an HTTP error on that ask only)."""
+
+    def _chat(self, requests):
+        good = super()._chat(requests)
+        return [ChatResult(error="HTTP 502 from the answerer") if k % 3 == 1 else g for k, g in enumerate(good)]
+
+
+def test_a_caption_with_failed_asks_scores_none_unless_subset_is_asked_for():
+    caps = ["A red circle next to a triangle.", "An image."]
+    strict = reward(FlakyAnswerer(), mode="sample").score(caps, questions=[QUESTIONS] * 2)
+    for s in strict:  # never a mean over a smaller question set than the group's other captions get
+        assert s.value is None and s.details["backend_failed"] and "asks failed" in s.details["reason"]
+        assert 0.0 < s.details["ask_failure_rate"] < 1.0
+    subset = reward(FlakyAnswerer(), mode="sample", on_ask_failure="subset").score(caps, questions=[QUESTIONS] * 2)
+    assert subset[0].value == pytest.approx(1.0) and subset[1].value == 0.0
+    assert subset[0].details["ask_failure_rate"] == strict[0].details["ask_failure_rate"]
+    healthy = reward(FactAnswerer(), mode="sample").score(caps, questions=[QUESTIONS] * 2)
+    assert [s.details["ask_failure_rate"] for s in healthy] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="on_ask_failure"):
+        reward(FactAnswerer(), on_ask_failure="drop")

@@ -39,7 +39,11 @@ other than its default wins over the preset. vlrl's defaults differ on purpose (
 
 All asks of a batch go to the answerer in one call and identical ones are sent once. A caption
 with no usable question, or whose asks all failed, scores ``None`` (not applicable) and the reason
-is in its details: the reward never raises inside a training step.
+is in its details: the reward never raises inside a training step. A caption with *some* failed
+asks scores ``None`` too (``on_ask_failure: none``, the default): its accuracy over the asks that
+survived is over another question set than its group's, so it would move the advantage on luck.
+``on_ask_failure: subset`` keeps the old rule (the mean over the surviving asks). Either way
+``ask_failure_rate`` is in the details, logged per step as a sub-score.
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ class CapRLQAReward(Reward):
         questions: str = "sample",
         parse: str | None = None,
         preset: str | None = None,
+        on_ask_failure: str = "none",
     ) -> None:
         # Settings left unset (None) come from the preset, else from DEFAULTS; explicit ones win.
         if preset is not None and preset not in PRESETS:
@@ -113,6 +118,8 @@ class CapRLQAReward(Reward):
         temperature, max_tokens, prompt, parse = merged["temperature"], merged["max_tokens"], merged["prompt"], merged["parse"]
         if parse not in ("vlrl", "first_capital"):
             raise ValueError(f"caprl_qa: parse must be 'vlrl' or 'first_capital', not {parse!r}")
+        if on_ask_failure not in ("none", "subset"):
+            raise ValueError(f"caprl_qa: on_ask_failure must be 'none' or 'subset', not {on_ask_failure!r}")
         if mode not in ("sample", "exact"):
             raise ValueError(f"caprl_qa: mode must be 'sample' or 'exact', not {mode!r}")
         if draws is None:
@@ -150,6 +157,7 @@ class CapRLQAReward(Reward):
             self.questions = "all"
         self.parse = parse
         self.preset = preset
+        self.on_ask_failure = on_ask_failure
         self._backend: Backend | None = None
         self._calls = 0
         self._step: int | None = None
@@ -262,9 +270,16 @@ class CapRLQAReward(Reward):
             "parse_failures": sum(a.parse_failure for a in ok),
             "asks": len(answers),
         }
-        if not ok:
-            first_error = next((a.error for a in answers if a is not None), "answerer unavailable")
-            return Score(None, {**details, BACKEND_FAILED: 1, "reason": f"no question could be scored: {first_error}"})
+        details["ask_failure_rate"] = errors / len(answers)
+        if errors:
+            first_error = next((a.error for a in answers if a is not None and a.error), "answerer unavailable")
+            if not ok:
+                return Score(None, {**details, BACKEND_FAILED: 1, "reason": f"no question could be scored: {first_error}"})
+            if self.on_ask_failure == "none":
+                # Over the asks that survived, the reward is over another question set than the rest
+                # of its GRPO group's: no reward, with the reason, rather than a different number.
+                return Score(None, {**details, BACKEND_FAILED: 1,
+                                    "reason": f"{errors} of {len(answers)} asks failed: {first_error}"})
         acc = sum(a.correct for a in ok) / len(ok)
         details["qa_acc"] = acc
         details["parse_failure_rate"] = details["parse_failures"] / len(ok)
