@@ -13,6 +13,7 @@ from vlrl.core.backends import Backend, ChatResult
 
 class Scripted(Backend):
     kind = "scripted"
+    raw_prompts = True  # answer functions see the request, raw prompt included
 
     def __init__(self, name, answer=None, choose=None) -> None:
         super().__init__(name)

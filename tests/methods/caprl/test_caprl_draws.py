@@ -93,9 +93,10 @@ def test_caprl_public_preset_prompt_shape_and_parse_rule():
     r = build_reward("caprl_qa", answerer=pub, preset="caprl_public", draws="fixed", shuffle=False)
     assert (r.mode, r.rounds, r.questions_per_caption, r.temperature, r.max_tokens) == ("sample", 1, 8, 0.6, 10)
     (s,) = r.score(["a caption"], questions=[q])
-    msgs = pub.requests[0].messages
-    assert [m["role"] for m in msgs] == ["user", "assistant"]  # no system message; the pre-fill continues
-    assert msgs[0]["content"].endswith("Question: Which colour?\nA) red\nB) blue\nC) green\nD) Cannot answer based on the caption")
+    prompt = pub.requests[0].prompt  # a raw prompt: no chat template, so no system turn
+    assert prompt.startswith("<|im_start|>user\n") and prompt.count("<|im_start|>") == 2
+    assert prompt.endswith("Question: Which colour?\n   - A) red\n   - B) blue\n   - C) green\n"
+                           "   - F) Can not answer based on the caption  <|im_end|>\n<|im_start|>assistant\nThe answer is")
     assert s.value == 0.0  # the public rule reads the "A" of "Answer: C"
     vl = build_reward("caprl_qa", answerer=says("Answer: C"), draws="fixed", shuffle=False, mode="sample")
     assert vl.score(["a caption"], questions=[q])[0].value == 1.0

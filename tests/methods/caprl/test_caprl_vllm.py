@@ -47,3 +47,26 @@ def test_six_rows_score_the_same_over_vllm_and_in_process(answerers, mode):
         # letter information arrived: no ask fell back to chance, none was a parse failure
         assert all(g.details["parse_failure_rate"] == 0.0 and g.details["letter_mass"] > 0 for g in got)
         assert len({round(g.value, 4) for g in got}) > 1  # not the uniform 0.2 (or 0.25) everywhere
+
+
+def test_the_public_preset_sends_its_raw_prompt_to_vllm_and_scores_what_the_in_process_answerer_scores(answerers):
+    """``preset: caprl_public`` over vLLM goes through ``/v1/completions`` with the public prompt as
+    it is (no chat template): greedy, both engines read the same tokens and name the same letters."""
+    captions, questions = synthetic_captions(4)
+    hf, oa = answerers
+    scores = {}
+    for name, backend in (("hf", hf), ("vllm", oa)):
+        reward = build_reward("caprl_qa", answerer=backend, preset="caprl_public", questions_per_caption=3, seed=2,
+                              temperature=0.0)
+        scores[name] = reward.score(captions, questions=questions)
+    for w, g in zip(scores["hf"], scores["vllm"], strict=True):
+        assert w.value is not None and g.value == pytest.approx(w.value)
+    # the server counted the prompt tokens the tokenizer makes of the raw text: nothing added around it
+    from transformers import AutoTokenizer
+
+    from vlrl.core.backends import ChatRequest, SamplingParams
+
+    tok = AutoTokenizer.from_pretrained(hf.model)
+    text = "<|im_start|>user\nWhat colour?<|im_end|>\n<|im_start|>assistant\nThe answer is"
+    (res,) = oa.chat([ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=2), prompt=text)])
+    assert res.ok and res.prompt_tokens == len(tok(text, add_special_tokens=False)["input_ids"])

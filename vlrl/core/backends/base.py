@@ -81,6 +81,15 @@ class ChatRequest:
     output (vLLM's ``response_format: json_schema``) constrains decoding to it; every other backend
     ignores it and the caller's repair path (:func:`vlrl.judge.structured.chat_structured`) copes.
     Part of the cache key: a constrained answer is not the unconstrained one."""
+    prompt: str | None = None
+    """A prompt already rendered to text, sent exactly as it is: no chat template, no system turn,
+    no added special tokens (a text completion: ``/v1/completions`` over HTTP, the tokenizer's
+    plain encoding in process). For parity with code that renders its own prompt string (the
+    public CapRL reward's, which begins with ``<|im_start|>user`` and ends inside the assistant
+    turn), where any chat template would add a system turn or a think block. ``messages`` then
+    holds the same text as one user turn, for logs and for backends that see conversations (a
+    ``py:`` reply function). Backends that cannot send a raw prompt (``raw_prompts`` false) fail
+    such a request with that reason rather than send another prompt. Part of the cache key."""
 
 
 @dataclass
@@ -242,6 +251,8 @@ class Backend(abc.ABC):
     """Base class of every model backend. Subclasses implement ``_chat`` and ``_score_choices``."""
 
     kind: str = "base"
+    raw_prompts: bool = False
+    """Whether ``_chat`` sends a :attr:`ChatRequest.prompt` as it is (see there)."""
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -254,7 +265,14 @@ class Backend(abc.ABC):
         self._notify(None)  # an open circuit breaker stops the call before anything is sent
         if not self.structured_output and any(r.json_schema is not None for r in requests):
             self.log_route("repair path (this backend does not constrain decoding to a JSON schema)")
-        results = self._chat(list(requests))
+        if not self.raw_prompts and any(r.prompt is not None for r in requests):
+            why = f"the {self.kind} backend cannot send a raw prompt (no chat template); use an hf:, openai: or py: answerer"
+            results = [ChatResult(error=why) if r.prompt is not None else None for r in requests]
+            rest = [r for r in requests if r.prompt is None]
+            done = iter(self._chat(rest) if rest else [])
+            results = [res if res is not None else next(done) for res in results]
+        else:
+            results = self._chat(list(requests))
         _reject_non_answers(requests, results)
         _redact_errors(results)
         self._account(results)

@@ -96,6 +96,7 @@ class CachedBackend(Backend):
         super().__init__(inner.model)
         self.inner = inner
         self.kind = inner.kind
+        self.raw_prompts = inner.raw_prompts
         self.observed = False  # the inner backend reports real model calls; replays are not evidence
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.stats = inner.stats  # one set of counters for the pair
@@ -107,7 +108,8 @@ class CachedBackend(Backend):
         keys = [
             request_key(self.identity(), {"op": "chat", "messages": r.messages, "sampling": r.sampling.to_dict(),
                                           # only when set: keys made before schemas existed stay valid
-                                          **({"json_schema": r.json_schema} if r.json_schema is not None else {})})
+                                          **({"json_schema": r.json_schema} if r.json_schema is not None else {}),
+                                          **({"prompt": r.prompt} if r.prompt is not None else {})})
             for r in requests
         ]
         # Unseeded sampling is not deterministic: k identical requests in one batch ask for k

@@ -63,6 +63,7 @@ def _named(record: str, err: Exception) -> str:
 
 class HFBackend(Backend):
     kind = "hf"
+    raw_prompts = True
 
     def __init__(
         self,
@@ -243,7 +244,8 @@ class HFBackend(Backend):
         prepared: dict[SamplingParams, list[tuple[int, str, list[Any], int | None]]] = defaultdict(list)
         for i, r in enumerate(requests):
             try:
-                text, images = self._render(r.messages, r.id)
+                # a raw prompt is encoded as it is, like a rendered conversation (no template)
+                text, images = (r.prompt, []) if r.prompt is not None else self._render(r.messages, r.id)
             except Exception as e:  # noqa: BLE001 - one bad record must not sink the batch
                 results[i] = ChatResult(error=_named(r.id or f"request {i}", e))
                 continue

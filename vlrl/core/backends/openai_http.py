@@ -67,6 +67,7 @@ from vlrl.core.backends.openai_wire import (
     MalformedReply,
     append_to_last_user,
     assistant_tail,
+    choice_text,
     describe_error,
     gather_all,
     gather_or_raise,
@@ -103,6 +104,7 @@ class OpenAIBackend(Backend):
 
     kind = "openai"
     structured_output = True
+    raw_prompts = True  # sent to /v1/completions
 
     def __init__(
         self,
@@ -234,8 +236,9 @@ class OpenAIBackend(Backend):
 
     # -- one HTTP request, with timeout and retries ----------------------------------------------
     async def _create(self, rid: str, need_text: bool = False, **kwargs: Any) -> Any:
-        """``chat.completions.create`` with retries; raises :class:`RequestFailed` when it gives up.
-        ``need_text``: a generation, so empty content or an HTML page is a bad reply (retried)."""
+        """``chat.completions.create`` (``completions.create`` when ``kwargs`` hold a raw
+        ``prompt``) with retries; raises :class:`RequestFailed` when it gives up. ``need_text``: a
+        generation, so empty content or an HTML page is a bad reply (retried)."""
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
         def before_sleep(state: Any) -> None:
@@ -265,10 +268,11 @@ class OpenAIBackend(Backend):
             async for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
+                    raw = "prompt" in kwargs
                     async with self._sem:
-                        call = self._client.chat.completions.create(model=self.model, **kwargs)
-                        resp = await asyncio.wait_for(call, self.timeout)
-                    problem = reply_problem(resp, need_text)
+                        api = self._client.completions if raw else self._client.chat.completions
+                        resp = await asyncio.wait_for(api.create(model=self.model, **kwargs), self.timeout)
+                    problem = reply_problem(resp, need_text, completion=raw)
                     if problem:
                         raise MalformedReply(problem)
                     return resp
@@ -280,17 +284,18 @@ class OpenAIBackend(Backend):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _sample(
-        self, rid: str, messages: list[dict], n: int, seed: int | None, extra_body: dict | None,
+        self, rid: str, messages: list[dict] | str, n: int, seed: int | None, extra_body: dict | None,
         need_text: bool = False, **kw: Any,
     ) -> tuple[list[str], list[str], int, int]:
-        """``n`` samples → (texts, finish reasons, prompt tokens, completion tokens).
+        """``n`` samples → (texts, finish reasons, prompt tokens, completion tokens); ``messages``
+        as a string is a raw prompt, sent to ``/v1/completions``.
 
         Sends ``n`` in one request; if the server returns fewer choices (it ignores ``n``) the rest
         come from separate requests with seeds ``seed+1, seed+2, ...`` (so they differ when seeded).
         """
 
         def send(k: int, count: int) -> Awaitable[Any]:
-            args = dict(kw, messages=messages)
+            args = dict(kw, **({"prompt": messages} if isinstance(messages, str) else {"messages": messages}))
             if count > 1:
                 args["n"] = count
             if seed is not None:
@@ -312,7 +317,7 @@ class OpenAIBackend(Backend):
         texts, reasons = [], []
         for r in replies:
             for c in r.choices:
-                texts.append(c.message.content)
+                texts.append(choice_text(c))
                 reasons.append(c.finish_reason or "")
         usage = [getattr(r, "usage", None) for r in replies]
         return (
@@ -335,6 +340,15 @@ class OpenAIBackend(Backend):
 
     async def _chat_one(self, i: int, req: ChatRequest) -> ChatResult:
         rid = req.id or f"#{i}"
+        if req.prompt is not None:  # a raw prompt: a text completion, no template, no pre-fill route
+            sp = req.sampling
+            body = top_k_body(sp)
+            try:
+                texts, reasons, pt, ct = await self._sample(rid, req.prompt, max(sp.n, 1), sp.seed, body, True,
+                                                            **sampling_kwargs(sp))
+            except RequestFailed as e:
+                return ChatResult(error=f"openai request {rid}: {e}")
+            return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=pt, completion_tokens=ct)
         try:
             messages = to_openai_messages(req.messages, self.image_format)
         except Exception as e:

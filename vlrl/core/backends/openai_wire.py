@@ -130,8 +130,15 @@ class MalformedReply(Exception):
     """An HTTP 200 whose body breaks the chat-completions schema (retried like a 5xx)."""
 
 
-def reply_problem(resp: Any, need_text: bool = False) -> str | None:
-    """Why a chat-completions reply cannot be used (None: it can).
+def choice_text(choice: Any) -> Any:
+    """The text of one reply choice: a chat message's content, or a text completion's ``text``."""
+    msg = getattr(choice, "message", None)
+    return getattr(msg, "content", None) if msg is not None else getattr(choice, "text", None)
+
+
+def reply_problem(resp: Any, need_text: bool = False, completion: bool = False) -> str | None:
+    """Why a chat-completions reply (``completion``: a ``/v1/completions`` one) cannot be used
+    (None: it can).
 
     A server behind a misconfigured proxy can answer 200 with an HTML page, an empty ``choices``
     list or a ``content: null`` message. Read as an empty answer, that scores 0 and is cached as a
@@ -146,13 +153,17 @@ def reply_problem(resp: Any, need_text: bool = False) -> str | None:
     if not choices:
         return "the reply has an empty 'choices' list"
     for c in choices:
+        if completion:
+            if not isinstance(getattr(c, "text", None), str):
+                return "a reply choice has no text"
+            continue
         msg = getattr(c, "message", None)
         if msg is None:
             return "a reply choice has no message"
         if getattr(msg, "content", None) is None:
             return "a reply choice has content null"
     if need_text:  # a generation, not a logprob probe: empty content or an error page is no answer
-        return answer_problem([c.message.content for c in choices])
+        return answer_problem([choice_text(c) for c in choices])
     return None
 
 

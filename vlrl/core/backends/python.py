@@ -45,6 +45,7 @@ class FunctionBackend(Backend):
     """
 
     kind = "py"
+    raw_prompts = True  # the reply function sees a raw prompt as one user turn (ChatRequest.prompt)
 
     def __init__(self, reply: Reply, name: str, options: dict[str, str] | None = None) -> None:
         super().__init__(name)

@@ -44,6 +44,9 @@ class Ask:
     presentation: Presentation
     seed: int | None = None
     id: str | None = None
+    prompt: str | None = None
+    """A whole raw prompt, pre-fill included, sent with no chat template (sample mode only; see
+    :attr:`vlrl.core.backends.ChatRequest.prompt`): the public CapRL prompt, for parity."""
 
 
 @dataclass
@@ -93,11 +96,19 @@ def ask(
         raise ValueError(f"mode must be 'sample' or 'exact', not {mode!r}")
     keys, unique = [], {}
     for a in asks:
-        if mode == "sample":
+        req: Any
+        if a.prompt is not None:
+            if mode != "sample":
+                raise ValueError("a raw-prompt ask (the caprl_public layout) is asked in sample mode only")
+            sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature,
+                                      seed=a.seed if temperature > 0 else None)
+            req = ChatRequest([{"role": "user", "content": a.prompt}], sampling, id=a.id, prompt=a.prompt)
+            payload = ["raw", a.prompt, sampling.to_dict()]
+        elif mode == "sample":
             sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature,
                                       seed=a.seed if temperature > 0 else None)
             msgs = a.messages + ([{"role": "assistant", "content": prefill}] if prefill else [])
-            req: Any = ChatRequest(msgs, sampling, id=a.id)
+            req = ChatRequest(msgs, sampling, id=a.id)
             payload = [msgs, sampling.to_dict()]
         else:
             letters = a.presentation.letters

@@ -66,10 +66,13 @@ class Presentation:
     """Letter of the correct option in this presentation."""
     abstain: str | None
     """Letter of the appended abstain option, if any."""
+    labels: tuple[str, ...] | None = None
+    """The option letters when they are not A, B, C, ... in order (the public layout's abstain is
+    always F, after 3 or 4 real options)."""
 
     @property
     def letters(self) -> tuple[str, ...]:
-        return tuple(LETTERS[: len(self.options)])
+        return self.labels if self.labels is not None else tuple(LETTERS[: len(self.options)])
 
     def lines(self) -> list[str]:
         return [f"{letter}. {text}" for letter, text in zip(self.letters, self.options, strict=False)]
@@ -205,6 +208,37 @@ def present(mcq: MCQ, rng: random.Random | None, abstain: str | None = CANNOT_AN
     return Presentation(tuple(options), gold, abstain_letter)
 
 
+PUBLIC_ABSTAIN = "Can not answer based on the caption"
+"""The public CapRL code's abstain option, always lettered F."""
+
+
+def present_public(mcq: MCQ, rng: random.Random | None) -> tuple[str, Presentation]:
+    """One presentation in the public CapRL reward's layout: the question block it asks and how
+    it was shown.
+
+    As the public code does on every draw: the question's first line, then its options shuffled
+    by ``rng`` (one ``shuffle`` call over the real options; a stored "Can not answer based on the
+    caption" option lettered E or F is dropped first, as the public code strips exactly those
+    lines) as ``   - A) text`` lines, then ``   - F) Can not answer based on the caption`` as F
+    whatever the option count. (With 6 real options the public code
+    would letter two options F; here the abstain option then takes the next letter.)
+    """
+    real = [(i, o) for i, o in enumerate(mcq.options) if not (i in (4, 5) and o.strip() == PUBLIC_ABSTAIN)]
+    if not any(i == mcq.answer_index for i, _ in real):
+        raise MCQError("the gold answer is the public abstain option")
+    items = list(real)
+    if rng is not None:
+        rng.shuffle(items)
+    labels = list(LETTERS[: len(items)])
+    gold = labels[[i for i, _ in items].index(mcq.answer_index)]
+    abstain = "F" if len(items) < 6 else LETTERS[len(items)]
+    lines = [mcq.question.strip().split("\n")[0]]
+    lines += [f"   - {L}) {o.strip()}" for L, (_, o) in zip(labels, items, strict=True)]
+    lines.append(f"   - {abstain}) {PUBLIC_ABSTAIN}")
+    pres = Presentation((*[o for _, o in items], PUBLIC_ABSTAIN), gold, abstain, labels=(*labels, abstain))
+    return "\n".join(lines), pres
+
+
 def parse_letter(text: str, letters: Sequence[str], abstain: str | None = None, rule: str = "vlrl") -> str | None:
     """The option letter an answer names, or ``None``.
 
@@ -214,13 +248,14 @@ def parse_letter(text: str, letters: Sequence[str], abstain: str | None = None, 
     "Cannot"): it is the ``abstain`` letter when the question showed one, else ``None``.
 
     ``rule="first_capital"``: the public CapRL code's rule, the first capital A-I anywhere in the
-    reply (so "Answer: C" reads as A); for reproducing its numbers.
+    reply, whether or not the question showed it (so "Answer: C" reads as A, "I think C" as I and
+    a reply of G as G: all wrong); for reproducing its numbers.
     """
     if not text:
         return None
     valid = set(letters)
     if rule == "first_capital":
-        return next((ch for ch in text if ch in valid and ch in "ABCDEFGHI"), None)
+        return next((ch for ch in text if ch in "ABCDEFGHI"), None)
     s = _PREAMBLE.sub("", text.strip(), count=1)
     if is_abstain(s):
         return abstain if abstain in valid else None

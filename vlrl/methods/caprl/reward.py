@@ -30,12 +30,13 @@ numbers: the group advantage reflects the captions, not the luck of the draw), e
 fresh draws so every curated question gets asked over a run, and reruns reproduce. ``draws: fixed``
 (or the older ``redraw: false``) freezes the draws across steps.
 
-Presets: ``preset: caprl_public`` reproduces the public CapRL reward code's prompt shape for people
-reproducing the paper's numbers: its answerer prompt layout (worked examples, ``A) text`` option
-lines, the abstain option "Cannot answer based on the caption" as its own last letter, no system
-message), sampling at 0.6 with 10 new tokens, 8 draws with replacement asked once each, and its
-parse rule (the first capital A-I anywhere in the reply). A setting given explicitly with a value
-other than its default wins over the preset. vlrl's defaults differ on purpose (docs/caprl.md).
+Presets: ``preset: caprl_public`` is the public CapRL reward, for reproducing the paper's numbers
+(``layout: public``): its raw prompt byte for byte with no chat template (so no system turn), the
+question block reshuffled on every draw with "F) Can not answer based on the caption" as F
+(:func:`~vlrl.methods.caprl.mcq.present_public`), sampling at 0.6 with 10 new tokens, 8 draws with
+replacement asked once each, and its parse rule (the first capital A-I anywhere in the reply). A
+setting given explicitly wins over the preset. vlrl's defaults differ on purpose; docs/caprl.md
+tables each difference.
 
 All asks of a batch go to the answerer in one call and identical ones are sent once. A caption
 with no usable question, or whose asks all failed, scores ``None`` (not applicable) and the reason
@@ -54,7 +55,15 @@ from typing import Any
 from vlrl.core.backends import Backend, load_backend, parse_spec
 from vlrl.core.prompts import render
 from vlrl.methods.caprl.ask import Ask, ask
-from vlrl.methods.caprl.mcq import CANNOT_ANSWER, MCQError, coerce_questions, normalize_mcq, present, seeded_rng
+from vlrl.methods.caprl.mcq import (
+    CANNOT_ANSWER,
+    MCQError,
+    coerce_questions,
+    normalize_mcq,
+    present,
+    present_public,
+    seeded_rng,
+)
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
 
@@ -63,11 +72,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULTS: dict[str, Any] = {
     "mode": "sample", "questions_per_caption": 8, "rounds": 4, "temperature": 0.6, "max_tokens": 10,
-    "prompt": "caprl_answer", "parse": "vlrl",
+    "prompt": "caprl_answer", "parse": "vlrl", "layout": "vlrl",
 }
 PRESETS: dict[str, dict[str, Any]] = {
     "caprl_public": {
-        "prompt": "caprl_public_answer",
+        "layout": "public",
+        "prompt": "caprl_public_prompt",
         "mode": "sample",
         "questions_per_caption": 8,
         "rounds": 1,
@@ -106,16 +116,24 @@ class CapRLQAReward(Reward):
         parse: str | None = None,
         preset: str | None = None,
         on_ask_failure: str = "none",
+        layout: str | None = None,
     ) -> None:
         # Settings left unset (None) come from the preset, else from DEFAULTS; explicit ones win.
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"caprl_qa: unknown preset {preset!r}; known: {', '.join(PRESETS)}")
         given = {"mode": mode, "questions_per_caption": questions_per_caption, "rounds": rounds,
-                 "temperature": temperature, "max_tokens": max_tokens, "prompt": prompt, "parse": parse}
+                 "temperature": temperature, "max_tokens": max_tokens, "prompt": prompt, "parse": parse,
+                 "layout": layout}
         base = {**DEFAULTS, **(PRESETS[preset] if preset else {})}
         merged = {k: (v if v is not None else base[k]) for k, v in given.items()}
         mode, questions_per_caption, rounds = merged["mode"], merged["questions_per_caption"], merged["rounds"]
         temperature, max_tokens, prompt, parse = merged["temperature"], merged["max_tokens"], merged["prompt"], merged["parse"]
+        layout = merged["layout"]
+        if layout not in ("vlrl", "public"):
+            raise ValueError(f"caprl_qa: layout must be 'vlrl' or 'public', not {layout!r}")
+        if layout == "public" and mode != "sample":
+            raise ValueError("caprl_qa: layout 'public' (preset caprl_public) sends the public raw prompt and is "
+                             "sample mode only; drop mode: exact or use the vlrl layout")
         if parse not in ("vlrl", "first_capital"):
             raise ValueError(f"caprl_qa: parse must be 'vlrl' or 'first_capital', not {parse!r}")
         if on_ask_failure not in ("none", "subset"):
@@ -158,6 +176,7 @@ class CapRLQAReward(Reward):
         self.parse = parse
         self.preset = preset
         self.on_ask_failure = on_ask_failure
+        self.layout = layout
         self._backend: Backend | None = None
         self._calls = 0
         self._step: int | None = None
@@ -200,6 +219,8 @@ class CapRLQAReward(Reward):
         epoch = call if self.redraw else 0
         who = str(image) if image is not None else None
         rng = seeded_rng("caprl_qa", self.seed, epoch, [m.key for m in valid], *([who] if who else []))
+        if self.layout == "public":
+            return self._plan_public(caption, valid, rng, epoch, who), details
         if self.questions == "all":
             draws = list(range(len(valid)))
         else:
@@ -221,6 +242,23 @@ class CapRLQAReward(Reward):
                 sample_seed = rng.getrandbits(31)  # each sample-mode ask is an independent draw
                 asks.append(Ask([{"role": "user", "content": text}], pres, seed=sample_seed, id=f"q{qi}/draw{j}/round{r}"))
         return asks, details
+
+    def _plan_public(self, caption: str, valid: list[Any], rng: Any, epoch: int, who: str | None) -> list[Ask]:
+        """The public reward's asks: per draw, one question drawn with replacement and its options
+        reshuffled (one ``choice`` then one ``shuffle`` from the caption's stream, in that order, as
+        the public code calls ``random``), rendered into the public raw prompt. Sampling seeds come
+        from a stream of their own, so the draws are exactly a ``random.Random``'s."""
+        seeds = seeded_rng("caprl_qa/sample", self.seed, epoch, [m.key for m in valid], *([who] if who else []))
+        order = list(range(len(valid))) if self.questions == "all" else None
+        asks = []
+        for j in range(len(valid) if order is not None else self.questions_per_caption):
+            qi = order[j] if order is not None else rng.randrange(len(valid))
+            for r in range(self.rounds):
+                block, pres = present_public(valid[qi], rng if self.shuffle else None)
+                text = render(self.prompt, caption=caption, question=block)
+                asks.append(Ask([{"role": "user", "content": text}], pres, seed=seeds.getrandbits(31),
+                                id=f"q{qi}/draw{j}/round{r}", prompt=text))
+        return asks
 
     def score(self, completions: list[str], questions: Any = None, **columns: Any) -> list[Score]:
         n = len(completions)
