@@ -139,9 +139,12 @@ def test_present_and_parse_letter():
 
 
 def _layouts():
+    """The layouts corpus, and Chinese / full-width punctuation layouts and several questions with
+    options on the question line (written before the parser read them)."""
     import json
 
-    return json.loads((FIXTURES / "mcq_layouts.json").read_text(encoding="utf-8"))
+    return [c for name in ("mcq_layouts.json", "mcq_layouts_cjk_inline.json")
+            for c in json.loads((FIXTURES / name).read_text(encoding="utf-8"))]
 
 
 @pytest.mark.parametrize("case", _layouts(), ids=lambda c: c["name"])

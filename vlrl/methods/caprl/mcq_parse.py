@@ -8,8 +8,12 @@ options, or JSON instead of text. The parser reads what it can and reports every
 with a short reason code, which the curation stats count.
 
 The public CapRL generation layout is read as written: numbered questions, options as indented
-bullets (``   - A) text``; ``*`` and ``•`` bullets too), options on the question line itself, and a
-bold answer line (``**Answer:** D) text``).
+bullets (``   - A) text``; ``*`` and ``•`` bullets too), options on the question line itself (for
+every question of a reply, and with the answer on the same line), and a bold answer line
+(``**Answer:** D) text``). Chinese layouts too, since the public QA data is partly Chinese:
+full-width letters and punctuation (``Ａ．``, ``（A）``, ``A：``), the ideographic comma
+(``A、``), ``问题1：`` / ``题目`` / ``第1题`` question labels and ``答案：`` / ``正确答案：`` /
+``参考答案：`` / ``答：`` answer lines.
 
 Reason codes: ``no_question``, ``too_few_options``, ``duplicate_options``,
 ``duplicate_option_letters``, ``missing_answer``, ``answer_not_in_options``, ``too_many_options``,
@@ -27,12 +31,20 @@ from vlrl.methods.caprl.mcq import LETTERS, MCQError, is_abstain, make_mcq, norm
 
 MIN_OPTIONS = 3
 
-_Q_START = re.compile(r"^\s*(?:question\b\s*(\d+)?\s*[:.)\-]?|q\s*(\d+)\s*[:.)\-]?|(\d+)\s*[.)])\s*(.*)$", re.I)
+_Q_START = re.compile(r"^\s*(?:question\b\s*\d*\s*[:.)\-]?|q\s*\d+\s*[:.)\-]?|\d+\s*[.)、]"
+                      r"|(?:问题|题目)\s*\d*\s*[:.、]?|第\s*\d+\s*题\s*[:.、]?)\s*(?P<rest>.*)$", re.I)
 _BULLET = r"(?:[-–•·]\s*)?"
-_OPTION = re.compile(r"^\s*" + _BULLET + r"[\(\[]?([A-Ha-h])\s*[\)\]\.:]\s*(.+?)\s*$")
-_INLINE_OPTION = re.compile(r"(?:^|\s)" + _BULLET + r"[\(\[]?([A-H])[\)\]\.:]\s+")
-_ANSWER = re.compile(r"^\s*(?:the\s+)?(?:correct\s+)?(?:answer|ans|solution)\s*(?:is)?\s*[:：]?\s*(.*)$", re.I)
+_SEP = r"[\)\]\.:、]"
+_OPTION = re.compile(r"^\s*" + _BULLET + r"[\(\[]?([A-Ha-h])\s*" + _SEP + r"\s*(.+?)\s*$")
+# inline options need a space after the label, or a non-ASCII text right after it ("A.红色")
+_INLINE_OPTION = re.compile(r"(?:^|\s)" + _BULLET + r"[\(\[]?([A-H])" + _SEP + r"(?:\s+|(?=[^\x00-\x7f]))")
+_ANSWER_WORD = r"(?:(?:the\s+)?(?:correct\s+)?(?:answer|ans|solution)\s*(?:is)?|(?:正确答案|参考答案|答案)\s*[是为]?|答(?=\s*:))"
+_ANSWER = re.compile(r"^\s*" + _ANSWER_WORD + r"\s*:?\s*(.*)$", re.I)
+_ANSWER_TAIL = re.compile(r"\s(" + _ANSWER_WORD + r"\s*:\s*\S.*)$", re.I)
 _MARKDOWN = re.compile(r"[*_`#>]+")
+_FULL_WIDTH = {ord(c): ord(c) - 0xFEE0 for c in "ＡＢＣＤＥＦＧＨａｂｃｄｅｆｇｈ０１２３４５６７８９．：（）［］"} | {0x3000: 0x20}
+"""Full-width option letters, digits and label punctuation (``Ａ．``, ``（A）``, ``答案：``) to
+ASCII, so one set of label patterns reads both; other text (``？``, ``，``) is kept as written."""
 
 
 @dataclass
@@ -68,7 +80,20 @@ class _Drop(Exception):
 
 
 def _clean(line: str) -> str:
-    return _MARKDOWN.sub("", line).strip()
+    return _MARKDOWN.sub("", line.translate(_FULL_WIDTH)).strip()
+
+
+def _lines(text: str) -> list[str]:
+    """Clean non-empty lines, with an answer that follows inline options on the same line
+    (``... C) green Answer: A``) split onto a line of its own."""
+    out = []
+    for line in (x for x in map(_clean, text.splitlines()) if x):
+        tail = _ANSWER_TAIL.search(line)
+        if tail and len(_INLINE_OPTION.findall(line[: tail.start()])) >= 2:
+            out += [line[: tail.start()].strip(), tail.group(1)]
+        else:
+            out.append(line)
+    return out
 
 
 def _blocks(text: str) -> list[list[str]]:
@@ -81,16 +106,18 @@ def _blocks(text: str) -> list[list[str]]:
     current: list[str] | None = None
     current_labelled = False
     state = None  # None -> "question" -> "options" -> "answered"
-    for line in (x for x in map(_clean, text.splitlines()) if x):
+    for line in _lines(text):
         is_opt = bool(_OPTION.match(line))
         is_ans = bool(_ANSWER.match(line))
         labelled = bool(_Q_START.match(line)) and not is_opt and not is_ans
         plain = not is_opt and not is_ans
+        # a question line that carries its own options ("What colour? A) red B) blue C) green")
+        inline = plain and bool(_split_question_line(line)[1])
         opens = labelled and (state != "question" or not current_labelled)
-        if current is None or opens or (plain and state == "answered"):
+        if current is None or opens or (plain and state == "answered") or (inline and state == "options"):
             current, current_labelled = [line], labelled
             blocks.append((labelled, current))
-            state = "options" if is_opt else "question"
+            state = "options" if is_opt or inline else "question"
             continue
         current.append(line)
         if is_ans and state == "options":
@@ -125,7 +152,7 @@ def _parse_block(block: list[str]) -> MCQ:
     if _OPTION.match(block[0]):
         question_parts, body = [], block
     elif head and not _ANSWER.match(block[0]):
-        question, inline = _split_question_line(head.group(4))
+        question, inline = _split_question_line(head.group("rest"))
         question_parts, body = [question], inline + block[1:]
     else:
         question, inline = _split_question_line(block[0])
