@@ -31,7 +31,8 @@ def test_metrics():
     assert anls("cat", ["dog", "cat"]) == 1.0
     assert short_answer("The answer is: 42.\nBecause...") == "42"
     assert question_type({"options": ["a", "b"]}) == "mc"
-    assert question_type({"answer": "12.5"}) == "numeric" and question_type({"answer": "red car"}) == "text"
+    assert question_type({"answer": "12.5"}) == "numeric" and question_type({"answer": "red car"}) == "exact"
+    assert question_type({"answer": "red car", "benchmark": "DocVQA"}) == "text"
     assert question_type({"answer": "12", "type": "text"}) == "text"
 
 
@@ -168,6 +169,28 @@ def test_percent_scaling_exact_years_and_anls_benchmarks():
     assert exact_match("2019.0", "2019") == 1.0
     assert question_type({"answer": "12", "benchmark": "InfoVQA"}) == "text"  # InfoVQA scores numbers with ANLS
     assert question_type({"answer": "12", "benchmark": "chartqa"}) == "numeric"
+    # ChartQA's relaxed accuracy (and the public evaluation): a text answer needs an exact match
+    chart_text = question_type({"answer": "Democrat", "benchmark": "ChartQA"})
+    assert chart_text == "exact" and score_short("Democrats", ["Democrat"], chart_text) == 0.0
+    assert score_short("democrat", ["Democrat"], chart_text) == 1.0
+    assert score_short("Democrats", ["Democrat"], question_type({"answer": "Democrat", "benchmark": "InfoVQA"})) > 0.8
+
+
+def test_public_numeric_scaling_tries_hundredths_and_hundreds_on_every_number():
+    from vlrl.methods.caprl.prism import score_short
+
+    assert relaxed_accuracy("0.45", "45", scales="public") == 1.0 and relaxed_accuracy("4500", "45", scales="public") == 1.0
+    assert relaxed_accuracy("0.45", "45") == 0.0  # vlrl's default: only a written % rescales
+    assert score_short("0.5", ["50"], "numeric", "public") == 1.0 and score_short("0.5", ["50"], "numeric") == 0.0
+
+
+def test_the_prism_preset_fills_only_the_settings_left_at_their_defaults():
+    from vlrl.methods.caprl.commands import _PRISM_DEFAULTS, _prism_preset
+
+    got = _prism_preset("caprl_public", dict(_PRISM_DEFAULTS))
+    assert got == {"captions_per_image": 4, "caption_temperature": 1.0, "answer_mode": "reason",
+                   "answer_temperature": 1.0, "reason_max_tokens": 2048, "numeric_scales": "public"}
+    assert _prism_preset("caprl_public", {**_PRISM_DEFAULTS, "captions_per_image": 2})["captions_per_image"] == 2
 
 
 def test_boxed_answers_are_checked_with_math_verify():
@@ -294,3 +317,21 @@ def test_stored_captions_are_not_reused_by_another_captioner(tmp_path):
         evaluate_prism(Captioner(), Reader(), bench, tmp_path / "out", progress=False, cache=False, caption_max_tokens=64)
     again = evaluate_prism(Captioner(), Reader(), bench, tmp_path / "out", progress=False, cache=False)
     assert again["overall"] == pytest.approx(4 / 7)
+
+
+def test_prism_cli_preset_caprl_public_samples_four_captions_and_a_reasoning_answer(tmp_path):
+    from tests.support.fake_openai import FakeOpenAI
+    from tests.support.long_commands import answer, prism, run
+
+    with FakeOpenAI(reply=answer) as srv:
+        res = run([*prism(tmp_path, srv.spec()), "--preset", "caprl_public"])
+        bodies = list(srv.bodies)
+    assert res.returncode == 0, res.stderr[-2000:]
+    captioning = [b for b in bodies if any(isinstance(m.get("content"), list) for m in b.get("messages", []))]
+    answering = [b for b in bodies if b not in captioning]
+    assert all(b.get("temperature") == 1.0 for b in captioning)
+    import json
+
+    caps = [json.loads(line) for line in (tmp_path / "out" / "captions.jsonl").read_text().splitlines()]
+    assert len(caps) == 4 and all(len(c["captions"]) == 4 for c in caps)  # 4 images, 4 sampled captions each
+    assert answering and all(b.get("temperature") == 1.0 and b.get("max_tokens") == 2048 for b in answering)

@@ -219,22 +219,32 @@ def prism_cmd(
     captions_per_image: int = typer.Option(1, "--captions-per-image", min=1, help="Sampled captions per image (1: one greedy caption); mean and best-of-N are reported."),
     caption_temperature: float = typer.Option(0.7, "--caption-temperature", help="Sampling temperature when --captions-per-image > 1."),
     answer_mode: str = typer.Option("direct", "--answer-mode", help="direct (short answer) or reason (think, then \\boxed{} answer checked with math-verify)."),
+    answer_temperature: float = typer.Option(0.0, "--answer-temperature", help="Sampling temperature of the reasoning answerer (--answer-mode reason)."),
+    reason_max_tokens: int = typer.Option(1024, "--reason-max-tokens", help="Token budget of the reasoning answerer."),
+    numeric_scales: str = typer.Option("percent", "--numeric-scales", help="percent (x100/x0.01 tried only when a %% is written) or public (tried on every number)."),
+    preset: str | None = typer.Option(None, "--preset", help="caprl_public: the public CapRL evaluation (4 captions at T=1.0, a reasoning answerer at T=1.0 with 2,048 tokens, public numeric scaling); flags set to other values than their defaults win."),
     seed: int = typer.Option(0, "--seed", help="Seed of caption sampling."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the response cache in OUT/cache."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     job: JobFlags = JobFlags(),
 ) -> None:
     params = job.params(locals())
+    from vlrl.methods.caprl.prism import evaluate_prism
+
+    if preset is not None:  # resolved before the identity is taken: a preset run is its settings
+        params.update(_prism_preset(preset, params))
+        captions_per_image, caption_temperature = params["captions_per_image"], params["caption_temperature"]
+        answer_mode, answer_temperature = params["answer_mode"], params["answer_temperature"]
+        reason_max_tokens, numeric_scales = params["reason_max_tokens"], params["numeric_scales"]
     from rich.console import Console
     from rich.table import Table
-
-    from vlrl.methods.caprl.prism import evaluate_prism
 
     res = job_command(
         "eval prism", out, params, lambda: evaluate_prism(
             captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
             cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
             caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
+            answer_temperature=answer_temperature, reason_max_tokens=reason_max_tokens, numeric_scales=numeric_scales,
         ), specs=[captioner, answerer], outputs=["results.json", "predictions.jsonl", "captions.jsonl", "state/*.json*"],
         quarantine=["state/bad_images.jsonl"],
     )
@@ -250,6 +260,20 @@ def prism_cmd(
     Console().print(table)
     typer.echo(f"results -> {out}/results.json")
     _prism_exit(Path(out), res["n"])
+
+
+_PRISM_DEFAULTS = {"captions_per_image": 1, "caption_temperature": 0.7, "answer_mode": "direct",
+                   "answer_temperature": 0.0, "reason_max_tokens": 1024, "numeric_scales": "percent"}
+
+
+def _prism_preset(name: str, given: dict) -> dict:
+    """The preset's settings, except where a flag was set to another value than its default."""
+    from vlrl.methods.caprl.prism import PRESETS
+
+    if name not in PRESETS:
+        typer.echo(f"vlrl eval prism: unknown preset {name!r}; known: {', '.join(PRESETS)}", err=True)
+        raise typer.Exit(2)
+    return {k: (PRESETS[name][k] if given[k] == d else given[k]) for k, d in _PRISM_DEFAULTS.items()}
 
 
 def _prism_exit(out: Path, n: int) -> None:

@@ -10,12 +10,15 @@ Scoring by question type:
 * ``mc`` — the first option letter of the answer (greedy, after "The answer is"), exact match.
 * ``numeric`` — relaxed accuracy (ChartQA): the first number in the answer is right when within
   5% of the gold number (exact for a gold of 0), with percent scaling (``45%`` matches ``0.45``
-  when either side carries a ``%``); non-numeric predictions fall back to exact match.
+  when either side carries a ``%``; ``numeric_scales="public"`` tries ×0.01 and ×100 on every
+  number, as the public CapRL evaluation does); non-numeric predictions fall back to exact match.
 * ``exact`` — exact match after case and whitespace normalisation (years and integers where the
   benchmark says so: a year-like gold answer such as ``2019`` is never "within 5%" of ``2000``).
-* ``text`` — ANLS (InfoVQA/DocVQA): ``1 - normalised edit distance`` to the closest gold answer,
-  counted as 0 when the distance is 0.5 or more. Numeric answers of ANLS benchmarks (InfoVQA,
-  DocVQA) are text too, as those benchmarks score them.
+* ``text`` — ANLS, for the benchmarks that score with it (InfoVQA/DocVQA): ``1 - normalised edit
+  distance`` to the closest gold answer, counted as 0 when the distance is 0.5 or more. Numeric
+  answers of those benchmarks are text too, as they score them. A text answer of any other
+  benchmark is ``exact``: ChartQA's relaxed accuracy (and the public CapRL evaluation) needs an
+  exact match for non-numeric answers, so "Democrats" against "Democrat" is wrong, not 0.889.
 
 Several captions per image (``captions_per_image``, sampled) are each used to answer every question
 of the image; results report the mean over captions and the best-of-N. ``answer_mode="reason"``
@@ -48,6 +51,14 @@ from vlrl.rewards.answer_check import last_boxed, math_equal, math_number
 logger = logging.getLogger(__name__)
 
 STATE_CAPTIONS = "state/captions.jsonl"
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The public CapRL evaluation: 4 captions sampled at T=1.0 per image, a reasoning answerer at
+    # T=1.0 with 2,048 tokens giving a \boxed{} answer, ×0.01/×100 tried on every number.
+    "caprl_public": {"captions_per_image": 4, "caption_temperature": 1.0, "answer_mode": "reason",
+                     "answer_temperature": 1.0, "reason_max_tokens": 2048, "numeric_scales": "public"},
+}
+"""``eval prism --preset``: settings left at their defaults take the preset's values."""
 STATE_CAPTIONS_IDENTITY = "state/captions.identity.json"
 STATE_BAD_IMAGES = "state/bad_images.jsonl"
 
@@ -74,12 +85,14 @@ def _norm(s: Any) -> str:
     return " ".join(str(s).strip().lower().rstrip(".").split())
 
 
-def relaxed_accuracy(pred: str, gold: Any, tolerance: float = 0.05) -> float:
+def relaxed_accuracy(pred: str, gold: Any, tolerance: float = 0.05, scales: str = "percent") -> float:
+    """``scales="percent"``: ×100 and ×0.01 are tried only when either side carries a ``%``;
+    ``"public"``: on every number, as the public CapRL evaluation does (so ``0.5`` matches ``50``)."""
     g, p = parse_number(gold), parse_number(pred)
     if g is None or p is None:
         return float(_norm(pred) == _norm(gold))
     candidates = [p]
-    if "%" in str(pred) or "%" in str(gold):  # 45% vs 0.45: the same quantity written two ways
+    if scales == "public" or "%" in str(pred) or "%" in str(gold):  # 45% vs 0.45: one quantity, two ways
         candidates += [p * 100, p / 100]
     for c in candidates:
         if (g == 0 and c == 0) or (g != 0 and abs(c - g) / abs(g) <= tolerance):
@@ -135,20 +148,20 @@ def question_type(row: dict[str, Any]) -> str:
         return "mc"
     answer = str(row.get("answer"))
     numeric = parse_number(row.get("answer")) is not None and re.fullmatch(r"[\s\d.,%$+\-e]+", answer)
-    if not numeric:
-        return "text"
     if any(b in str(row.get("benchmark") or "").lower() for b in _ANLS_BENCHMARKS):
         return "text"
+    if not numeric:
+        return "exact"
     return "exact" if _YEAR.fullmatch(answer) else "numeric"
 
 
 QUESTION_TYPES = ("mc", "numeric", "exact", "text")
 
 
-def score_short(pred: str, golds: list[Any], qtype: str) -> float:
+def score_short(pred: str, golds: list[Any], qtype: str, scales: str = "percent") -> float:
     """Best score of ``pred`` against any gold answer under the type's metric."""
     if qtype == "numeric":
-        return max(relaxed_accuracy(pred, g) for g in golds)
+        return max(relaxed_accuracy(pred, g, scales=scales) for g in golds)
     if qtype == "exact":
         return max(exact_match(pred, g) for g in golds)
     return anls(pred, golds)
@@ -248,6 +261,8 @@ def evaluate_prism(
     answer_mode: str = "direct",
     reason_max_tokens: int = 1024,
     seed: int = 0,
+    answer_temperature: float = 0.0,
+    numeric_scales: str = "percent",
 ) -> dict[str, Any]:
     """Run the evaluation; writes ``captions.jsonl``, ``predictions.jsonl`` and ``results.json``.
 
@@ -255,6 +270,8 @@ def evaluate_prism(
     answers every question once per caption (mean and best-of-N are reported); one caption is
     greedy. ``answer_mode="reason"`` lets the answerer reason and box its final answer.
     """
+    if numeric_scales not in ("percent", "public"):
+        raise ValueError(f"numeric scales {numeric_scales!r}: use percent or public")
     if answer_mode not in ("direct", "reason"):
         raise ValueError(f"answer mode {answer_mode!r}: use direct or reason")
     if captions_per_image < 1:
@@ -343,7 +360,8 @@ def evaluate_prism(
             rec["error"] = errors.get(k, "no caption")
         preds.append(rec)
     per_caption = _answer_all(rows, preds, [captions.get(_image_key(r, i)) for i, r in enumerate(rows)], ans_b,
-                              answer_mode=answer_mode, max_tokens=answer_max_tokens if answer_mode == "direct" else reason_max_tokens)
+                              answer_mode=answer_mode, max_tokens=answer_max_tokens if answer_mode == "direct" else reason_max_tokens,
+                              temperature=answer_temperature, seed=seed, scales=numeric_scales)
     for rec, outcomes in zip(preds, per_caption, strict=True):
         if not outcomes:
             continue
@@ -396,8 +414,10 @@ def evaluate_prism(
 
 
 def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None], ans_b: Any, *,
-                answer_mode: str, max_tokens: int) -> list[list[dict[str, Any]]]:
-    """Per row, one ``{prediction, score, error, raw}`` per caption of its image (none: no caption)."""
+                answer_mode: str, max_tokens: int, temperature: float = 0.0, seed: int = 0,
+                scales: str = "percent") -> list[list[dict[str, Any]]]:
+    """Per row, one ``{prediction, score, error, raw}`` per caption of its image (none: no caption).
+    ``temperature`` is the reasoning answerer's (the direct answers are greedy)."""
     out: list[list[dict[str, Any]]] = [[] for _ in rows]
     mc_asks, mc_at, chat_reqs, chat_at = [], [], [], []
     for i, (row, rec, cs) in enumerate(zip(rows, preds, caps, strict=True)):
@@ -416,8 +436,8 @@ def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None
             question = mcq.question if mcq else row["question"]
             if answer_mode == "reason":
                 text = render("prism_reason", caption=caption, question=question, options=options)
-                chat_reqs.append(ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=max_tokens),
-                                             id=f"{rec['id']}/caption{c}"))
+                sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed if temperature > 0 else None)
+                chat_reqs.append(ChatRequest([{"role": "user", "content": text}], sp, id=f"{rec['id']}/caption{c}"))
                 chat_at.append((i, pres))
             elif pres is not None:
                 text = render("prism_answer", caption=caption, question=question, options=options)
@@ -445,9 +465,9 @@ def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None
                 letter = parse_letter(boxed, pres.letters)
                 out[i].append({"prediction": letter, "score": float(letter == pres.gold), "error": None, "raw": res.text})
                 continue
-            score = 1.0 if verified(boxed, golds) else score_short(_plain(boxed), golds, qtype)
+            score = 1.0 if verified(boxed, golds) else score_short(_plain(boxed), golds, qtype, scales)
             out[i].append({"prediction": boxed, "score": score, "error": None, "raw": res.text})
         else:
             p = short_answer(res.text)
-            out[i].append({"prediction": p, "score": score_short(p, golds, qtype), "error": None, "raw": res.text})
+            out[i].append({"prediction": p, "score": score_short(p, golds, qtype, scales), "error": None, "raw": res.text})
     return out
