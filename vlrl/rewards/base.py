@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,25 @@ def completion_text(completion: Any) -> str:
     return str(completion or "")
 
 
+_LAST = threading.local()
+
+
+def last_scores(reward: Any) -> list[Score] | None:
+    """The :class:`Score` list of ``reward``'s latest ``__call__`` on this thread, else None.
+
+    A wrapper (guards) calls the reward it wraps through its ``__call__``, so everything that reward
+    does there (seeding its draws from the trainer step, counting tokens against the length cap)
+    still happens, and then reads the scores' details here. Per thread, so concurrent calls of one
+    shared reward (verl's worker threads) never read each other's scores."""
+    return getattr(_LAST, "scores", {}).get(id(reward))
+
+
+def remember_scores(reward: Any, scores: list[Score]) -> None:
+    if not hasattr(_LAST, "scores"):
+        _LAST.scores = {}
+    _LAST.scores[id(reward)] = scores
+
+
 # TRL's own keyword arguments: not dataset columns.
 TRL_KWARGS = {"trainer_state", "log_metric", "log_extra", "completion_ids", "prompts"}
 
@@ -113,6 +133,7 @@ class Reward(abc.ABC):
         columns = {k: v for k, v in kwargs.items() if k not in TRL_KWARGS}
         texts = [completion_text(c) for c in completions or []]
         scores = self.score(texts, prompts=prompts, **columns)
+        remember_scores(self, scores)
         self.health = Health(sum(no_signal(s) for s in scores),
                              sum(any(s.details.get(k) for k in NO_SIGNAL_DETAILS) for s in scores), len(scores))
         if log_metric is not None:

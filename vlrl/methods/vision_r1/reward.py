@@ -46,7 +46,7 @@ from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.answer_check import last_boxed, math_equal
-from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.base import Reward, Score, last_scores
 
 logger = logging.getLogger(__name__)
 
@@ -219,11 +219,17 @@ def number_with_unit(text: Any) -> tuple[float, bool, str | None] | None:
     if not m:
         return None
     sign, digits, exp, denom, pct, unit = m.groups()
-    value = float(digits.replace(",", "")) * (10 ** int(exp) if exp else 1)
+    # Read as a float from the text, never as 10 ** exp exactly (1e999999999 would take minutes). A value
+    # that overflows or underflows a float is not a plain number (inf == inf would pass 1e400 for 1e500);
+    # math_equal, which bounds exponents before any arithmetic, grades it instead.
+    value = float(digits.replace(",", "") + (f"e{exp}" if exp else ""))
+    if not math.isfinite(value) or (value == 0 and any(c in digits for c in "123456789")):
+        return None
     if denom:
-        if "." in digits or int(denom) == 0:
+        d = float(denom)
+        if "." in digits or d == 0 or not math.isfinite(d):
             return None
-        value /= int(denom)
+        value /= d
     return (-value if sign in ("-", "\u2212") else value), bool(pct), unit
 
 
@@ -364,7 +370,7 @@ class HFRRFReward(Reward):
                 kwargs.setdefault("ended_with_eos", [bool(ids) and ids[-1] in self.eos_token_ids for ids in completion_ids])
         values = super().__call__(prompts, completions, completion_ids, **kwargs)
         log_extra = kwargs.get("log_extra")
-        scores = getattr(self, "_last_scores", None)
+        scores = last_scores(self)
         if log_extra is not None and scores is not None and len(scores) == len(values):
             # the completions dump (TRL's table, vlrl's step-*.jsonl) shows what was graded against what
             log_extra("gold", [_jsonable(_row(kwargs.get(self.answer_column), i)) for i in range(len(values))])
@@ -386,7 +392,6 @@ class HFRRFReward(Reward):
             except Exception as e:  # noqa: BLE001 - one bad sample never crashes a training step
                 logger.warning("hfrrf: completion %d could not be scored: %s", i, e)
                 out.append(Score(None, {"error": str(e)}))
-        self._last_scores = out
         return out
 
     def _score_one(self, text: Any, gold: Any, choices: Any, i: int, columns: dict, lengths: Any) -> Score:
