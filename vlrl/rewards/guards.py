@@ -435,7 +435,8 @@ class GuardedReward(Reward):
 
     def __setattr__(self, name: str, value: Any) -> None:
         # the trainer fills in settings (length cap, EOS ids) on what it was given: they belong to the inner reward
-        if name not in self._OWN and not name.startswith("_") and hasattr(self.inner, name):
+        # (its settings, instance attributes; never its methods, which a caller may wrap on the wrapper)
+        if name not in self._OWN and not name.startswith("_") and name in vars(self.inner):
             setattr(self.inner, name, value)
         else:
             object.__setattr__(self, name, value)
