@@ -7,7 +7,9 @@ rule is the point: a format reward that pays separately is gamed first (the poli
 maths), and a truncated rollout — one that ran out of tokens before ``</answer>`` — must never be
 paid, or PTST's short stages would reward cut-off reasoning.
 
-Correctness is decided by :func:`check_answer`, in this order:
+Correctness is decided by :func:`check_answer`, after :func:`plain_latex` has removed the LaTeX
+that carries no meaning from both sides (``\\text{B}``, ``\\boxed{\\text{B}}`` → ``B``; ``\\$12`` →
+``$12``; ``√2`` → ``\\sqrt{2}``), in this order:
 
 1. **Multiple choice** when ``choices`` are given or the gold answer is one letter A-Z: the
    prediction may be ``B``, ``(B)``, ``B. text``, ``B) text``, ``Option B`` or the option's text.
@@ -247,6 +249,31 @@ def _numbers_match(p: tuple, g: tuple, rel_tol: float, abs_tol: float) -> bool:
     return any(math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol) for a, b in candidates)
 
 
+_FONT = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|mathtt|mbox|operatorname)"
+                   r"\s*\{([^{}]*)\}")
+_ROOT_SIGN = re.compile(r"\u221a\s*(\{[^{}]*\}|\([^()]*\)|[\w.]+)")
+
+
+def plain_latex(s: str) -> str:
+    r"""``s`` with the LaTeX that carries no meaning for grading removed: a whole-answer ``\boxed{}``,
+    font wrappers (``\text{B}``, ``\textbf{B}``, ``\mathrm{B}`` → ``B``), escaped dollars (``\$12`` →
+    ``$12``); and the root sign written as LaTeX (``√2`` → ``\sqrt{2}``).
+
+    >>> plain_latex("\\boxed{\\text{(B)}}"), plain_latex("\\$1,200"), plain_latex("3√2")
+    ('(B)', '$1,200', '3\\sqrt{2}')
+    """
+    s = s.strip()
+    boxed = last_boxed(s)
+    if boxed is not None and s.startswith(("\\boxed", "\\fbox")) and s.endswith("}") and s.count("\\boxed") <= 1:
+        s = boxed.strip()
+    prev = None
+    while prev != s:  # nested wrappers: \textbf{\text{B}}
+        prev, s = s, _FONT.sub(r"\1", s)
+    s = s.replace("\\$", "$")
+    s = _ROOT_SIGN.sub(lambda m: "\\sqrt{" + (m.group(1)[1:-1] if m.group(1)[0] in "{(" else m.group(1)) + "}", s)
+    return s.strip()
+
+
 _MATHY = re.compile(r"[\d\\^_=+*/(){}\[\]<>\u221a\u03c0\u221e]")
 
 
@@ -266,7 +293,7 @@ def check_answer(pred: Any, gold: Any, choices: Any = None, rel_tol: float = 1e-
         return any(check_answer(pred, g, choices, rel_tol, abs_tol) for g in gold)
     if pred is None or gold is None:
         return False
-    pred_s, gold_s = str(pred).strip(), str(gold).strip()
+    pred_s, gold_s = plain_latex(str(pred)), plain_latex(str(gold))
     if not pred_s or not gold_s:
         return False
     options = normalize_choices(choices)
@@ -434,6 +461,7 @@ __all__ = [
     "extract_answer",
     "math_equal",
     "normalize_choices",
+    "plain_latex",
     "split_think_answer",
     "to_number",
 ]
