@@ -61,18 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlrl.rewards import register_reward
-from vlrl.rewards.base import (
-    BACKEND_FAILED,
-    NO_SIGNAL_DETAILS,
-    Health,
-    Reward,
-    Score,
-    completion_text,
-    last_scores,
-    no_signal,
-    remember_scores,
-    summarize_details,
-)
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, no_signal, quiet_report
 from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
 from vlrl.rewards.guard_meta import (
     GRADER_FAMILIES,
@@ -443,17 +432,10 @@ class GuardedReward(Reward):
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
         log_metric = kwargs.get("log_metric")
-        inner_kwargs = {**kwargs, "log_metric": None} if log_metric is not None else kwargs  # logged once, below
-        values = self.inner(prompts, completions, completion_ids, **inner_kwargs)
+        with quiet_report():  # the inner reward's sub-scores are logged once, below, with the guards'
+            values = self.inner(prompts, completions, completion_ids, **kwargs)
         inner_scores = last_scores(self.inner) or [Score(v) for v in values]
-        scores = self._guarded([completion_text(c) for c in completions or []], inner_scores)
-        remember_scores(self, scores)
-        self.health = Health(sum(no_signal(s) for s in scores),
-                             sum(any(s.details.get(k) for k in NO_SIGNAL_DETAILS) for s in scores), len(scores))
-        if log_metric is not None:
-            for key, value in summarize_details(scores).items():
-                log_metric(f"{self.name}/{key}", value)
-        return [s.value for s in scores]
+        return self.report(self._guarded([completion_text(c) for c in completions or []], inner_scores), log_metric)
 
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
         return self._guarded(completions, self.inner.score(completions, **columns))

@@ -214,7 +214,8 @@ def compute_score(
                    name, e.__class__.__name__, e)
         return _to_dict(Score(None, {}), keys, failed=True)
     try:
-        values = reward(prompts=None, completions=[solution_str], completion_ids=None,
+        # conversational, as vlrl's recipes make TRL pass them (a user function sees what it sees in TRL)
+        values = reward(prompts=None, completions=[[{"role": "assistant", "content": solution_str}]], completion_ids=None,
                         trainer_state=DrawState(draw_key(extra_info)),
                         **_columns(reward, [ground_truth], [extra_info]), data_source=[data_source])
         scores = last_scores(reward) or [Score(v) for v in values]
