@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from vlrl.rewards import build_reward
@@ -280,8 +282,9 @@ def test_with_guards_penalty_and_veto():
 
     veto = with_guards(_Const(), policy="veto", floor=-1.0)
     assert [s.value for s in veto.score([CLEAN, HACK])] == [pytest.approx(0.8), -1.0]
-    # the veto holds when the inner reward is None; an unflagged None stays None
-    assert [s.value for s in veto.score(["N/A This caption is perfect.", "N/A " + CLEAN])] == [-1.0, None]
+    # the veto holds when the inner reward is None beside real scores; an unflagged None stays None
+    assert [s.value for s in veto.score(["N/A This caption is perfect.", "N/A " + CLEAN, CLEAN])] == [
+        -1.0, None, pytest.approx(0.8)]
     with pytest.raises(ValueError, match="policy"):
         with_guards(_Const(), policy="explode")
 
@@ -417,3 +420,93 @@ def test_a_missing_dictionary_is_said_not_silent(monkeypatch, caplog):
         assert any("pyspellchecker is not installed" in r.getMessage() for r in caplog.records)
     finally:
         gs._dictionary.cache_clear()
+
+
+# ---- the wrapper is transparent (#30 finding 2) ----
+
+
+class _State:
+    def __init__(self, step):
+        self.global_step = step
+
+
+def _convo(texts):
+    return [[{"role": "assistant", "content": t}] for t in texts]
+
+
+def test_guards_forward_the_trainer_step_so_a_resumed_run_draws_the_same_questions():
+    """caprl_qa seeds its draws from trainer_state.global_step. Behind guards, a reward that first
+    sees step 3 (a resumed run) must ask what an uninterrupted run asked at step 3."""
+    from tests.support.scripted import Scripted
+    from vlrl.core.backends import ChoiceResult
+
+    def answerer():
+        # confidence that depends on the question and option order asked, so the score follows the draws
+        def choose(r):
+            seen = {c: (zlib.crc32(f"{r.messages}{c}".encode()) % 97) + 1 for c in r.choices}
+            return ChoiceResult(probs={c: v / sum(seen.values()) for c, v in seen.items()}, method="logits", mass=1.0)
+
+        return Scripted("a", choose=choose)
+
+    questions = [{"question": f"Question {i}?", "options": ["red", "blue", "green", "yellow"], "answer": "ABCD"[i % 4]}
+                 for i in range(8)]
+    settings = {"mode": "exact", "questions_per_caption": 2, "rounds": 1,
+                "guards": {"policy": "penalty", "enabled": ["self_praise"]}}
+    captions = [CLEAN, HACK]
+
+    def call(reward, step):
+        return reward(prompts=["p", "p"], completions=_convo(captions), questions=[questions] * 2, image_id=["i", "i"],
+                      trainer_state=_State(step))
+
+    run = build_reward("caprl_qa", answerer=answerer(), **settings)
+    uninterrupted = [call(run, s) for s in range(4)]
+    resumed = build_reward("caprl_qa", answerer=answerer(), **settings)
+    assert call(resumed, 3) == uninterrupted[3]
+    assert len({tuple(v) for v in uninterrupted}) > 1  # the draws do change per step: the check can fail
+    assert uninterrupted[3][1] < 0 <= uninterrupted[3][0]  # the guard still fired on the second caption
+
+
+def test_trainer_settings_set_on_the_wrapper_reach_the_inner_reward():
+    """build_trainer sets the length cap and EOS ids on what it was given; behind guards, hfrrf must
+    still see a completion cut off at the cap as truncated (paid 0, not 1)."""
+    r = build_reward("hfrrf", guards={"policy": "penalty", "enabled": ["self_praise"]})
+    assert r.max_completion_length is None
+    r.max_completion_length = 4
+    r.eos_token_ids = [2]
+    assert r.inner.max_completion_length == 4 and r.inner.eos_token_ids == {2} or r.inner.eos_token_ids == [2]
+    done = "<think>6*7</think><answer>42</answer>"
+    values = r(prompts=["p", "p"], completions=_convo([done, done]), completion_ids=[[5, 6, 7, 8], [5, 6, 7, 2]],
+               answer=["42", "42"])
+    assert values == [0.0, 1.0]  # cut at the cap without EOS: truncated; ended in EOS at the cap: complete
+
+
+def test_guards_keep_the_inner_rewards_nones_when_it_gave_no_signal():
+    """A dead answerer (every inner score None) behind guards: TRL gets None, not guard penalties alone;
+    a flagged caption whose None stands beside real scores is still punished."""
+    pen = with_guards(_Const(), policy="penalty", penalty=0.5)
+    dead = pen(prompts=None, completions=_convo(["N/A " + CLEAN, "N/A " + HACK]), questions=[[], []])
+    assert dead == [None, None]
+    mixed = pen(prompts=None, completions=_convo([CLEAN, "N/A " + HACK]), questions=[[], []])
+    assert mixed == [pytest.approx(0.8), pytest.approx(-0.5)]
+
+
+def test_guards_call_the_inner_reward_once_with_everything_trl_passed():
+    seen = []
+
+    class Spy(Reward):
+        name = "spy"
+
+        def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
+            seen.append((prompts, completion_ids, sorted(kwargs)))
+            return super().__call__(prompts, completions, completion_ids, **kwargs)
+
+        def score(self, completions, **columns):
+            return [Score(1.0, {"part": 0.5}) for _ in completions]
+
+    logged = {}
+    r = with_guards(Spy(), policy="veto")
+    values = r(prompts=["p", "q"], completions=_convo([CLEAN, HACK]), completion_ids=[[1], [2]], trainer_state=_State(5),
+               log_metric=logged.__setitem__, answer=["a", "b"])
+    assert values == [1.0, 0.0]
+    assert seen == [(["p", "q"], [[1], [2]], ["answer", "log_metric", "trainer_state"])]
+    assert logged["spy/part"] == 0.5 and logged["spy/guard/self_praise"] == 0.5  # logged once, by the wrapper

@@ -60,3 +60,32 @@ def test_close_closes_only_backends_the_reward_opened(tiny_lm):
     backend = owned.inner.backend
     owned.close()
     assert backend.net is None
+
+
+TRL_STYLE = """
+def strict(prompts, completions, completion_ids, trainer_state, log_metric, log_extra, answer, **kwargs):
+    log_metric("strict/step", float(trainer_state.global_step))
+    log_extra("seen", [len(ids) for ids in completion_ids])
+    return [float(len(ids)) + (0.5 if c[0]["content"] == a else 0.0)
+            for c, ids, a in zip(completions, completion_ids, answer)]
+"""
+
+
+def test_user_rewards_get_trls_whole_call(tmp_path, monkeypatch):
+    """A ``pkg.mod:fn`` reward written to TRL's contract (completion_ids, trainer_state, log_metric,
+    log_extra as parameters) runs as it would in TRL, behind guards too (#30 finding 10)."""
+    (tmp_path / "trl_style_reward.py").write_text(TRL_STYLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class State:
+        global_step = 7
+
+    for guards in (None, {"policy": "penalty", "enabled": ["self_praise"]}):
+        reward = build_reward("trl_style_reward:strict", **({"guards": guards} if guards else {}))
+        logged, extra = {}, {}
+        values = reward(prompts=["p", "p"], completions=[[{"role": "assistant", "content": "42"}],
+                                                         [{"role": "assistant", "content": "41"}]],
+                        completion_ids=[[1, 2], [1, 2, 3]], trainer_state=State(), log_metric=logged.__setitem__,
+                        log_extra=extra.__setitem__, answer=["42", "42"])
+        assert values == [2.5, 3.0]
+        assert logged["strict/step"] == 7.0 and extra["seen"] == [2, 3]

@@ -188,6 +188,25 @@ def test_a_different_run_in_output_dir_is_refused_with_the_differences(tmp_path)
     check_identity(other, tmp_path, force=True)
 
 
+def test_another_max_samples_is_another_run(tmp_path):
+    """The sampler shuffles by the dataset's length, so a resume with another data.max_samples would
+    reorder the stream and show a PTST stage rows it already trained on (#30 finding 3)."""
+    from vlrl.training.runstate import check_identity, write_identity
+
+    stages = [{"max_completion_length": 8, "num_generations": 4, "steps": 1},
+              {"max_completion_length": 16, "num_generations": 4, "steps": 1}]
+    for method, extra in (("grpo", {}), ("ptst", {"stages": stages})):
+        out = tmp_path / method
+        def recipe(n, out=out, method=method, extra=extra):
+            return load_recipe(doc=_doc(method=method, data={"source": "builtin:tiny_math:12", "max_samples": n},
+                                        trainer={"output_dir": str(out), "per_device_train_batch_size": 4,
+                                                 "num_generations": 4, "max_completion_length": 16}, **extra))
+        write_identity(recipe(10), out)
+        check_identity(recipe(10), out)
+        with pytest.raises(RecipeError, match=r"data\.max_samples: 10 → 12"):
+            check_identity(recipe(12), out)
+
+
 def test_finished_run_is_reported_and_extension_needs_its_final_checkpoint(tmp_path):
     from vlrl.training.runstate import finished_metrics
 

@@ -69,9 +69,9 @@ def test_all_none_rewards_stop_the_run_non_zero(helpers):
 
 
 def test_dead_answerer_behind_a_guard_stops_the_run_naming_the_backend(tmp_path):
-    """The answerer returns 500 on every request and the guard turns each None into its floor:
-    reward -1.0, std 0, every step. The run must stop non-zero within max_none_reward_steps, with
-    one line naming the backend, and save no finished model (finding 2 of #24)."""
+    """The answerer returns 500 on every request; the guard (which fires on every caption) must not
+    turn each None into its floor (#30 finding 2c). The run must stop non-zero within
+    max_none_reward_steps, with one line naming the backend, and save no finished model (#24 finding 2)."""
     from tests.support.fake_openai import FakeOpenAI
 
     out = tmp_path / "dead"
@@ -83,7 +83,7 @@ def test_dead_answerer_behind_a_guard_stops_the_run_naming_the_backend(tmp_path)
         res = _cli("train", "grpo", "--recipe", str(TINY / "caprl_tiny.yaml"), f"output_dir={out}", "max_steps=8",
                    "save_steps=1", reward, "run.max_none_reward_steps=2")
     assert res.exit_code == 1, res.output
-    assert "reward caprl_qa had no signal for 2 consecutive steps" in res.output
+    assert "every reward was None for 2 consecutive steps" in res.output  # not -1.0 floors at std 0
     assert f"{srv.base_url}@answerer" in res.output
     assert not (out / "metrics.json").exists()
     assert not (out / "checkpoint-3").exists()  # stopped within the bound, not after max_steps

@@ -43,17 +43,24 @@ def test_reward_and_settings_from_reward_kwargs_extra_info_or_env(monkeypatch):
     monkeypatch.setenv("VLRL_VERL_REWARD", "hfrrf")
     monkeypatch.setenv("VLRL_VERL_REWARD_SETTINGS", '{"soft": true}')
     assert va.compute_score("m", "<think>x</think><answer>41</answer>", "42")["score"] == pytest.approx(0.2)
-    with pytest.raises(ValueError, match="unknown reward"):
-        va.compute_score("m", "x", "1", {"vlrl_reward": "nope"})
+    # nothing escapes compute_score: an unknown reward is a failed sample, in the same key set
+    failed = va.compute_score("m", "x", "1", {"vlrl_reward": "nope"})
+    assert failed["reward_failed"] == 1.0 and failed["score"] == 0.0 and failed["applicable"] == 0.0
+    assert tuple(failed) == va.detail_keys()
 
 
 def test_async_form_agrees_and_keys_are_fixed_per_reward():
     sols = ["<think>a</think><answer>4</answer>", "<think>a</think><answer>5</answer>", "4", "<think>a</think><answer>4"]
     one = [va.compute_score("d", s, "4", {}) for s in sols] + [va.compute_score("d", sols[0], "", {})]
     assert [m["score"] for m in one] == [1.0, 0.0, 0.0, 0.0, 0.0]
-    assert {tuple(m) for m in one} == {va.detail_keys(va._reward("hfrrf", {}))}  # same keys, same order
+    assert {tuple(m) for m in one} == {va.detail_keys()}  # same keys, same order
     out = asyncio.run(va.compute_score_async("d", sols[0], "4", {}))
-    assert out == one[0]
+    assert _same(out, one[0])
+
+
+def _same(a, b):
+    """Dict equality where NaN equals NaN (a sample's missing values)."""
+    return a.keys() == b.keys() and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
 
 
 def test_omegaconf_settings_take_effect():
@@ -96,3 +103,67 @@ def test_per_sample_dicts_share_one_key_set_like_verl_needs():
             extra[k].append(v)
     assert {len(v) for v in extra.values()} == {len(rows) * 2}
     assert extra["applicable"][-4:] == [1.0, 0.0, 1.0, 0.0]
+
+
+# ---- #30: verl groups, mixed rewards, nothing escapes ----
+
+
+def _uniform():
+    from tests.support.scripted import Scripted
+    from vlrl.core.backends import ChoiceResult
+
+    return Scripted("u", choose=lambda r: ChoiceResult(probs={c: 1 / len(r.choices) for c in r.choices}, method="logits",
+                                                      mass=1.0))
+
+
+QUESTIONS = [{"question": f"Question {i}?", "options": ["red", "blue", "green", "yellow"], "answer": "ABCD"[i % 4]}
+             for i in range(8)]
+
+
+def test_captions_of_one_prompt_share_their_draws_under_verl():
+    """verl calls compute_score once per sample; the captions of one prompt (one uid / index) must be
+    asked the same questions in the same orders, as TRL's group is (#30 finding 6)."""
+    answerer = _uniform()
+    settings = {"answerer": answerer, "mode": "exact", "questions_per_caption": 2, "rounds": 1}
+
+    seen = []
+
+    def choose(r, _orig=answerer.choose):
+        seen.append(r.messages[-1]["content"] if r.messages else "")
+        return _orig(r)
+
+    answerer.choose = choose
+
+    def draws(caption, info):
+        del seen[:]
+        va.compute_score("caps", caption, None, {"questions": QUESTIONS, **info}, reward="caprl_qa", settings=settings)
+        return sorted(q for s in seen for q in [s[s.find("Question "):s.find("?") + 1]])
+
+    group = [draws(c, {"index": 7}) for c in ("A red bus.", "A blue bus by a stop.", "Two buses.", "A bus.")]
+    assert all(g == group[0] for g in group) and group[0]  # one prompt: common draws
+    assert draws("A red bus.", {"uid": "u-1"}) == draws("Another caption.", {"uid": "u-1"})
+    others = [draws("A red bus.", {"index": i}) for i in range(8)]
+    assert len({tuple(o) for o in others}) > 1  # another prompt, other draws: the check can fail
+
+
+def test_mixed_rewards_stack_with_one_key_set_and_their_own_settings():
+    """Samples of one verl batch pick different rewards; verl stacks by the first sample's keys, so every
+    dict has the same keys, and each reward is built from its own settings (#30 finding 7)."""
+    from collections import defaultdict
+
+    kw = {"reward_settings": {"hfrrf": {"soft": True},
+                              "caprl_qa": {"answerer": _uniform(), "mode": "exact", "questions_per_caption": 1,
+                                           "rounds": 1}}}
+    rows = [("<think>a</think><answer>41</answer>", "42", {"vlrl_reward": "hfrrf"}),
+            ("A red bus.", None, {"vlrl_reward": "caprl_qa", "questions": QUESTIONS}),
+            ("A red bus.", None, {"vlrl_reward": "rubicap_rubric"}),  # needs a judge it was not given
+            ("x", "1", {"vlrl_reward": "no_such_reward"})]
+    out = [va.compute_score("d", sol, gold, info, **kw) for sol, gold, info in rows]
+    assert {tuple(o) for o in out} == {va.detail_keys()}
+    extra = defaultdict(list)
+    for o in out:  # what verl's reward loop does with the first sample's keys
+        for k in out[0]:
+            extra[k].append(o[k])
+    assert out[0]["score"] == pytest.approx(0.2)  # hfrrf got soft=True, not caprl_qa's answerer
+    assert out[1]["applicable"] == 1.0 and not math.isnan(out[1]["qa_acc"]) and math.isnan(out[0]["qa_acc"])
+    assert [o["reward_failed"] for o in out] == [0.0, 0.0, 1.0, 1.0]  # failures are samples, not exceptions

@@ -70,3 +70,45 @@ def test_verl_loads_the_adapter_in_several_worker_processes(tmp_path):
     # plain, math_verify off the main thread, no format; the tower timed out (graded wrong, no hang);
     # 5 cm is not 5 m; a letter answer
     assert answer_ok == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_mixed_rewards_stack_through_verls_own_loader():
+    """One verl batch whose samples pick different rewards (extra_info["vlrl_reward"]), each with its own
+    settings block, through verl's own load_reward_manager and run_single, stacked the way verl's
+    reward loop stacks them: by the keys of the first sample (#30 finding 7)."""
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    from vlrl.core.tiny import cached_tiny
+
+    cfg = OmegaConf.create({"reward": {
+        "custom_reward_function": {"path": str(ADAPTER), "name": "compute_score",
+                                   "reward_kwargs": {"reward_settings": {"hfrrf": {"soft": True},
+                                                                         "guards": {"enabled": ["self_praise"]}}}},
+        "reward_manager": {"source": "register", "name": "naive"},
+    }})
+    tok = AutoTokenizer.from_pretrained(str(cached_tiny("qwen2")))
+    manager = load_reward_manager(cfg, tok)
+    samples = [("<think>x</think><answer>41</answer>", "42", "hfrrf"),
+               ("This caption is complete and accurate.", "", "guards"),
+               ("A red bus.", "", "rubicap_rubric"),  # no judge given: a failed sample, not an exception
+               ("<think>x</think><answer>42</answer>", "42", "hfrrf")]
+    infos = []
+    for text, gold, reward in samples:
+        ids = torch.tensor([tok.encode(text)])
+        data = DataProto.from_dict(
+            tensors={"responses": ids, "attention_mask": torch.ones_like(ids)},
+            non_tensors={"data_source": np.array(["mixed"], dtype=object),
+                         "reward_model": np.array([{"ground_truth": gold}], dtype=object),
+                         "extra_info": np.array([{"vlrl_reward": reward}], dtype=object)},
+        )
+        infos.append(manager.loop.run_until_complete(manager.run_single(data))["reward_extra_info"])
+    keys = list(infos[0])
+    stacked = {k: np.array([info[k] for info in infos]) for k in keys}  # verl's reward loop; no KeyError
+    assert all(list(i) == keys for i in infos)
+    assert stacked["score"].tolist() == [pytest.approx(0.2), -1.0, 0.0, 1.0]  # hfrrf soft; the guard fired
+    assert stacked["reward_failed"].tolist() == [0.0, 0.0, 1.0, 0.0]

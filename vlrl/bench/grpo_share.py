@@ -59,8 +59,12 @@ def _timed_run(recipe_path: Path, steps: int, mode: str) -> dict[str, Any]:
         trainer, _ = build_trainer(recipe)
         spent = [0.0]
         for fn in trainer.reward_funcs:
-            if hasattr(fn, "score"):
-                fn.score = _timed(fn.score, spent)
+            inner = getattr(fn, "inner", None)  # guards call their inner reward's own __call__, then guard
+            if inner is not None and hasattr(fn, "_guarded"):
+                fn._guarded = _timed(fn._guarded, spent)
+            target = inner if inner is not None else fn
+            if hasattr(target, "score"):
+                target.score = _timed(target.score, spent)
         t0 = time.perf_counter()
         try:
             trainer.train()

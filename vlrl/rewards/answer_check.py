@@ -6,20 +6,38 @@ Two places decide whether a model's final answer is mathematically right: Vision
 answer. They must agree on what "the boxed answer" is and on when two expressions are equal, so
 both use this module; it sits in the rewards layer, below both methods.
 
-Why the timeouts: sympy, under ``math_verify``, can spend hours on one pathological answer
-(``9^{9^{9^{9}}}``), and a policy finds such answers. On the main thread ``math_verify``'s own
-SIGALRM timeouts apply. Off it (verl calls rewards from worker threads, TRL may too) signals
-cannot be used, so the call runs in a small process pool and one that overruns is abandoned by
-terminating the pool (rebuilt on the next call). A check that gives no verdict in time is a wrong
-answer, never a hung step and never an exception.
+Why the bounds: sympy, under ``math_verify``, can spend hours on one pathological answer
+(``9^{9^{9^{9}}}``, ``(x+1)^{3000}(x-1)^{3000}``), and a policy finds such answers. Two bounds apply:
+
+* **Before any arithmetic**, :func:`too_big` refuses answers whose numbers cannot be computed
+  exactly in reasonable time: a numeric power tower (``10^10^10``), an exponent or a scientific
+  exponent beyond :data:`MAX_EXPONENT`, a factorial beyond :data:`MAX_FACTORIAL`. Python computes
+  ``10**(10**10)`` in one C call that no signal or timer can interrupt, so this check must come first,
+  on every thread. Such an answer is graded wrong.
+* **Per check, in time.** On the main thread ``math_verify``'s own SIGALRM timeouts apply. Off it
+  (verl calls rewards from worker threads, TRL may too) signals cannot be used, so each check runs in
+  a worker process of its own for the length of the check (:class:`CheckPool`): the clock starts
+  when the worker receives the check, never while the check waits for a free worker, and a worker
+  whose check overruns is killed and replaced alone, so one pathological answer never costs another
+  thread's check its verdict. The pool grows with the number of concurrent checks up to one worker
+  per CPU (``VLRL_ANSWER_CHECK_WORKERS`` overrides).
+
+A check that gives no verdict in time is a wrong answer, never a hung step and never an exception.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import os
+import re
+import select
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -68,7 +86,7 @@ def _mv_parse(s: str, timeout: int | None) -> list:
     return wrapped or parse(s, parsing_timeout=timeout)
 
 
-def _math_equal_here(pred: str, gold: str, timeout: int | None) -> bool:
+def math_equal_here(pred: str, gold: str, timeout: int | None) -> bool:
     from math_verify import verify
 
     try:
@@ -79,7 +97,7 @@ def _math_equal_here(pred: str, gold: str, timeout: int | None) -> bool:
         return False
 
 
-def _math_number_here(text: str, timeout: int | None) -> float | None:
+def math_number_here(text: str, timeout: int | None) -> float | None:
     from math_verify import parse
 
     try:
@@ -91,53 +109,214 @@ def _math_number_here(text: str, timeout: int | None) -> float | None:
     return None
 
 
-_POOL = None
+_OPS: dict[str, Callable[..., Any]] = {"equal": math_equal_here, "number": math_number_here}
+
+MAX_EXPONENT = 10_000  # 10^10000 has 10,001 digits: exact arithmetic on it is instant
+MAX_FACTORIAL = 10_000
+
+_NUMERIC = re.compile(r"^[\d\s.,+\-*/(){}^]*$")
+_PLAIN_INT = re.compile(r"^\s*\{?\s*([+-]?[\d,]+)\s*\}?\s*$")
+_SCI_EXP = re.compile(r"\d\s*[eE]\s*([-+]?\d+)")
+_FACTORIAL = re.compile(r"(\d+)\s*!")
+
+
+def _exponent_at(s: str, i: int) -> tuple[str, int]:
+    """The exponent written at ``s[i:]`` (a braced group, a parenthesised group, or a token) and its end."""
+    while i < len(s) and s[i].isspace():
+        i += 1
+    if i < len(s) and s[i] in "{(":
+        close = "}" if s[i] == "{" else ")"
+        depth = 0
+        for j in range(i, len(s)):
+            if s[j] == s[i]:
+                depth += 1
+            elif s[j] == close:
+                depth -= 1
+                if depth == 0:
+                    return s[i + 1 : j], j + 1
+        return s[i + 1 :], len(s)
+    m = re.match(r"[+-]?[\w.]+", s[i:])
+    return (m.group(0), i + m.end()) if m else ("", i)
+
+
+def too_big(text: str) -> str | None:
+    """Why ``text`` holds a number too big to compute exactly (a numeric tower, a huge exponent), else None.
+
+    >>> too_big("10^10^10"), too_big("1e999999999"), too_big("2^{10}"), too_big("e^{-x^2}")
+    ('numeric power tower', 'exponent beyond 10000', None, None)
+    """
+    s = str(text)
+    for m in _SCI_EXP.finditer(s):
+        if abs(int(m.group(1)[:12])) > MAX_EXPONENT:
+            return f"exponent beyond {MAX_EXPONENT}"
+    for m in _FACTORIAL.finditer(s):
+        if len(m.group(1)) > 12 or int(m.group(1)) > MAX_FACTORIAL:
+            return f"factorial beyond {MAX_FACTORIAL}"
+    for m in re.finditer(r"\^|\*\*", s):
+        exp, end = _exponent_at(s, m.end())
+        if not _NUMERIC.match(exp):
+            continue  # a symbolic exponent (e^{-x^2}) is not a big number
+        rest = s[end:].lstrip()
+        if "^" in exp or "**" in exp or rest.startswith(("^", "**")):
+            return "numeric power tower"
+        plain = _PLAIN_INT.match(exp)
+        digits = plain.group(1).replace(",", "").lstrip("+-") if plain else ""
+        if digits and (len(digits) > 12 or int(digits) > MAX_EXPONENT):
+            return f"exponent beyond {MAX_EXPONENT}"
+    return None
+
+
+def _workers_wanted() -> int:
+    env = os.environ.get("VLRL_ANSWER_CHECK_WORKERS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(2, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(2, os.cpu_count() or 2)
+
+
+class _Worker:
+    """One ``python -m vlrl.rewards.check_worker`` process, used by one check at a time."""
+
+    def __init__(self, start_timeout: float) -> None:
+        root = str(Path(__file__).resolve().parents[2])  # vlrl's own tree, installed or not
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vlrl.rewards.check_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1,
+        )
+        if self._read(start_timeout) is None:
+            self.kill()
+            raise OSError(f"answer-check worker did not start within {start_timeout:.0f}s")
+
+    def _read(self, timeout: float) -> dict | None:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError("answer-check worker exited")
+        return json.loads(line)
+
+    def check(self, op: str, args: tuple, timeout: float) -> Any:
+        """The verdict, or raises TimeoutError after ``timeout`` seconds counted from the send."""
+        self.proc.stdin.write(json.dumps({"op": op, "args": list(args)}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read(timeout)
+        if reply is None:
+            raise TimeoutError
+        return reply["value"]
+
+    def kill(self) -> None:
+        self.proc.kill()  # a hung sympy evaluation cannot be cancelled, only killed
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class CheckPool:
+    """Worker processes lent one per check; a worker whose check overruns is killed and replaced alone.
+
+    Workers start on demand, when every started one is busy, up to ``size``; a check waits for a free
+    worker before its clock starts. Start-up (interpreter, sympy, the LaTeX grammar) is never charged
+    to a check either.
+    """
+
+    def __init__(self, size: int | None = None, start_timeout: float = 120.0) -> None:
+        self.size = size or _workers_wanted()
+        self.start_timeout = start_timeout
+        self._idle: list[_Worker] = []
+        self._count = 0
+        self._cond = threading.Condition()
+        self.killed = 0  # workers killed for an overrun (tests and logs read it)
+
+    @property
+    def busy(self) -> int:
+        """Workers lent to a check right now."""
+        with self._cond:
+            return self._count - len(self._idle)
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while not self._idle and self._count >= self.size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            return _Worker(self.start_timeout)
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        if not healthy:
+            worker.kill()
+        with self._cond:
+            if healthy:
+                self._idle.append(worker)
+            else:
+                self._count -= 1
+            self._cond.notify()
+
+    def run(self, op: str, args: tuple, timeout: float) -> Any:
+        """The worker's verdict; raises TimeoutError (that worker killed) or OSError/EOFError."""
+        worker = self._acquire()
+        healthy = False
+        try:
+            value = worker.check(op, args, timeout)
+            healthy = True
+            return value
+        except TimeoutError:
+            with self._cond:
+                self.killed += 1
+            raise
+        finally:
+            self._release(worker, healthy)
+
+    def close(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for w in idle:
+            w.kill()
+
+
+_POOL: CheckPool | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def _pool():
-    """A small spawn-context process pool for math_verify calls made off the main thread."""
+def check_pool() -> CheckPool:
+    """The process-wide pool for checks made off the main thread (built on first use)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            import multiprocessing as mp
-
-            pool = mp.get_context("spawn").Pool(processes=2)
-            # start-up (spawn + importing sympy) must not count against the first answer's timeout
-            pool.map(_warm, range(2))
-            _POOL = pool
-            atexit.register(_reset_pool)  # closed before interpreter teardown, not by Pool.__del__ during it
+            _POOL = CheckPool()
+            atexit.register(_POOL.close)
         return _POOL
 
 
-def _warm(_: int) -> None:
-    import math_verify  # noqa: F401
-
-
-def _reset_pool() -> None:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is not None:
-            _POOL.terminate()  # a hung sympy evaluation cannot be cancelled, only killed
-            _POOL = None
-
-
-def _bounded(fn: Callable[..., Any], args: tuple, timeout: int, default: Any) -> Any:
-    """``fn(*args, timeout)`` here on the main thread; off it in the pool, abandoned after ``timeout``."""
-    if threading.current_thread() is threading.main_thread():
-        return fn(*args, timeout)
-    try:
-        pool = _pool()
-    except (OSError, AssertionError, ValueError) as e:  # e.g. a daemonic process may not start children
-        logger.warning("math_verify runs without a timeout here (no process pool: %s)", e)
-        return fn(*args, None)
-    try:
-        return pool.apply_async(fn, (*args, None)).get(timeout)
-    except Exception as e:  # noqa: BLE001 - timeout or a dead worker: no verdict, not a hung step
-        logger.warning("math_verify gave no verdict within %ss on %s (%s); graded wrong",
-                       timeout, " vs ".join(repr(str(a)[:80]) for a in args), e.__class__.__name__)
-        _reset_pool()
+def _bounded(op: str, args: tuple, timeout: int, default: Any) -> Any:
+    """``op(*args)`` within ``timeout`` seconds: in this thread on the main thread, else in a worker."""
+    if (why := next(filter(None, map(too_big, args)), None)) is not None:
+        logger.debug("answer refused before any arithmetic (%s): %s", why, " vs ".join(repr(str(a)[:80]) for a in args))
         return default
+    if threading.current_thread() is threading.main_thread():
+        return _OPS[op](*args, timeout)
+    try:
+        return check_pool().run(op, args, timeout)
+    except TimeoutError:
+        logger.warning("math_verify gave no verdict within %ss on %s; graded wrong",
+                       timeout, " vs ".join(repr(str(a)[:80]) for a in args))
+    except (OSError, EOFError, ValueError) as e:  # a worker that could not start or died: no verdict
+        logger.warning("answer check failed in its worker (%s: %s); graded wrong", e.__class__.__name__, e)
+    return default
 
 
 def math_equal(pred: str, gold: str, timeout: int = DEFAULT_TIMEOUT_S) -> bool:
@@ -149,12 +328,13 @@ def math_equal(pred: str, gold: str, timeout: int = DEFAULT_TIMEOUT_S) -> bool:
     >>> math_equal("\\\\frac{1}{2}", "0.5"), math_equal("x^2+1", "1+x^2"), math_equal("3", "4")
     (True, True, False)
     """
-    return bool(_bounded(_math_equal_here, (pred, gold), timeout, False))
+    return bool(_bounded("equal", (str(pred), str(gold)), timeout, False))
 
 
 def math_number(text: str, timeout: int = DEFAULT_TIMEOUT_S) -> float | None:
     """The value of a LaTeX number (``\\frac{25}{2}`` → 12.5) within ``timeout`` seconds, else None."""
-    return _bounded(_math_number_here, (text,), timeout, None)
+    return _bounded("number", (str(text),), timeout, None)
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "last_boxed", "math_equal", "math_number"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_EXPONENT", "MAX_FACTORIAL", "CheckPool", "check_pool", "last_boxed", "math_equal",
+           "math_equal_here", "math_number", "math_number_here", "too_big"]

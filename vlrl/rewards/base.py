@@ -15,8 +15,10 @@ them per row.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +73,38 @@ def completion_text(completion: Any) -> str:
     return str(completion or "")
 
 
+_LAST = threading.local()
+
+
+def last_scores(reward: Any) -> list[Score] | None:
+    """The :class:`Score` list of ``reward``'s latest ``__call__`` on this thread, else None.
+
+    A wrapper (guards) calls the reward it wraps through its ``__call__``, so everything that reward
+    does there (seeding its draws from the trainer step, counting tokens against the length cap)
+    still happens, and then reads the scores' details here. Per thread, so concurrent calls of one
+    shared reward (verl's worker threads) never read each other's scores."""
+    return getattr(_LAST, "scores", {}).get(id(reward))
+
+
+def remember_scores(reward: Any, scores: list[Score]) -> None:
+    if not hasattr(_LAST, "scores"):
+        _LAST.scores = {}
+    _LAST.scores[id(reward)] = scores
+
+
+@contextlib.contextmanager
+def quiet_report():
+    """Within it, :meth:`Reward.report` on this thread logs no sub-scores: a wrapper calling the reward
+    it wraps logs them once itself, merged with its own (TRL's ``log_metric`` appends, so a key logged
+    twice would be counted twice). Whatever else the wrapped reward logs (a user function's own
+    metrics) still goes through."""
+    _LAST.quiet = getattr(_LAST, "quiet", 0) + 1
+    try:
+        yield
+    finally:
+        _LAST.quiet -= 1
+
+
 # TRL's own keyword arguments: not dataset columns.
 TRL_KWARGS = {"trainer_state", "log_metric", "log_extra", "completion_ids", "prompts"}
 
@@ -113,9 +147,15 @@ class Reward(abc.ABC):
         columns = {k: v for k, v in kwargs.items() if k not in TRL_KWARGS}
         texts = [completion_text(c) for c in completions or []]
         scores = self.score(texts, prompts=prompts, **columns)
+        return self.report(scores, log_metric)
+
+    def report(self, scores: list[Score], log_metric: Any = None) -> list[float | None]:
+        """What every ``__call__`` ends with: remember the scores (:func:`last_scores`), record their
+        health for the no-signal rule, log the sub-scores' means, and return the values."""
+        remember_scores(self, scores)
         self.health = Health(sum(no_signal(s) for s in scores),
                              sum(any(s.details.get(k) for k in NO_SIGNAL_DETAILS) for s in scores), len(scores))
-        if log_metric is not None:
+        if log_metric is not None and not getattr(_LAST, "quiet", 0):
             for key, value in summarize_details(scores).items():
                 log_metric(f"{self.name}/{key}", value)
         return [s.value for s in scores]
@@ -139,14 +179,26 @@ def summarize_details(scores: Sequence[Score]) -> dict[str, float]:
 
 
 class FunctionReward(Reward):
-    """Adapts a plain TRL reward function (e.g. a user's ``pkg.mod:fn``) to :class:`Reward`."""
+    """Adapts a plain TRL reward function (e.g. a user's ``pkg.mod:fn``) to :class:`Reward`.
+
+    In training the function gets TRL's whole call, unchanged: ``prompts``, ``completions`` as TRL
+    passed them, ``completion_ids``, ``trainer_state``, ``log_metric``, ``log_extra`` and the dataset
+    columns (plus its settings), so a function written to TRL's contract runs as it would in TRL.
+    Outside a trainer (``vlrl reward score``, verl) it gets the completions as conversations and
+    ``completion_ids=None``."""
 
     def __init__(self, fn, name: str | None = None, **settings: Any) -> None:
         self.fn = fn
         self.settings = settings
         self.name = name or getattr(fn, "__name__", "reward")
 
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        values = self.fn(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                         **self.settings, **kwargs)
+        return self.report([Score(v) for v in values], kwargs.get("log_metric"))
+
     def score(self, completions: list[str], prompts=None, **columns: Any) -> list[Score]:
         convo = [[{"role": "assistant", "content": c}] for c in completions]
-        values = self.fn(prompts=prompts, completions=convo, **self.settings, **columns)
+        values = self.fn(prompts=prompts, completions=convo, completion_ids=columns.pop("completion_ids", None),
+                         **self.settings, **columns)
         return [Score(v) for v in values]

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlrl.rewards import register_reward
-from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, no_signal, quiet_report
 from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
 from vlrl.rewards.guard_meta import (
     GRADER_FAMILIES,
@@ -407,15 +407,25 @@ class GuardedReward(Reward):
     """Any reward with guards in front: ``veto`` sets the reward of a flagged caption to ``floor``;
     ``penalty`` subtracts the fired guards' penalties.
 
-    A flagged caption is punished even when the inner reward is ``None``: a caption that breaks the
-    judge (or the answerer) must not escape the veto that way. It then scores ``floor`` (veto) or
-    ``floor - penalty`` (penalty). An unflagged ``None`` stays ``None``, and an unflagged caption
-    that a model-judged guard could not judge is ``None`` too (with the judge's reason)."""
+    The wrapper is transparent: a call goes through the inner reward's own ``__call__`` with every
+    keyword TRL passed (``trainer_state``, so caprl_qa seeds its draws from the trainer step and a
+    resumed run stays exact; ``completion_ids``, so hfrrf counts tokens against its length cap);
+    setting a trainer setting on the wrapper (``max_completion_length``, ``eos_token_ids``) sets it on
+    the inner reward; and reading one reads the inner reward's.
+
+    A flagged caption is punished even when the inner reward is ``None`` while other captions of the
+    call got a score: a caption that breaks the judge (or the answerer) must not escape the veto that
+    way. It then scores ``floor`` (veto) or ``floor - penalty`` (penalty). An unflagged ``None`` stays
+    ``None``, and so does every ``None`` of a call where the inner reward gave no signal at all, or of
+    a backend failure: a dead answerer is not a reason to train on guard penalties alone. An unflagged
+    caption that a model-judged guard could not judge is ``None`` too (with the judge's reason)."""
+
+    _OWN = frozenset({"inner", "guards", "policy", "floor", "name", "required_columns", "health"})
 
     def __init__(self, inner: Reward, guards: GuardSet, policy: str = "penalty", floor: float = 0.0) -> None:
         if policy not in ("veto", "penalty"):
             raise ValueError(f"guards: policy must be 'veto' or 'penalty', got {policy!r}")
-        self.inner = inner
+        object.__setattr__(self, "inner", inner)
         self.guards = guards
         self.policy = policy
         self.floor = float(floor)
@@ -427,19 +437,31 @@ class GuardedReward(Reward):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the trainer fills in settings (length cap, EOS ids) on what it was given: they belong to the inner reward
+        # (its settings, instance attributes; never its methods, which a caller may wrap on the wrapper)
+        if name not in self._OWN and not name.startswith("_") and name in vars(self.inner):
+            setattr(self.inner, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
-        # Rewards that detect truncation by length (hfrrf) still see it through the wrapper.
-        if completion_ids is not None:
-            kwargs.setdefault("completion_lengths", [len(ids) for ids in completion_ids])
-        return super().__call__(prompts, completions, completion_ids, **kwargs)
+        log_metric = kwargs.get("log_metric")
+        with quiet_report():  # the inner reward's sub-scores are logged once, below, with the guards'
+            values = self.inner(prompts, completions, completion_ids, **kwargs)
+        inner_scores = last_scores(self.inner) or [Score(v) for v in values]
+        return self.report(self._guarded([completion_text(c) for c in completions or []], inner_scores), log_metric)
 
     def score(self, completions: list[str], **columns: Any) -> list[Score]:
-        scores = self.inner.score(completions, **columns)
+        return self._guarded(completions, self.inner.score(completions, **columns))
+
+    def _guarded(self, completions: list[str], scores: list[Score]) -> list[Score]:
+        dead = all(no_signal(s) for s in scores)  # the inner reward said nothing about any caption
         out = []
         for report, s in zip(self.guards.evaluate_many(completions), scores, strict=True):
             value = s.value
             details = {**s.details, **self.guards.details(report)}
-            if report.fired:
+            if report.fired and not (value is None and (dead or s.details.get(BACKEND_FAILED))):
                 if value is None:
                     details["guarded_none"] = 1.0  # the inner reward gave None; the guard still decided
                     value = self.floor if self.policy == "veto" else self.floor - report.penalty

@@ -44,12 +44,14 @@ logger = logging.getLogger(__name__)
 
 RESOLVED = "recipe.resolved.json"
 METRICS = "metrics.json"
-# Keys that may differ between an interrupted run and its rerun without making it another run.
+# Keys that may differ between an interrupted run and its rerun without making it another run. Nothing
+# the data stream depends on is here: the sampler shuffles by the dataset's length, so another
+# data.max_samples reorders every epoch and a resumed PTST stage would see rows it already trained on.
 IDENTITY_IGNORED = (
     "trainer.output_dir", "trainer.max_steps", "trainer.num_train_epochs", "trainer.logging_steps",
     "trainer.save_steps", "trainer.save_total_limit", "trainer.report_to", "trainer.log_completions",
     "trainer.num_completions_to_print", "trainer.run_name", "trainer.dataloader_num_workers",
-    "callbacks", "run.", "stages.", "data.max_samples",
+    "callbacks", "run.", "stages.",
 )
 
 

@@ -12,33 +12,51 @@ block moves to verl unchanged:
   arguments), else ``extra_info["vlrl_reward"]``, else the ``VLRL_VERL_REWARD`` environment
   variable, else ``hfrrf``. The named shortcuts :func:`hfrrf`, :func:`caprl_qa`,
   :func:`rubicap_rubric` fix the reward by function name, for configs without ``reward_kwargs``;
-* its settings: ``kw["settings"]`` (a mapping), else ``VLRL_VERL_REWARD_SETTINGS`` (JSON). verl
-  hands ``reward_kwargs`` over as OmegaConf containers; they are converted to plain dicts and lists
-  (``OmegaConf.to_container``) first, or nested blocks such as ``guards: {policy: veto}`` would be
-  silently ignored;
+* its settings: ``kw["reward_settings"][name]`` (a mapping from reward name to its own settings, for
+  runs whose samples pick different rewards through ``extra_info["vlrl_reward"]``: each reward is
+  built from its own block, so ``judge`` never reaches hfrrf), else ``kw["settings"]`` (a mapping),
+  else ``VLRL_VERL_REWARD_SETTINGS`` (JSON). verl hands ``reward_kwargs`` over as OmegaConf
+  containers; they are converted to plain dicts and lists (``OmegaConf.to_container``) first, or
+  nested blocks such as ``guards: {policy: veto}`` would be silently ignored;
 * columns: ``ground_truth`` becomes the reward's answer column (``answer``), and every key of
   ``extra_info`` (``questions``, ``rubrics``, ``choices``, ...) is passed as a column, as TRL would
-  pass dataset columns.
+  pass dataset columns;
+* the call: the reward's own ``__call__``, as TRL makes it, with a ``trainer_state`` whose
+  ``global_step`` is the sample's **draw key**: ``extra_info["uid"]``, else ``extra_info["index"]``
+  (the row index verl's data preparation writes), else 0. verl scores each sample on its own, so
+  this is what keeps CapRL's common random numbers: every rollout of one prompt has the same key,
+  so every caption of one image is asked the same questions in the same option orders, as in a TRL
+  group. With ``index`` the draws of an image are the same in every epoch; with ``uid`` (a fresh id
+  per prompt per step) they are fresh per step, as under TRL.
 
 The dict returned holds ``score`` (a float; a "not applicable" ``None`` becomes 0.0 with
-``applicable: 0.0`` so verl's float tensors never see ``None``) and the reward's numeric sub-scores
-under a **fixed key schema per reward** (:func:`detail_keys`: e.g. hfrrf's ``format_ok``,
-``answer_ok``, ``truncated``, ``think_too_short``, plus ``guard/*`` keys when guards are set), NaN
-where a sample has no value. The schema depends only on the reward and its settings, never on the
-samples a process happened to see, because verl stacks every sample's extra info by the keys of the
-batch's first sample, across processes. Rewards are built once per process per (name, settings) and
-reused, so a judge backend is not rebuilt per sample. See docs/verl.md.
+``applicable: 0.0`` so verl's float tensors never see ``None``) and the numeric sub-scores under
+**one fixed key schema for every reward** (:func:`detail_keys`: the sub-scores of every built-in
+reward, e.g. hfrrf's ``format_ok`` and caprl_qa's ``qa_acc``, every guard's ``guard/*`` keys, and
+``reward_failed``), NaN where a sample has no value. The schema depends on nothing a process or a
+sample happens to see, because verl stacks every sample's extra info by the keys of the batch's
+first sample, across processes, whichever reward each sample used.
+
+Nothing escapes :func:`compute_score`: a reward that cannot be built (an unknown name, a setting it
+does not take) or that fails on a sample scores 0.0 with ``applicable: 0.0`` and
+``reward_failed: 1.0``, and the reason is logged once per reward. Rewards are built once per
+process per (name, settings) and reused, so a judge backend is not rebuilt per sample. See
+docs/verl.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 _CACHE: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -62,15 +80,14 @@ def _reward(name: str, settings: Mapping[str, Any]):
         return _CACHE[key]
 
 
-def detail_keys(reward) -> tuple[str, ...]:
-    """The fixed extra-info keys of one reward: score, applicable, its sub-scores, its guards'."""
-    inner = getattr(reward, "inner", reward)
-    keys = list(DETAIL_KEYS.get(getattr(inner, "name", ""), ()))
-    guards = getattr(reward, "guards", None)
-    names = getattr(guards, "names", None)
-    if names is not None:
-        keys += [f"guard/{n}" for n in names] + ["guard/any", "guard/penalty"]
-    return ("score", "applicable", *sorted(set(keys)))
+def detail_keys(reward: Any = None) -> tuple[str, ...]:
+    """The one extra-info key set of every sample, whatever its reward (``reward`` is not consulted):
+    score, applicable, reward_failed, every built-in reward's sub-scores and every guard's keys."""
+    from vlrl.rewards.guards import GUARDS
+
+    keys = {k for ks in DETAIL_KEYS.values() for k in ks}
+    keys |= {f"guard/{n}" for n in GUARDS} | {"guard/any", "guard/penalty"}
+    return ("score", "applicable", "reward_failed", *sorted(keys))
 
 
 def plain(obj: Any) -> Any:
@@ -94,7 +111,12 @@ def plain(obj: Any) -> Any:
 def _choose(kw: dict[str, Any], extra_info: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
     kw = plain(kw)
     name = kw.pop("reward", None) or (extra_info or {}).get("vlrl_reward") or os.environ.get("VLRL_VERL_REWARD") or "hfrrf"
-    settings = kw.pop("settings", None)
+    by_reward = kw.pop("reward_settings", None) or {}
+    if not isinstance(by_reward, Mapping):
+        raise TypeError(f"vlrl verl adapter: reward_settings must map reward names to settings, got {type(by_reward).__name__}")
+    settings = by_reward.get(str(name))
+    if settings is None:
+        settings = kw.pop("settings", None)
     if settings is None:
         env = os.environ.get("VLRL_VERL_REWARD_SETTINGS")
         settings = json.loads(env) if env else {}
@@ -103,12 +125,13 @@ def _choose(kw: dict[str, Any], extra_info: Mapping[str, Any] | None) -> tuple[s
     return str(name), dict(settings)
 
 
-def _to_dict(score, keys: Sequence[str]) -> dict[str, Any]:
+def _to_dict(score, keys: Sequence[str], failed: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {k: float("nan") for k in keys}
     out["score"] = 0.0 if score.value is None else float(score.value)
     out["applicable"] = 0.0 if score.value is None else 1.0
+    out["reward_failed"] = 1.0 if failed else 0.0
     for k, v in score.details.items():
-        if k not in out or k in ("score", "applicable"):
+        if k not in out or k in ("score", "applicable", "reward_failed"):
             continue  # outside the schema: every process must report the same keys
         if isinstance(v, bool):
             v = float(v)
@@ -119,6 +142,44 @@ def _to_dict(score, keys: Sequence[str]) -> dict[str, Any]:
 
 # keys verl's reward managers add to extra_info themselves: not dataset columns
 VERL_EXTRA_KEYS = {"vlrl_reward", "num_turns", "rollout_reward_scores", "tool_extra_fields"}
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    with _LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    logger.warning(message, *args)
+
+
+class DrawState:
+    """What a reward reads of TRL's ``trainer_state``: the step its draws are seeded from.
+
+    A plain class, not a dataclass: verl loads this file by path without registering it in
+    ``sys.modules``, where ``dataclasses`` looks the module up."""
+
+    __slots__ = ("global_step",)
+
+    def __init__(self, global_step: int) -> None:
+        self.global_step = global_step
+
+
+def draw_key(extra_info: Mapping[str, Any] | None) -> int:
+    """The step CapRL's draws are seeded from under verl: the prompt's ``uid``, else its ``index``, else 0.
+
+    Every rollout of one prompt carries the same uid and index, so its captions share their draws.
+    """
+    info = extra_info or {}
+    for name in ("uid", "index"):
+        value = plain(info.get(name))
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, int):
+            return value
+        return zlib.crc32(str(value).encode())
+    return 0
 
 
 def _columns(reward, ground_truths: Sequence[Any], extra_infos: Sequence[Mapping[str, Any] | None]) -> dict[str, list]:
@@ -139,19 +200,30 @@ def compute_score(
     extra_info: Mapping[str, Any] | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
-    """verl's per-sample signature. Never raises on a bad sample: a failed reward scores 0.0."""
-    name, settings = _choose(dict(kw), extra_info)
-    reward = _reward(name, settings)
+    """verl's per-sample signature. Never raises: a reward that cannot be built or fails scores 0.0."""
+    from vlrl.rewards import Score
+    from vlrl.rewards.base import last_scores
+
+    keys = detail_keys()
+    name = str(kw.get("reward") or (extra_info or {}).get("vlrl_reward") or "?")
     try:
-        (score,) = reward.score([solution_str], **_columns(reward, [ground_truth], [extra_info]), data_source=[data_source])
+        name, settings = _choose(dict(kw), extra_info)
+        reward = _reward(name, settings)
+    except Exception as e:  # noqa: BLE001 - verl would kill the whole step; one line says why
+        _warn_once(f"build:{name}:{e}", "reward %s could not be built (%s: %s); its samples score 0.0 with reward_failed",
+                   name, e.__class__.__name__, e)
+        return _to_dict(Score(None, {}), keys, failed=True)
+    try:
+        # conversational, as vlrl's recipes make TRL pass them (a user function sees what it sees in TRL)
+        values = reward(prompts=None, completions=[[{"role": "assistant", "content": solution_str}]], completion_ids=None,
+                        trainer_state=DrawState(draw_key(extra_info)),
+                        **_columns(reward, [ground_truth], [extra_info]), data_source=[data_source])
+        scores = last_scores(reward) or [Score(v) for v in values]
+        (score,) = scores
     except Exception as e:  # noqa: BLE001 - verl would kill the whole step for one bad sample
-        from vlrl.rewards import Score
-
-        score = Score(None, {})
-        import logging
-
-        logging.getLogger(__name__).warning("reward %s failed on a %s sample: %s", name, data_source, e)
-    return _to_dict(score, detail_keys(reward))
+        _warn_once(f"score:{name}:{e.__class__.__name__}", "reward %s failed on a %s sample: %s", name, data_source, e)
+        return _to_dict(Score(None, {}), keys, failed=True)
+    return _to_dict(score, keys)
 
 
 async def compute_score_async(data_source, solution_str, ground_truth, extra_info=None, **kw) -> dict[str, Any]:
@@ -172,4 +244,5 @@ hfrrf = _named("hfrrf")
 caprl_qa = _named("caprl_qa")
 rubicap_rubric = _named("rubicap_rubric")
 
-__all__ = ["caprl_qa", "compute_score", "compute_score_async", "detail_keys", "hfrrf", "plain", "rubicap_rubric"]
+__all__ = ["DrawState", "caprl_qa", "compute_score", "compute_score_async", "detail_keys", "draw_key", "hfrrf", "plain",
+           "rubicap_rubric"]

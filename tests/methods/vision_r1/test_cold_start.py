@@ -214,3 +214,45 @@ def test_leaks_are_rejected_targets_grounded_and_the_judge_filters(tmp_path):
     kept = [json.loads(x) for x in (out / "sft.jsonl").read_text().splitlines()]
     assert {k["id"] for k in kept} == {"r1", "r4"}
     assert all(k["response"].startswith("<think>In the image, a square") for k in kept)
+
+
+def test_an_empty_reply_is_transient_never_a_rejection(tmp_path):
+    """An empty VLM or reasoner reply says nothing about the sample: it is retried by the next run (not
+    replayed from the cache), never stored as an ``empty_pseudo_cot`` rejection (#30 finding 8). A reply
+    of whitespace only is an answer, a bad one: that is the sample's decided rejection."""
+    from vlrl.methods.vision_r1.cold_start import cold_start
+
+    src = _write_input(tmp_path, n_extra_bad=False)
+    out = tmp_path / "out"
+
+    def flaky_vlm(req):
+        if "Correct answer:" in _text(req) and req.id in ("r0", "r5"):
+            return "" if req.id == "r0" else " \n "
+        return vlm_fn(req)
+
+    def flaky_reasoner(req):
+        return "" if req.id == "r1" else reasoner_fn(req)
+
+    def good_reasoner(req):
+        return "<think>A square has 4 sides.</think><answer>4</answer>" if req.id in ("r0", "r1", "r4") else reasoner_fn(req)
+
+    first = cold_start(str(src), Scripted("vlm", flaky_vlm), Scripted("reasoner", flaky_reasoner), out, batch_size=6)
+    assert first["retry_reasons"] == {"vlm_error": 1, "reasoner_error": 2}  # r0's VLM; r1's and r4's reasoner
+    rejected = {json.loads(x)["id"]: json.loads(x)["reason"] for x in (out / "rejected.jsonl").read_text().splitlines()}
+    assert rejected == {"r2": "wrong_answer", "r3": "bad_format", "r5": "empty_pseudo_cot"}
+    vlm = Scripted("vlm", vlm_fn)
+    again = cold_start(str(src), vlm, Scripted("reasoner", good_reasoner), out, batch_size=6)
+    assert {r.id for r in vlm.requests} == {"r0"}  # the empty reply was not cached: asked again
+    kept = {json.loads(x)["id"] for x in (out / "sft.jsonl").read_text().splitlines()}
+    assert kept == {"r0", "r1", "r4"} and again["retry"] == 0
+
+
+def test_the_documented_cold_start_command_checks_consistency():
+    """The answer check alone keeps '3*2 = 5, so the answer is 6'; the documented command must include
+    the judge that filters such chains (#30 finding 8)."""
+    from vlrl.methods.vision_r1.cold_start import judge_sample
+
+    assert judge_sample("<think>3*2 = 5, so the answer is 6.</think><answer>6</answer>", "6")[:2] == (True, True)
+    docs = (ROOT / "docs" / "training.md").read_text()
+    commands = [line for line in docs.splitlines() if "vlrl data cold-start --input" in line]
+    assert commands and all("--consistency-judge" in c for c in commands)

@@ -262,3 +262,33 @@ def test_check_answer_in_a_thread_survives_a_pathological_tower():
     t.start()
     t.join(180)
     assert not t.is_alive() and out == [False, True]
+
+
+# The audit's cases (#30 finding 4): correct answers that were graded 0, and their wrong neighbours.
+LATEX_CURRENCY_ROOTS = [
+    # letters inside LaTeX
+    (r"\text{B}", "B", True), (r"\textbf{B}", "B", True), (r"\mathrm{B}", "B", True), (r"\text{(B)}", "B", True),
+    (r"\boxed{\text{B}}", "B", True), (r"\mathbf{(B)}", "B", True), (r"\textbf{\text{B}}", "B", True),
+    (r"\text{B. Jupiter}", "B", True), ("B", r"\text{B}", True),
+    (r"\text{C}", "B", False), (r"\textbf{A}", "B", False), (r"\boxed{\text{D}}", "B", False),
+    # escaped dollars and currency words
+    (r"\$12", "12", True), (r"\$1,200", "1200", True), ("12", r"\$12", True), ("12 dollars", r"\$12", True),
+    (r"\$12", "12 dollars", True), (r"\$12.50", "12.5", True),
+    (r"\$13", "12", False), (r"\$1,200", "120", False), ("13 dollars", r"\$12", False),
+    # the root sign against LaTeX, both ways
+    ("√2", r"\sqrt{2}", True), (r"\sqrt{2}", "√2", True), ("2√2", r"\sqrt{8}", True), ("√{x+1}", r"\sqrt{x+1}", True),
+    ("√3", r"\sqrt{2}", False), (r"\sqrt{3}", "√2", False),
+]
+
+
+@pytest.mark.parametrize("pred, gold, ok", LATEX_CURRENCY_ROOTS)
+def test_latex_letters_currency_and_roots(pred, gold, ok):
+    assert check_answer(pred, gold) is ok
+
+
+def test_the_paper_rule_still_needs_format_and_answer():
+    r = HFRRFReward()
+    values = r(completions=[r"<think>x</think><answer>\text{B}</answer>", r"\boxed{\text{B}}",
+                            r"<think>x</think><answer>\$12</answer>", "<think>x</think><answer>√2"],
+               answer=["B", "B", "12", r"\sqrt{2}"])
+    assert values == [1.0, 0.0, 1.0, 0.0]  # right answer without the format, or cut off: still 0

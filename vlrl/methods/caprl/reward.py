@@ -50,6 +50,7 @@ survived is over another question set than its group's, so it would move the adv
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from vlrl.core.backends import Backend, load_backend, parse_spec
@@ -179,8 +180,27 @@ class CapRLQAReward(Reward):
         self.layout = layout
         self._backend: Backend | None = None
         self._calls = 0
-        self._step: int | None = None
+        self._local = threading.local()
         render(prompt, caption="", question="", options=[], choices=[])  # fail fast on a bad template name
+
+    @property
+    def _step(self) -> int | None:
+        """The trainer step of the call running on this thread: one shared reward serves verl's worker
+        threads concurrently, and each call must draw from its own step, not another thread's."""
+        return getattr(self._local, "step", None)
+
+    @_step.setter
+    def _step(self, value: int | None) -> None:
+        self._local.step = value
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable (a thread-local is not)
+        state = dict(self.__dict__)
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     @property
     def backend(self) -> Backend:

@@ -25,7 +25,9 @@ def cold_start_cmd(
     temperature: float = typer.Option(0.0, "--temperature"),
     shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the records."),
     consistency_judge: str | None = typer.Option(None, "--consistency-judge", help="Backend spec of an LLM judge that "
-                                                 "rejects logically inconsistent chains (optional)."),
+                                                 "rejects logically inconsistent chains, as the paper filters them; "
+                                                 "without it a chain like '3*2 = 5, so the answer is 6' is kept "
+                                                 "when its final answer is right."),
     job: JobFlags = JobFlags(),
 ) -> None:
     params = job.params(locals())

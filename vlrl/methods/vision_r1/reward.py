@@ -7,7 +7,9 @@ rule is the point: a format reward that pays separately is gamed first (the poli
 maths), and a truncated rollout — one that ran out of tokens before ``</answer>`` — must never be
 paid, or PTST's short stages would reward cut-off reasoning.
 
-Correctness is decided by :func:`check_answer`, in this order:
+Correctness is decided by :func:`check_answer`, after :func:`plain_latex` has removed the LaTeX
+that carries no meaning from both sides (``\\text{B}``, ``\\boxed{\\text{B}}`` → ``B``; ``\\$12`` →
+``$12``; ``√2`` → ``\\sqrt{2}``), in this order:
 
 1. **Multiple choice** when ``choices`` are given or the gold answer is one letter A-Z: the
    prediction may be ``B``, ``(B)``, ``B. text``, ``B) text``, ``Option B`` or the option's text.
@@ -46,7 +48,7 @@ from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.answer_check import last_boxed, math_equal
-from vlrl.rewards.base import Reward, Score
+from vlrl.rewards.base import Reward, Score, last_scores
 
 logger = logging.getLogger(__name__)
 
@@ -219,11 +221,17 @@ def number_with_unit(text: Any) -> tuple[float, bool, str | None] | None:
     if not m:
         return None
     sign, digits, exp, denom, pct, unit = m.groups()
-    value = float(digits.replace(",", "")) * (10 ** int(exp) if exp else 1)
+    # Read as a float from the text, never as 10 ** exp exactly (1e999999999 would take minutes). A value
+    # that overflows or underflows a float is not a plain number (inf == inf would pass 1e400 for 1e500);
+    # math_equal, which bounds exponents before any arithmetic, grades it instead.
+    value = float(digits.replace(",", "") + (f"e{exp}" if exp else ""))
+    if not math.isfinite(value) or (value == 0 and any(c in digits for c in "123456789")):
+        return None
     if denom:
-        if "." in digits or int(denom) == 0:
+        d = float(denom)
+        if "." in digits or d == 0 or not math.isfinite(d):
             return None
-        value /= int(denom)
+        value /= d
     return (-value if sign in ("-", "\u2212") else value), bool(pct), unit
 
 
@@ -239,6 +247,31 @@ def _numbers_match(p: tuple, g: tuple, rel_tol: float, abs_tol: float) -> bool:
     if pp != gp:  # "50%" vs "0.5": either reading may be meant
         candidates.append((pv / 100, gv) if pp else (pv, gv / 100))
     return any(math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol) for a, b in candidates)
+
+
+_FONT = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|mathtt|mbox|operatorname)"
+                   r"\s*\{([^{}]*)\}")
+_ROOT_SIGN = re.compile(r"\u221a\s*(\{[^{}]*\}|\([^()]*\)|[\w.]+)")
+
+
+def plain_latex(s: str) -> str:
+    r"""``s`` with the LaTeX that carries no meaning for grading removed: a whole-answer ``\boxed{}``,
+    font wrappers (``\text{B}``, ``\textbf{B}``, ``\mathrm{B}`` → ``B``), escaped dollars (``\$12`` →
+    ``$12``); and the root sign written as LaTeX (``√2`` → ``\sqrt{2}``).
+
+    >>> plain_latex("\\boxed{\\text{(B)}}"), plain_latex("\\$1,200"), plain_latex("3√2")
+    ('(B)', '$1,200', '3\\sqrt{2}')
+    """
+    s = s.strip()
+    boxed = last_boxed(s)
+    if boxed is not None and s.startswith(("\\boxed", "\\fbox")) and s.endswith("}") and s.count("\\boxed") <= 1:
+        s = boxed.strip()
+    prev = None
+    while prev != s:  # nested wrappers: \textbf{\text{B}}
+        prev, s = s, _FONT.sub(r"\1", s)
+    s = s.replace("\\$", "$")
+    s = _ROOT_SIGN.sub(lambda m: "\\sqrt{" + (m.group(1)[1:-1] if m.group(1)[0] in "{(" else m.group(1)) + "}", s)
+    return s.strip()
 
 
 _MATHY = re.compile(r"[\d\\^_=+*/(){}\[\]<>\u221a\u03c0\u221e]")
@@ -260,7 +293,7 @@ def check_answer(pred: Any, gold: Any, choices: Any = None, rel_tol: float = 1e-
         return any(check_answer(pred, g, choices, rel_tol, abs_tol) for g in gold)
     if pred is None or gold is None:
         return False
-    pred_s, gold_s = str(pred).strip(), str(gold).strip()
+    pred_s, gold_s = plain_latex(str(pred)), plain_latex(str(gold))
     if not pred_s or not gold_s:
         return False
     options = normalize_choices(choices)
@@ -364,7 +397,7 @@ class HFRRFReward(Reward):
                 kwargs.setdefault("ended_with_eos", [bool(ids) and ids[-1] in self.eos_token_ids for ids in completion_ids])
         values = super().__call__(prompts, completions, completion_ids, **kwargs)
         log_extra = kwargs.get("log_extra")
-        scores = getattr(self, "_last_scores", None)
+        scores = last_scores(self)
         if log_extra is not None and scores is not None and len(scores) == len(values):
             # the completions dump (TRL's table, vlrl's step-*.jsonl) shows what was graded against what
             log_extra("gold", [_jsonable(_row(kwargs.get(self.answer_column), i)) for i in range(len(values))])
@@ -386,7 +419,6 @@ class HFRRFReward(Reward):
             except Exception as e:  # noqa: BLE001 - one bad sample never crashes a training step
                 logger.warning("hfrrf: completion %d could not be scored: %s", i, e)
                 out.append(Score(None, {"error": str(e)}))
-        self._last_scores = out
         return out
 
     def _score_one(self, text: Any, gold: Any, choices: Any, i: int, columns: dict, lengths: Any) -> Score:
@@ -429,6 +461,7 @@ __all__ = [
     "extract_answer",
     "math_equal",
     "normalize_choices",
+    "plain_latex",
     "split_think_answer",
     "to_number",
 ]
