@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,6 +124,23 @@ def test_changed_settings_are_refused(folder, tmp_path):
     run_caption(_job(folder, out, limit=2), backend=ScriptedBackend())
     with pytest.raises(ValueError, match="different job.*prompt"):
         run_caption(_job(folder, out, prompt="Say hi."), backend=ScriptedBackend())
+
+
+def test_spec_options_are_part_of_the_identity(folder, tmp_path):
+    """A rerun with ``?terse=0`` into a folder captioned with ``?terse=1`` is another job, refused
+    before anything is written; the finished job is not reported as 'nothing left to caption'."""
+    out = tmp_path / "out"
+    spec = "py:tests.support.photo_models:captioner"
+    m = run_caption(CaptionJob(images=str(folder), models=[f"{spec}?terse=1"], out=out, progress=False, cache=False))
+    assert m["status"] == "complete" and m["job"]["model"] == ["tests.support.photo_models:captioner?terse=1"]
+    assert {r["caption"] for r in _captions(out)} <= {"A square photo.", "A wide photo.", "A tall photo."}
+    with pytest.raises(ValueError, match=re.escape('model: ["tests.support.photo_models:captioner?terse=1"] → ["tests.support.photo_models:captioner?terse=0"]')):
+        run_caption(CaptionJob(images=str(folder), models=[f"{spec}?terse=0"], out=out, progress=False, cache=False))
+    with pytest.raises(ValueError, match="model: "):
+        run_caption(CaptionJob(images=str(folder), models=[spec], out=out, progress=False, cache=False))
+    # the same options in another order are the same job (finished: nothing to do)
+    m = run_caption(CaptionJob(images=str(folder), models=[f"{spec}?terse=1"], out=out, progress=False, cache=False))
+    assert m["this_run"]["captioned"] == 0 and m["counts"]["captioned"] == 12
 
 
 def test_shards_partition_the_corpus(folder, tmp_path):

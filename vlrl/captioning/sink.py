@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.captioning.store import CaptionStore, write_dataset_card
-from vlrl.core.backends import parse_spec
+from vlrl.core.backends import parse_spec, spec_identity
 from vlrl.core.identity import read_identity, resolve_source
 from vlrl.core.jobs import Job
 from vlrl.core.jobs import retry_quarantined as _retry_quarantined
@@ -31,9 +31,13 @@ logger = logging.getLogger(__name__)
 
 
 def model_name(spec: str) -> str:
-    """What a spec names, without where it is served (so one vLLM per GPU counts as one model)."""
+    """What a spec names, without where it is served (so one vLLM per GPU counts as one model), with
+    the options that can change captions (``?dtype=``, a ``py:`` factory's options; not concurrency
+    or timeouts, see :func:`vlrl.core.backends.spec_identity`): ``MODEL[?key=value&...]``."""
     kind, target, _ = parse_spec(spec)
-    return target.rsplit("@", 1)[-1] if kind == "openai" else str(Path(target).resolve()) if Path(target).exists() else target
+    name = target.rsplit("@", 1)[-1] if kind == "openai" else str(Path(target).resolve()) if Path(target).exists() else target
+    _, sep, options = spec_identity(spec).partition("?")
+    return name + sep + options
 
 
 def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:

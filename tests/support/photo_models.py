@@ -1,0 +1,62 @@
+"""Scripted ``py:`` models for the first-hour path on real photos (caption → qa-curate → reward
+score → eval caption-qa → eval prism), each a reply function as docs/captioning.md describes.
+
+They read what a real model would: the image in the message (its size and mean colour, decoded
+from the data URL) and the prompt text. ``terse`` / ``style`` options change what they write, so
+a spec's options matter to the outputs, as a real model's ``dtype`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+from PIL import Image
+
+
+def _image(messages) -> Image.Image | None:
+    for m in messages:
+        content = m.get("content")
+        for part in content if isinstance(content, list) else []:
+            if part.get("type") == "image":
+                return part["image"].convert("RGB")
+            if part.get("type") == "image_url":
+                url = part["image_url"]["url"]
+                return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+    return None
+
+
+def _text(messages) -> str:
+    out = []
+    for m in messages:
+        c = m.get("content")
+        out += [c] if isinstance(c, str) else [p.get("text", "") for p in c or [] if p.get("type") == "text"]
+    return "\n".join(out)
+
+
+def _facts(img: Image.Image) -> tuple[str, str, str]:
+    """(orientation, brightness, dominant channel) of an image: what the scripted VLM 'sees'."""
+    w, h = img.size
+    r, g, b = (sum(c) / len(c) for c in zip(*img.resize((16, 16)).getdata(), strict=True))
+    orient = "wide" if w > h * 1.1 else "tall" if h > w * 1.1 else "square"
+    bright = "bright" if (r + g + b) / 3 > 110 else "dark"
+    dom = max((("red", r), ("green", g), ("blue", b)), key=lambda t: t[1])[0] if max(r, g, b) - min(r, g, b) > 12 else "grey"
+    return orient, bright, dom
+
+
+def captioner(terse: str = "0"):
+    """A captioner that describes what it measures; ``terse=1`` writes only the orientation."""
+    def reply(messages, sampling):
+        img = _image(messages)
+        if img is None:
+            raise ValueError("no image in the request")
+        orient, bright, dom = _facts(img)
+        if terse == "1":
+            return f"A {orient} photo."
+        return f"A {orient}, {bright} photo whose colours lean {dom}."
+    return reply
+
+
+def blank_captioner():
+    """A tiny random VLM's worst habit: only newlines, up to the length limit."""
+    return lambda messages, sampling: "\n" * max(1, sampling.max_tokens)
