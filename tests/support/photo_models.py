@@ -13,6 +13,8 @@ import io
 
 from PIL import Image
 
+from vlrl.core.backends import Backend, ChatResult
+
 
 def _image(messages) -> Image.Image | None:
     for m in messages:
@@ -57,6 +59,30 @@ def captioner(terse: str = "0"):
     return reply
 
 
-def blank_captioner():
-    """A tiny random VLM's worst habit: only newlines, up to the length limit."""
-    return lambda messages, sampling: "\n" * max(1, sampling.max_tokens)
+class _RandomVLM(Backend):
+    """A tiny random VLM's habits: a word repeated up to the length limit, or (for every image whose
+    id's number is divisible by 3, if ``newlines``) nothing but newlines, also to the limit."""
+
+    kind = "py"
+
+    def __init__(self, newlines: bool) -> None:
+        super().__init__("random-vlm")
+        self.newlines = newlines
+
+    def _chat(self, requests):
+        out = []
+        for r in requests:
+            k = r.sampling.max_tokens
+            digits = "".join(ch for ch in str(r.id) if ch.isdigit())
+            blank = self.newlines and bool(digits) and int(digits) % 3 == 0
+            text = "\n" * k if blank else " ".join(["the"] * k)
+            out.append(ChatResult(texts=[text] * r.sampling.n, finish_reasons=["length"] * r.sampling.n,
+                                  completion_tokens=k * r.sampling.n))
+        return out
+
+    def _score_choices(self, requests):
+        raise AssertionError("the random VLM only captions")
+
+
+def random_vlm(newlines: str = "1"):
+    return _RandomVLM(newlines == "1")

@@ -4,6 +4,11 @@ Kept apart from the job loop (:mod:`vlrl.captioning.job`) because two engines sh
 loop and the Ray driver (:mod:`vlrl.captioning.ray_engine`) commit through the same ``Sink``, so the
 folder layout, the exactly-once store and the manifest's numbers are the same whichever ran.
 
+The manifest counts empty (whitespace-only) and truncated (``finish_reason == "length"``)
+captions, for this run and for the folder (carried from the previous manifest, so a ``kill -9``
+between two manifest writes can leave the folder's totals short by what was captioned since the
+last one; ``this_run`` is exact), and warns once when too many are (:mod:`vlrl.core.outputs`).
+
 The manifest's ``this_run.images_per_s`` is throughput: the seconds spent loading the model
 (``model_load_seconds``, loaded lazily once the first good image arrives) are reported on their own
 and left out of it, so a small run is not mostly a measure of ``from_pretrained``.
@@ -23,6 +28,7 @@ from vlrl.core.backends import parse_spec, spec_identity
 from vlrl.core.identity import read_identity, resolve_source
 from vlrl.core.jobs import Job
 from vlrl.core.jobs import retry_quarantined as _retry_quarantined
+from vlrl.core.outputs import OutputCounts
 from vlrl.core.pipeline import Quarantine, atomic_write_json
 from vlrl.core.sources import ImageSource
 
@@ -102,6 +108,10 @@ class Sink:
         self.bar = None
         self._closed: dict[str, Any] | None = None
         self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
+        # empty and truncated captions: this run's, and the folder's carried from the last manifest
+        self.health = OutputCounts("captions", f"--max-tokens (now {job.max_tokens})")
+        before = ((read_identity(self.manifest_path) or {}).get("counts") or {}) if self.started_work else {}
+        self.health_before = {k: int(before.get(k) or 0) for k in ("empty", "truncated")}
         if self.started_work:
             self.write_manifest("running")
 
@@ -147,6 +157,7 @@ class Sink:
             self.new += 1
             self.guard.done += 1
             self.models.add(record["model"])
+            self.health.add(record.get("caption"), record.get("finish_reason"))
         self.guard.breaker.success()
         self._tick(1)
 
@@ -160,8 +171,10 @@ class Sink:
     def _tick(self, n: int) -> None:
         if self.bar is not None:
             self.bar.update(n)
-            if self.new_quarantined or self.failed:
-                self.bar.set_postfix(quarantined=self.new_quarantined, failed=self.failed, refresh=False)
+            post = {k: v for k, v in {"quarantined": self.new_quarantined, "failed": self.failed,
+                                      **self.health.as_dict()}.items() if v}
+            if post:
+                self.bar.set_postfix(post, refresh=False)
         if self.started_work and time.perf_counter() - self._last_manifest > 30:
             self.write_manifest("running")
 
@@ -187,13 +200,16 @@ class Sink:
                 "quarantine": self.job.names()["quarantine"],
                 "load_with": "datasets.load_dataset(OUT, split='train')",
             },
-            "counts": {"captioned": len(self.store), "quarantined": len(self.quarantine)},
+            # empty: whitespace only; truncated: stopped at --max-tokens (vlrl.core.outputs)
+            "counts": {"captioned": len(self.store), "quarantined": len(self.quarantine),
+                       **{k: self.health_before[k] + v for k, v in self.health.as_dict().items()}},
             "this_run": {
                 "started_at": self.started,
                 "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "captioned": self.new,
                 "quarantined": self.new_quarantined,
                 "failed": self.failed,
+                **self.health.as_dict(),
                 "seconds": round(elapsed, 3),
                 "model_load_seconds": round(self.model_load_seconds, 3),
                 "images_per_s": round(self.new / working, 4) if working > 0 else None,
@@ -211,6 +227,7 @@ class Sink:
                 self.bar.close()
             self.store.close(finalize=not interrupted)
             self.quarantine.close()
+            self.health.check()  # once per run, if the run did not warn already
             stopped_early = self.job.limit is not None and self.new >= self.job.limit
             status = "interrupted" if interrupted else ("incomplete" if self.failed or stopped_early else "complete")
             self._closed = self.write_manifest(status) if self.started_work else self.manifest(status)  # nothing committed: no identity on disk

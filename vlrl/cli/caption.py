@@ -70,6 +70,9 @@ def caption(
         f"{run['quarantined']} quarantined, {run['failed']} failed; "
         f"total {counts['captioned']} captioned, {counts['quarantined']} quarantined -> {out}"
     )
+    if run.get("empty") or run.get("truncated"):
+        typer.echo(f"of the new captions, {run['empty']} empty (whitespace only) and {run['truncated']} truncated "
+                   f"at --max-tokens {max_tokens} (manifest.json counts them)", err=True)
     if run["failed"]:
         typer.echo(f"{run['failed']} images failed in the backend; rerun the same command to retry them", err=True)
     code = exit_code(run["captioned"] + run["quarantined"], run["failed"])
