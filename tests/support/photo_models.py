@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 
 from PIL import Image
 
@@ -56,6 +57,54 @@ def captioner(terse: str = "0"):
         if terse == "1":
             return f"A {orient} photo."
         return f"A {orient}, {bright} photo whose colours lean {dom}."
+    return reply
+
+
+ORIENTATIONS = ("wide", "tall", "square", "round")
+BRIGHTNESS = ("bright", "dark", "striped", "blurred")
+COLOURS = ("red", "green", "blue", "grey")
+QUESTIONS = (("What is the shape of the photo's frame?", ORIENTATIONS, 0),
+             ("Is the photo bright or dark overall?", BRIGHTNESS, 1),
+             ("Which colour does the photo lean towards?", COLOURS, 2))
+
+
+def _options(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^\(?([A-H])[.)] (.+?)\s*$", text, re.M))
+
+
+def vlm():
+    """A question-writing VLM that also answers with the image in front of it (qa-curate's ``--vlm``):
+    three questions per photo about what :func:`_facts` measures, answered correctly when asked."""
+    def reply(messages, sampling):
+        img, text = _image(messages), _text(messages)
+        if img is None:
+            raise ValueError("the VLM needs the image")
+        facts = _facts(img)
+        if "multiple-choice questions about this image" in text:
+            blocks = []
+            for n, (q, opts, which) in enumerate(QUESTIONS, 1):
+                lines = [f"Question {n}: {q}", *(f"{'ABCD'[j]}. {o}" for j, o in enumerate(opts))]
+                blocks.append("\n".join([*lines, f"Answer: {'ABCD'[opts.index(facts[which])]}"]))
+            return "\n\n".join(blocks)
+        options = _options(text)
+        return next((k for k, v in options.items() if v in facts), "A")
+    return reply
+
+
+def reader():
+    """A text-only answerer: from a caption, the option the description names (else the 'cannot
+    answer' option); with no description at all (qa-curate's blind half), always 'A'."""
+    def reply(messages, sampling):
+        text = _text(messages)
+        options = _options(text)
+        m = re.search(r"<description>(.*?)</description>", text, re.S)
+        if m is None:
+            return "A"
+        words = set(re.findall(r"[a-z]+", m.group(1).lower()))
+        named = [k for k, v in options.items() if v.lower() in words]
+        if named:
+            return named[0]
+        return next((k for k, v in options.items() if "cannot" in v.lower()), "A")
     return reply
 
 

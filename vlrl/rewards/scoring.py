@@ -214,10 +214,16 @@ def score_rows_file(
     *,
     id_column: str | None = None,
     text_column: str | None = None,
+    join: dict[str, dict[str, Any]] | None = None,
+    join_name: str = "the joined dataset",
 ) -> dict[str, Any]:
     """Score every row of ``input_path`` with ``reward``; write ``{"id", "reward", "details"}`` lines
     to ``out_path`` in input order, each also carrying the input's id and text columns and image
-    reference (:func:`carried`). Returns a summary (counts, mean reward, mean of each detail)."""
+    reference (:func:`carried`). Returns a summary (counts, mean reward, mean of each detail).
+
+    ``join`` (``row id → columns``) adds columns to every row by its id before scoring, replacing
+    any of the same name (``reward score --qa``: a qa-curate dataset's questions for each caption);
+    a row whose id it lacks is a bad row naming ``join_name``."""
     from tqdm import tqdm
 
     if batch_size < 1:
@@ -268,6 +274,11 @@ def score_rows_file(
         ) as bar,
     ):
         for lineno, row, err in iter_rows(input_path, "completion", ("caption",), id_column=id_column, text_column=text_column):
+            if err is None and join is not None:
+                if (extra := join.get(str(row["id"]))) is None:
+                    err = f"id {row['id']!r}: not in {join_name} (no curated question for this image)"
+                else:
+                    row = {**row, **extra}
             if err is None and (missing := [c for c in required if row.get(c) is None]):
                 err = f"id {row['id']!r}: missing column(s) {', '.join(map(repr, missing))} needed by the reward"
             pending.append((lineno, row, err))

@@ -43,6 +43,7 @@ from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
+from vlrl.methods.caprl.qa_dataset import bench_rows, dataset_folder, is_curated
 from vlrl.rewards.answer_check import last_boxed, math_equal, math_number
 
 logger = logging.getLogger(__name__)
@@ -202,7 +203,9 @@ def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
     """Rows of a benchmark and a function loading row ``i``'s image.
 
     A JSONL/JSON file is read directly (answers may mix numbers and strings, which one Arrow column
-    cannot hold); image paths are relative to the file's folder. Anything else goes through
+    cannot hold); image paths are relative to the file's folder. A ``vlrl data qa-curate`` output
+    (its folder or ``dataset/``) gives one multiple-choice row per curated question
+    (:func:`vlrl.methods.caprl.qa_dataset.bench_rows`). Anything else goes through
     :func:`vlrl.core.sources.load_any_dataset` (parquet, ``save_to_disk``, imagefolder).
     """
     from vlrl.core.images import load_image
@@ -221,6 +224,13 @@ def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
             v = rows[i].get("image")
             rid = str(rows[i].get("id") or i)
             return load_image(v, record=rid) if isinstance(v, dict) else load_image(v, root=root, record=rid)
+
+    elif is_curated(bench):  # a qa-curate dataset: each curated question is one multiple-choice row
+        source = load_any_dataset(dataset_folder(bench))
+        rows, origin = bench_rows([source.dataset[i] for i in range(len(source))])
+
+        def load(i: int):
+            return source.load_image(origin[i])
 
     else:
         source = load_any_dataset(bench)
