@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import resource
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from vlrl.core.jobs import Job
 from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.outputs import OutputCounts
 from vlrl.core.pipeline import Quarantine, atomic_write_json
+from vlrl.core.progress import Credit, on_requests
 from vlrl.core.sources import ImageSource
 
 CaptionJob = Any  # vlrl.captioning.job.CaptionJob, which imports this module (named, not imported)
@@ -106,6 +109,7 @@ class Sink:
         self.models: set[str] = set()
         self._last_manifest = 0.0
         self.bar = None
+        self._prepaid = 0  # captions the bar showed while in flight, not yet committed
         self._closed: dict[str, Any] | None = None
         self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
         # empty and truncated captions: this run's, and the folder's carried from the last manifest
@@ -143,6 +147,21 @@ class Sink:
         )
         self.loop_t0 = time.perf_counter()
 
+    @contextmanager
+    def captions_in_flight(self, n: int) -> Iterator[None]:
+        """While a batch of ``n`` captions is with the model, move the bar as each one completes
+        (:mod:`vlrl.core.progress`); their records, committed after, do not move it again."""
+        if self.bar is None or self.bar.disable:
+            yield
+            return
+        credit = Credit(self.bar.update)
+        credit.start(n)
+        try:
+            with on_requests(credit):
+                yield
+        finally:
+            self._prepaid += credit.settle()
+
     def add_quarantined(self, item_id: str, reason: str, locator: dict | None = None) -> None:
         if item_id not in self.quarantine:
             self._start_work()
@@ -170,7 +189,10 @@ class Sink:
 
     def _tick(self, n: int) -> None:
         if self.bar is not None:
-            self.bar.update(n)
+            shown = min(n, self._prepaid)
+            self._prepaid -= shown
+            if n > shown:
+                self.bar.update(n - shown)
             post = {k: v for k, v in {"quarantined": self.new_quarantined, "failed": self.failed,
                                       **self.health.as_dict()}.items() if v}
             if post:

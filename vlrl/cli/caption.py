@@ -21,7 +21,7 @@ def caption(
     shard: str | None = typer.Option(None, "--shard", help="Caption only shard i of n ('i/n')."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
-    max_tokens: int = typer.Option(256, "--max-tokens"),
+    max_tokens: int = typer.Option(256, "--max-tokens", "--caption-max-tokens", help="Caption length limit in tokens (captions that stop at it are counted as truncated)."),
     temperature: float = typer.Option(0.0, "--temperature"),
     top_p: float = typer.Option(1.0, "--top-p"),
     seed: int | None = typer.Option(None, "--seed"),

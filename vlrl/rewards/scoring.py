@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import atomic_open, iter_jsonl, json_line
+from vlrl.core.progress import request_bar
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
@@ -272,6 +273,8 @@ def score_rows_file(
             desc=f"scoring {getattr(reward, 'name', 'reward')}",
             disable=not progress,
         ) as bar,
+        # the rows bar moves per batch; the model requests of a batch (asks, judge calls) move this one
+        request_bar(f"{getattr(reward, 'name', 'reward')} model requests", enabled=progress),
     ):
         for lineno, row, err in iter_rows(input_path, "completion", ("caption",), id_column=id_column, text_column=text_column):
             if err is None and join is not None:

@@ -73,7 +73,8 @@ def caption_pairs(
                 return outcomes(batch, caption_images(backend, batch, prompt, sampling, min_words=min_words))
     try:
         run_stage(todo, key=lambda it: f"{it.image_id}::{name}", process=process, store=captions,
-                  quarantine=failures, retry_quarantined=True, batch_size=batch_size, desc=f"{role} {name}")
+                  quarantine=failures, retry_quarantined=True, batch_size=batch_size, desc=f"{role} {name}",
+                  progress_by="item")  # one request per caption: the bar moves per caption
     finally:
         if backend is not None:
             backend.close()
