@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_folder_job_output_quarantine_and_manifest(folder, tmp_path):
     r = rows[0]
     assert r["model"] == "scripted-captioner" and r["prompt"] == render("caption_default")
     assert r["sampling"]["max_tokens"] == 256 and r["seconds"] >= 0 and r["width"] == 40
-    assert m["status"] == "complete" and m["counts"] == {"captioned": 12, "quarantined": 2}
+    assert m["status"] == "complete" and m["counts"] == {"captioned": 12, "quarantined": 2, "empty": 0, "truncated": 0}
     assert json.loads((out / "manifest.json").read_text())["output"]["parts"] == ["part-00000.jsonl"]
 
     # loadable with datasets
@@ -123,6 +124,67 @@ def test_changed_settings_are_refused(folder, tmp_path):
     run_caption(_job(folder, out, limit=2), backend=ScriptedBackend())
     with pytest.raises(ValueError, match="different job.*prompt"):
         run_caption(_job(folder, out, prompt="Say hi."), backend=ScriptedBackend())
+
+
+def test_spec_options_are_part_of_the_identity(folder, tmp_path):
+    """A rerun with ``?terse=0`` into a folder captioned with ``?terse=1`` is another job, refused
+    before anything is written; the finished job is not reported as 'nothing left to caption'."""
+    out = tmp_path / "out"
+    spec = "py:tests.support.photo_models:captioner"
+    m = run_caption(CaptionJob(images=str(folder), models=[f"{spec}?terse=1"], out=out, progress=False, cache=False))
+    assert m["status"] == "complete" and m["job"]["model"] == ["tests.support.photo_models:captioner?terse=1"]
+    assert {r["caption"] for r in _captions(out)} <= {"A square photo.", "A wide photo.", "A tall photo."}
+    with pytest.raises(ValueError, match=re.escape('model: ["tests.support.photo_models:captioner?terse=1"] → ["tests.support.photo_models:captioner?terse=0"]')):
+        run_caption(CaptionJob(images=str(folder), models=[f"{spec}?terse=0"], out=out, progress=False, cache=False))
+    with pytest.raises(ValueError, match="model: "):
+        run_caption(CaptionJob(images=str(folder), models=[spec], out=out, progress=False, cache=False))
+    # the same options in another order are the same job (finished: nothing to do)
+    m = run_caption(CaptionJob(images=str(folder), models=[f"{spec}?terse=1"], out=out, progress=False, cache=False))
+    assert m["this_run"]["captioned"] == 0 and m["counts"]["captioned"] == 12
+
+
+def test_empty_and_truncated_captions_are_counted_and_warned_once(folder, tmp_path, caplog):
+    """A random VLM runs every caption into the length limit, some as newlines only: the job says
+    'complete' (nothing failed), but the manifest counts them and one warning says so."""
+    out = tmp_path / "out"
+    job = CaptionJob(images=str(folder), models=["py:tests.support.photo_models:random_vlm"], out=out,
+                     progress=False, cache=False, max_tokens=8, batch_size=5)
+    blank = [i for i in range(12) if i % 3 == 0]
+    with caplog.at_level("WARNING"):
+        m = run_caption(job)
+    run = m["this_run"]
+    # whitespace is a (bad) answer kept as the caption, or a failure of its request where the
+    # backend layer refuses whitespace: either way it is never a silent, healthy caption
+    assert run["empty"] + run["failed"] == len(blank) and run["empty"] in (0, len(blank))
+    assert run["truncated"] == run["captioned"] == 12 - run["failed"]
+    assert m["counts"]["empty"] == run["empty"] and m["counts"]["truncated"] == run["truncated"]
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk["counts"]["truncated"] == run["truncated"] and on_disk["this_run"]["empty"] == run["empty"]
+    warnings = [r.getMessage() for r in caplog.records if "stopped at the length limit" in r.getMessage()]
+    assert len(warnings) == 1 and "--max-tokens (now 8)" in warnings[0]
+    # a rerun keeps the folder's totals and counts only what it adds
+    caplog.clear()
+    m2 = run_caption(job)
+    assert m2["counts"]["truncated"] == 12 and m2["this_run"]["truncated"] == run["failed"]
+    ok = run_caption(_job(folder, tmp_path / "ok"), backend=ScriptedBackend())
+    assert ok["counts"]["empty"] == ok["counts"]["truncated"] == 0
+
+
+def test_the_empty_warning_comes_once_during_a_long_run(caplog):
+    from vlrl.core.outputs import OutputCounts
+
+    counts = OutputCounts("captions", after=20)
+    with caplog.at_level("WARNING"):
+        for i in range(100):
+            counts.add("a fine caption" if i % 3 else "  \n", "stop" if i % 2 else "length")
+    assert counts.as_dict() == {"empty": 34, "truncated": 50}
+    assert len(caplog.records) == 1 and "7 of 20 captions are empty" in caplog.records[0].getMessage()
+    assert counts.check() is None  # once
+    quiet = OutputCounts("captions", after=5)
+    for _ in range(50):
+        quiet.add("fine", "stop")
+    quiet.add("", "length")
+    assert quiet.check() is None and quiet.as_dict() == {"empty": 1, "truncated": 1}  # 2% is under the share
 
 
 def test_shards_partition_the_corpus(folder, tmp_path):
@@ -287,7 +349,7 @@ def test_kill_dash_nine_then_rerun_gives_exactly_once(tiny_vlm, tmp_path):
     q = [json.loads(line)["image_id"] for line in (out / "quarantine.jsonl").read_text().splitlines()]
     assert q == ["zz-corrupt.png"]
     m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "complete" and m["counts"] == {"captioned": 300, "quarantined": 1}
+    assert m["status"] == "complete" and m["counts"] == {"captioned": 300, "quarantined": 1, "empty": 0, "truncated": 0}
 
 
 @pytest.mark.slow
@@ -326,7 +388,7 @@ def test_openai_backend_requests_in_flight_and_failed_request_retried_on_rerun(t
         job = CaptionJob(images=str(corpus), models=[spec], out=out, batch_size=6, max_tokens=8, progress=False)
         proxy.script("400")  # the first request to arrive is refused (not retryable)
         m = run_caption(job)
-        assert m["this_run"]["failed"] == 1 and m["counts"] == {"captioned": 5, "quarantined": 1}
+        assert m["this_run"]["failed"] == 1 and m["counts"] == {"captioned": 5, "quarantined": 1, "empty": 0, "truncated": 0}
         assert len(proxy.posts()) == 6  # one batch: six requests, corrupt image never sent
         m = run_caption(job)
     assert m["status"] == "complete" and m["this_run"]["captioned"] == 1

@@ -42,11 +42,11 @@ def test_bad_manifest_rows_are_quarantined_with_reasons(tmp_path):
     assert "duplicate image_id '1'" in q[dup] and "b.png" in q[dup]
     assert "UTF-8" in q["m.jsonl:line8"] and "nested too deeply" in q["m.jsonl:line9"]
     assert "surrogate" in q["m.jsonl:line10"]
-    assert m["counts"] == {"captioned": 2, "quarantined": 7}
+    assert m["counts"] == {"captioned": 2, "quarantined": 7, "empty": 0, "truncated": 0}
     # a rerun neither re-sends nor re-lists anything
     b = ScriptedBackend()
     m2 = run_caption(CaptionJob(images=str(manifest), models=["hf:unused"], out=out, progress=False, cache=False), backend=b)
-    assert b.seen == [] and m2["counts"] == {"captioned": 2, "quarantined": 7}
+    assert b.seen == [] and m2["counts"] == {"captioned": 2, "quarantined": 7, "empty": 0, "truncated": 0}
 
 
 def test_qa_curate_quarantines_an_id_reused_for_another_image(tmp_path):

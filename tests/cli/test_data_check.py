@@ -241,8 +241,8 @@ def test_report_path_that_is_a_folder_fails_before_the_check(hostile_folder: Pat
     proc = run_check(str(hostile_folder), "--json", str(tmp_path), "-q")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "is a folder" in proc.stderr and not list(tmp_path.glob(".*"))
-    proc = run_check(str(hostile_folder), "--json", str(tmp_path / "r.json"), "--max-pixels", "0")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    proc = run_check(str(hostile_folder), "--json", str(tmp_path / "r.json"), "--max-pixels", "-1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr  # 0 is "no limit"; below it is refused
 
 
 def test_manifest_with_bom_and_crlf_is_read(hostile_folder: Path, tmp_path: Path) -> None:
@@ -253,3 +253,29 @@ def test_manifest_with_bom_and_crlf_is_read(hostile_folder: Path, tmp_path: Path
     proc = run_check(str(manifest), "--json", str(out), "-q")
     assert proc.returncode == 0, proc.stderr
     assert [(f["path"], f["status"]) for f in _read_report(out)["files"]] == [("good.png", "ok"), ("random.jpg", "error")]
+
+
+def test_a_folder_is_checked_without_datasets_or_pandas(tmp_path: Path) -> None:
+    """Listing files needs no dataframe library: under load those imports cost seconds."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(3):
+        _noise(20, 10, i).save(folder / f"{i}.png")
+    code = ("import sys; from typer.testing import CliRunner; from vlrl.cli import app; "
+            f"r = CliRunner().invoke(app, ['data', 'check', {str(folder)!r}, '--json', {str(tmp_path / 'r.json')!r}, '-q']); "
+            "print(r.exit_code, sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.stdout.split(None, 1) == ["0", "[]\n"], done.stdout + done.stderr[-2000:]
+    assert _read_report(tmp_path / "r.json")["ok"] == 3
+
+
+def test_max_pixels_zero_means_no_limit_as_everywhere(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    _noise(40, 30).save(folder / "a.png")
+    res = run_check(str(folder), "--json", str(tmp_path / "r.json"), "--max-pixels", "100", "-q")
+    assert _read_report(tmp_path / "r.json")["errors"] == 1, res.stderr
+    res = run_check(str(folder), "--json", str(tmp_path / "r.json"), "--max-pixels", "0", "-q")
+    assert res.returncode == 0, res.stderr
+    assert _read_report(tmp_path / "r.json")["ok"] == 1

@@ -138,3 +138,15 @@ def test_nonsense_sizes_are_usage_errors(tmp_path):
         r = subprocess.run([*VLRL, "models", "make-tiny", "--arch", "qwen2", "--out", str(tmp_path / "m"), *flag],
                            env=env, capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_make_tiny_names_each_step_as_it_goes(tmp_path, capsys):
+    """A minute of make-tiny on a loaded CPU is mostly imports; the bar says which step runs."""
+    make_tiny("qwen2_5_vl", tmp_path / "vlm", progress=True)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    order = ["importing torch and transformers", "tokenizer", "building the model", "saving the model",
+             "saving the processor", "done [step 5/5"]
+    at = [err.find(f"make-tiny qwen2_5_vl: {s}") for s in order]
+    assert all(i >= 0 for i in at) and at == sorted(at), err[-2000:]
+    make_tiny("qwen2", tmp_path / "lm")  # quiet by default in the library
+    assert "make-tiny" not in capsys.readouterr().err

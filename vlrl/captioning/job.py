@@ -339,7 +339,9 @@ def run_caption_local(job: CaptionJob, backend: Backend | None = None) -> dict[s
                 backend = open_backend(job, job.models[0])  # lazily: a corpus of broken files loads no model
                 sink.model_load_seconds += time.perf_counter() - t_load  # not throughput (issue #33)
             if good:
-                for (item, _, _), (record, error) in zip(good, caption_batch(backend, good, sampling), strict=False):
+                with sink.captions_in_flight(len(good)):  # the bar moves per caption, not per batch
+                    outcomes = caption_batch(backend, good, sampling)
+                for (item, _, _), (record, error) in zip(good, outcomes, strict=False):
                     if record is not None:
                         sink.add_caption(record)
                     else:

@@ -4,6 +4,11 @@ Kept apart from the job loop (:mod:`vlrl.captioning.job`) because two engines sh
 loop and the Ray driver (:mod:`vlrl.captioning.ray_engine`) commit through the same ``Sink``, so the
 folder layout, the exactly-once store and the manifest's numbers are the same whichever ran.
 
+The manifest counts empty (whitespace-only) and truncated (``finish_reason == "length"``)
+captions, for this run and for the folder (carried from the previous manifest, so a ``kill -9``
+between two manifest writes can leave the folder's totals short by what was captioned since the
+last one; ``this_run`` is exact), and warns once when too many are (:mod:`vlrl.core.outputs`).
+
 The manifest's ``this_run.images_per_s`` is throughput: the seconds spent loading the model
 (``model_load_seconds``, loaded lazily once the first good image arrives) are reported on their own
 and left out of it, so a small run is not mostly a measure of ``from_pretrained``.
@@ -14,16 +19,20 @@ from __future__ import annotations
 import logging
 import resource
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from vlrl.captioning.store import CaptionStore, write_dataset_card
-from vlrl.core.backends import parse_spec
+from vlrl.core.backends import parse_spec, spec_identity
 from vlrl.core.identity import read_identity, resolve_source
 from vlrl.core.jobs import Job
 from vlrl.core.jobs import retry_quarantined as _retry_quarantined
+from vlrl.core.outputs import OutputCounts
 from vlrl.core.pipeline import Quarantine, atomic_write_json
+from vlrl.core.progress import Credit, on_requests
 from vlrl.core.sources import ImageSource
 
 CaptionJob = Any  # vlrl.captioning.job.CaptionJob, which imports this module (named, not imported)
@@ -31,9 +40,13 @@ logger = logging.getLogger(__name__)
 
 
 def model_name(spec: str) -> str:
-    """What a spec names, without where it is served (so one vLLM per GPU counts as one model)."""
+    """What a spec names, without where it is served (so one vLLM per GPU counts as one model), with
+    the options that can change captions (``?dtype=``, a ``py:`` factory's options; not concurrency
+    or timeouts, see :func:`vlrl.core.backends.spec_identity`): ``MODEL[?key=value&...]``."""
     kind, target, _ = parse_spec(spec)
-    return target.rsplit("@", 1)[-1] if kind == "openai" else str(Path(target).resolve()) if Path(target).exists() else target
+    name = target.rsplit("@", 1)[-1] if kind == "openai" else str(Path(target).resolve()) if Path(target).exists() else target
+    _, sep, options = spec_identity(spec).partition("?")
+    return name + sep + options
 
 
 def fingerprint(job: CaptionJob, source: ImageSource) -> dict[str, Any]:
@@ -96,8 +109,13 @@ class Sink:
         self.models: set[str] = set()
         self._last_manifest = 0.0
         self.bar = None
+        self._prepaid = 0  # captions the bar showed while in flight, not yet committed
         self._closed: dict[str, Any] | None = None
         self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
+        # empty and truncated captions: this run's, and the folder's carried from the last manifest
+        self.health = OutputCounts("captions", f"--max-tokens (now {job.max_tokens})")
+        before = ((read_identity(self.manifest_path) or {}).get("counts") or {}) if self.started_work else {}
+        self.health_before = {k: int(before.get(k) or 0) for k in ("empty", "truncated")}
         if self.started_work:
             self.write_manifest("running")
 
@@ -129,6 +147,21 @@ class Sink:
         )
         self.loop_t0 = time.perf_counter()
 
+    @contextmanager
+    def captions_in_flight(self, n: int) -> Iterator[None]:
+        """While a batch of ``n`` captions is with the model, move the bar as each one completes
+        (:mod:`vlrl.core.progress`); their records, committed after, do not move it again."""
+        if self.bar is None or self.bar.disable:
+            yield
+            return
+        credit = Credit(self.bar.update)
+        credit.start(n)
+        try:
+            with on_requests(credit):
+                yield
+        finally:
+            self._prepaid += credit.settle()
+
     def add_quarantined(self, item_id: str, reason: str, locator: dict | None = None) -> None:
         if item_id not in self.quarantine:
             self._start_work()
@@ -143,6 +176,7 @@ class Sink:
             self.new += 1
             self.guard.done += 1
             self.models.add(record["model"])
+            self.health.add(record.get("caption"), record.get("finish_reason"))
         self.guard.breaker.success()
         self._tick(1)
 
@@ -155,9 +189,14 @@ class Sink:
 
     def _tick(self, n: int) -> None:
         if self.bar is not None:
-            self.bar.update(n)
-            if self.new_quarantined or self.failed:
-                self.bar.set_postfix(quarantined=self.new_quarantined, failed=self.failed, refresh=False)
+            shown = min(n, self._prepaid)
+            self._prepaid -= shown
+            if n > shown:
+                self.bar.update(n - shown)
+            post = {k: v for k, v in {"quarantined": self.new_quarantined, "failed": self.failed,
+                                      **self.health.as_dict()}.items() if v}
+            if post:
+                self.bar.set_postfix(post, refresh=False)
         if self.started_work and time.perf_counter() - self._last_manifest > 30:
             self.write_manifest("running")
 
@@ -183,13 +222,16 @@ class Sink:
                 "quarantine": self.job.names()["quarantine"],
                 "load_with": "datasets.load_dataset(OUT, split='train')",
             },
-            "counts": {"captioned": len(self.store), "quarantined": len(self.quarantine)},
+            # empty: whitespace only; truncated: stopped at --max-tokens (vlrl.core.outputs)
+            "counts": {"captioned": len(self.store), "quarantined": len(self.quarantine),
+                       **{k: self.health_before[k] + v for k, v in self.health.as_dict().items()}},
             "this_run": {
                 "started_at": self.started,
                 "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "captioned": self.new,
                 "quarantined": self.new_quarantined,
                 "failed": self.failed,
+                **self.health.as_dict(),
                 "seconds": round(elapsed, 3),
                 "model_load_seconds": round(self.model_load_seconds, 3),
                 "images_per_s": round(self.new / working, 4) if working > 0 else None,
@@ -207,6 +249,7 @@ class Sink:
                 self.bar.close()
             self.store.close(finalize=not interrupted)
             self.quarantine.close()
+            self.health.check()  # once per run, if the run did not warn already
             stopped_early = self.job.limit is not None and self.new >= self.job.limit
             status = "interrupted" if interrupted else ("incomplete" if self.failed or stopped_early else "complete")
             self._closed = self.write_manifest(status) if self.started_work else self.manifest(status)  # nothing committed: no identity on disk

@@ -21,7 +21,7 @@ def caption(
     shard: str | None = typer.Option(None, "--shard", help="Caption only shard i of n ('i/n')."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
     engine: str = typer.Option("local", "--engine", help="local | ray"),
-    max_tokens: int = typer.Option(256, "--max-tokens"),
+    max_tokens: int = typer.Option(256, "--max-tokens", "--caption-max-tokens", help="Caption length limit in tokens (captions that stop at it are counted as truncated)."),
     temperature: float = typer.Option(0.0, "--temperature"),
     top_p: float = typer.Option(1.0, "--top-p"),
     seed: int | None = typer.Option(None, "--seed"),
@@ -70,6 +70,9 @@ def caption(
         f"{run['quarantined']} quarantined, {run['failed']} failed; "
         f"total {counts['captioned']} captioned, {counts['quarantined']} quarantined -> {out}"
     )
+    if run.get("empty") or run.get("truncated"):
+        typer.echo(f"of the new captions, {run['empty']} empty (whitespace only) and {run['truncated']} truncated "
+                   f"at --max-tokens {max_tokens} (manifest.json counts them)", err=True)
     if run["failed"]:
         typer.echo(f"{run['failed']} images failed in the backend; rerun the same command to retry them", err=True)
     code = exit_code(run["captioned"] + run["quarantined"], run["failed"])

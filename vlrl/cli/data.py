@@ -18,8 +18,8 @@ def check(
         89_478_485,  # vlrl.core.images.DEFAULT_MAX_PIXELS_LIMIT, kept literal so --help stays instant
         "--max-pixels",
         "--max-image-pixels",
-        min=1,
-        help="Refuse images declaring more pixels than this (decompression bombs)."
+        min=0,
+        help="Refuse images declaring more pixels than this (decompression bombs; 0: no limit, as on every command)."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -27,27 +27,35 @@ def check(
 
     from vlrl.core.images import check_images
     from vlrl.core.pipeline import atomic_write_json
-    from vlrl.core.sources import load_any_dataset
+    from vlrl.core.sources import load_any_dataset, plain_image_folder
 
     if Path(json_out).is_dir():  # found out before checking, not when writing the report
         typer.echo(f"vlrl data check: --json {json_out} is a folder; give a file path", err=True)
         raise typer.Exit(2)
     try:
-        source = load_any_dataset(src, root=root)
-        items = source.iter_images()
+        # a folder of image files is listed without datasets/pandas (seconds of imports for an os.walk)
+        if (listed := plain_image_folder(src)) is not None:
+            names, skipped = listed
+            folder = Path(src)
+            source_root, kind, total = Path(root) if root else folder, "folder", len(names)
+            items = ((n, str(folder / n) if root else n) for n in names)
+        else:
+            source = load_any_dataset(src, root=root)
+            source_root, kind, total, skipped = source.root, source.kind, len(source), source.skipped
+            items = source.iter_images()
     except (OSError, ValueError) as e:
         typer.echo(f"vlrl data check: {e}", err=True)
         raise typer.Exit(2) from None
-    report = check_images(items, root=source.root, max_pixels_limit=max_pixels, total=len(source), progress=not quiet)
-    if source.skipped:  # files the source could not even list (e.g. names that are not UTF-8)
-        report["files"] += [{"path": s["path"], "status": "error", "reason": s["reason"]} for s in source.skipped]
-        report["errors"] += len(source.skipped)
+    report = check_images(items, root=source_root, max_pixels_limit=max_pixels or None, total=total, progress=not quiet)
+    if skipped:  # files the source could not even list (e.g. names that are not UTF-8)
+        report["files"] += [{"path": s["path"], "status": "error", "reason": s["reason"]} for s in skipped]
+        report["errors"] += len(skipped)
     try:
         atomic_write_json(json_out, report)
     except OSError as e:
         typer.echo(f"vlrl data check: cannot write {json_out}: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(
-        f"checked {len(report['files'])} images from {src} ({source.kind}, root {Path(source.root)}): "
+        f"checked {len(report['files'])} images from {src} ({kind}, root {Path(source_root)}): "
         f"{report['ok']} ok, {report['errors']} errors -> {json_out}"
     )

@@ -17,6 +17,7 @@ def make_tiny_cmd(
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Use this tokenizer folder (e.g. a real Qwen one) instead of training one."),
     hidden_size: int | None = typer.Option(None, "--hidden-size", min=8, help="Text hidden size (a multiple of 4 attention heads; default 128, head_dim 32: the smallest vLLM's CPU attention serves)."),
     layers: int | None = typer.Option(None, "--layers", min=1, help="Text decoder layers."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a bar of the build steps."),
 ) -> None:
     """Build a randomly initialised tiny model that loads offline with from_pretrained."""
     from vlrl.core.tiny import ARCHS, make_tiny
@@ -29,7 +30,7 @@ def make_tiny_cmd(
     if layers:
         overrides["num_hidden_layers"] = layers
     try:
-        path = make_tiny(arch, out, seed=seed, tokenizer=tokenizer, **overrides)
+        path = make_tiny(arch, out, seed=seed, tokenizer=tokenizer, progress=progress, **overrides)
     except (OSError, ValueError) as e:
         typer.echo(f"vlrl models make-tiny: {e}", err=True)
         raise typer.Exit(2) from None

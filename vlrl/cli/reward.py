@@ -22,6 +22,7 @@ def score_cmd(
     id_column: str | None = typer.Option(None, "--id-column", help="Column holding the row id (default: id, else image_id)."),
     text_column: str | None = typer.Option(None, "--text-column", help="Column holding the text to score (default: completion, else caption)."),
     strict: bool = typer.Option(False, "--strict", help="Exit 3 when some rows failed (default: only a run where every row failed exits non-zero)."),
+    qa: str | None = typer.Option(None, "--qa", help="A `vlrl data qa-curate` output (its folder or dataset/): each row gets the curated questions of its id as its 'questions' column (caprl_qa)."),
 ) -> None:
     """Score JSONL rows with any registered reward; bad rows get reward null and details.error.
 
@@ -46,8 +47,14 @@ def score_cmd(
         typer.echo(f"error: cannot build reward {reward!r}: {redact(e)}", err=True)
         raise typer.Exit(2) from None
     try:
-        summary = score_rows_file(scorer, input, out, batch_size=batch_size, id_column=id_column, text_column=text_column)
-    except OSError as e:
+        join = None
+        if qa is not None:
+            from vlrl.methods.caprl.qa_dataset import questions_by_id
+
+            join = {k: {"questions": v} for k, v in questions_by_id(qa).items()}
+        summary = score_rows_file(scorer, input, out, batch_size=batch_size, id_column=id_column, text_column=text_column,
+                                  join=join, join_name=f"--qa {qa}")
+    except (OSError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     finally:

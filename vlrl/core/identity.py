@@ -29,7 +29,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.backends import spec_identity
+
 logger = logging.getLogger(__name__)
+
+SPEC_KINDS = ("hf:", "openai:", "py:")
 
 
 class JobMismatch(ValueError):
@@ -42,19 +46,23 @@ class JobMismatch(ValueError):
 def resolve_source(value: Any) -> Any:
     """An existing local path (or a glob of them) resolved to an absolute path; anything else as is.
 
-    ``hf:PATH`` specs resolve their folder; URLs and model names stay untouched, so the identity of a
-    job never depends on the directory it was started from.
+    A backend spec (``hf:``, ``openai:``, ``py:``, also as ``NAME=SPEC``) becomes its
+    :func:`~vlrl.core.backends.spec_identity`: the ``hf:`` folder resolved, the options that can change
+    outputs kept and sorted, the run-only ones (concurrency, timeouts, retries) dropped. URLs and
+    model names stay untouched, so the identity of a job never depends on the directory it was
+    started from.
     """
     if isinstance(value, (list, tuple)):
         return [resolve_source(v) for v in value]
-    if not isinstance(value, str) or not value or "://" in value:
+    if not isinstance(value, str) or not value:
         return value
-    if value.startswith("hf:"):
-        target, sep, query = value[3:].partition("?")
-        return f"hf:{resolve_source(target)}{sep}{query}"
+    if value.startswith(SPEC_KINDS):
+        return spec_identity(value, resolve_source)
     name, eq, rest = value.partition("=")
-    if eq and rest.startswith("hf:") and ":" not in name:  # NAME=hf:PATH
-        return f"{name}={resolve_source(rest)}"
+    if eq and rest.startswith(SPEC_KINDS) and ":" not in name:  # NAME=SPEC (a committee member, a captioner)
+        return f"{name}={spec_identity(rest, resolve_source)}"
+    if "://" in value:
+        return value
     p = Path(value).expanduser()
     if p.exists():
         return str(p.resolve())
@@ -149,8 +157,19 @@ def identity_changes(old: dict[str, Any], new: dict[str, Any], *, shared_only: b
     return [
         f"{k}: {_short(old.get(k, _UNSET))} → {_short(new.get(k, _UNSET))}"
         for k in keys
-        if old.get(k, _UNSET) != new.get(k, _UNSET)
+        if _canonical(old.get(k, _UNSET)) != _canonical(new.get(k, _UNSET))
     ]
+
+
+def _canonical(v: Any) -> Any:
+    """A stored value as today's identity would hold it: spec strings written before their options
+    were normalised (``?concurrency=16`` kept, options unsorted) compare equal to the same spec now,
+    so an old folder resumes; every other value is compared as stored."""
+    if isinstance(v, str) and "?" in v and (v.startswith(SPEC_KINDS) or "=" in v.split(":", 1)[0]):
+        return resolve_source(v)
+    if isinstance(v, list):
+        return [_canonical(x) for x in v]
+    return v
 
 
 def check_identity(stored: dict[str, Any] | None, settings: dict[str, Any], *, where: str, what: str = "vlrl") -> None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,7 @@ from tqdm.auto import tqdm
 
 from vlrl.core.jobs import BackendDown, Job, current_job
 from vlrl.core.pipeline import JsonlStore, Quarantine, batched
+from vlrl.core.progress import Credit, LazyBar, on_requests
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +122,15 @@ def run_stage(
     failure_log: str | None = DEFAULT_FAILURE_LOG,
     job: Job | None = None,
     progress: bool = True,
+    progress_by: str | None = None,
 ) -> StageCounts:
     """Run ``process`` over every item whose key is not done yet; see the module docstring.
+
+    ``progress_by`` makes the bar move while a batch is with the model (:mod:`vlrl.core.progress`):
+    ``"item"`` when each item is one model request (a caption), so the item bar advances as each
+    one completes; a unit name (``"ask"``, ``"request"``) adds a second bar counting that stage's
+    model requests as they complete.
+    Without it the bar moves once per batch.
 
     ``items`` may be a generator (it is consumed lazily, one batch at a time). ``failure_log`` is
     the format of the one warning line per failure (``{desc}``, ``{key}``, ``{label}``,
@@ -214,15 +223,23 @@ def run_stage(
         batches = list(batches)
         total = sum(map(len, batches))
     bar = tqdm(total=total, desc=desc, unit="item", disable=not progress)
+    sub = None
+    if progress_by not in (None, "item"):
+        sub = LazyBar(f"{desc} {progress_by}s", unit=progress_by, enabled=progress)
+    credit = Credit(bar.update)
+    tick = (credit if progress_by == "item" else sub.update) if progress_by and progress else None
     try:
         for batch in batches:
             if job is not None:
                 job.breaker.check()
-            by_key = {oc.key: oc for oc in run_batch(batch)}
+            credit.start(len(batch))
+            with on_requests(tick) if tick is not None else nullcontext():
+                by_key = {oc.key: oc for oc in run_batch(batch)}
             stored = counts.stored
             down = [why for k, _ in batch
                     if (why := commit(k, by_key.get(k) or Outcome.fail(k, "the stage returned no outcome for this item")))]
-            bar.update(len(batch))
+            if (rest := len(batch) - credit.settle()) > 0:
+                bar.update(rest)
             # a batch that stored anything shows the backend is up; only all-failed batches count towards
             # the breaker, and only after the whole batch is committed (it may stop the job)
             if down and counting and counts.stored == stored:
@@ -232,6 +249,8 @@ def run_stage(
             raised.clear()
     finally:
         bar.close()
+        if sub is not None:
+            sub.close()
         for s in {id(s): s for s in (store, quarantine, *done) if isinstance(s, JsonlStore)}.values():
             if not s.fsync:
                 s.sync()

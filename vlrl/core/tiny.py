@@ -265,6 +265,7 @@ def make_tiny(
     tokenizer: str | Path | Any | None = None,
     min_pixels: int = TINY_MIN_PIXELS,
     max_pixels: int = TINY_MAX_PIXELS,
+    progress: bool = False,
     **overrides: Any,
 ) -> Path:
     """Build and save a randomly initialised tiny ``arch`` model (+ tokenizer, + processor for VLMs).
@@ -272,15 +273,46 @@ def make_tiny(
     ``tokenizer`` is a folder holding a tokenizer (ours or a real Qwen one), a tokenizer object, or
     ``None`` to train a fresh 2k-token BPE. ``overrides`` go to :func:`tiny_config`.
     Returns ``out``; load it back with ``from_pretrained(out)`` (no network needed).
+    ``progress`` shows a bar of the steps (on a loaded CPU the whole takes a minute or more, most of
+    it importing torch and transformers, which the bar names while it happens).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from tqdm.auto import tqdm
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: exists and is not a folder")
+    names = ["importing torch and transformers", "tokenizer", "building the model", "saving the model"]
+    names += [] if arch == "qwen2" else ["saving the processor"]
+    bar = tqdm(total=len(names), desc=f"make-tiny {arch}", unit="step", disable=not progress,
+               bar_format="{desc} [step {n_fmt}/{total_fmt}, {elapsed}]")
+    steps = iter(names)
+    started: list[str] = []
+
+    def step() -> None:  # the step named last is done; name the next one
+        started.append(next(steps, "done"))
+        bar.set_description_str(f"make-tiny {arch}: {started[-1]}", refresh=False)
+        if len(started) > 1:
+            bar.update(1)
+        bar.refresh()  # every step is shown, however quickly the next one follows
+
+    try:
+        step()
+        import torch  # noqa: F401 - the slow part, shown as its own step
+        import transformers  # noqa: F401
+
+        step()
+        return _make_tiny(arch, out, seed, tokenizer, min_pixels, max_pixels, step, overrides)
+    finally:
+        bar.close()
+
+
+def _make_tiny(arch: Arch, out: Path, seed: int, tokenizer: Any, min_pixels: int, max_pixels: int,
+               step: Any, overrides: dict[str, Any]) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
     if tokenizer is None:
         tok = train_tokenizer()
     elif isinstance(tokenizer, (str, Path)):
@@ -293,6 +325,7 @@ def make_tiny(
         logger.info("tokenizer's chat template cannot render images; using Qwen2.5-VL's for %s", arch)
         tok.chat_template = qwen_chat_template()
     out.mkdir(parents=True, exist_ok=True)
+    step()
     cfg = tiny_config(arch, tok, **overrides)
     torch.manual_seed(seed)
     auto = AutoModelForCausalLM if arch == "qwen2" else AutoModelForImageTextToText
@@ -300,14 +333,17 @@ def make_tiny(
     model.generation_config.eos_token_id = [cfg.get_text_config().eos_token_id]
     model.generation_config.pad_token_id = cfg.get_text_config().pad_token_id
     model.generation_config.do_sample = False
+    step()
     model.save_pretrained(str(out))
     tok.padding_side = "left"
     tok.save_pretrained(str(out))
     if arch != "qwen2":
+        step()
         build_processor(tok, min_pixels=min_pixels, max_pixels=max_pixels, arch=arch).save_pretrained(str(out))
     n = sum(p.numel() for p in model.parameters())
     logger.info("built tiny %s (%.2fM params, vocab %d) at %s", arch, n / 1e6, len(tok), out)
     (out / "vlrl_tiny.json").write_text(json.dumps({"arch": arch, "seed": seed, "params": n, **{k: str(v) for k, v in overrides.items()}}, indent=2))
+    step()
     return out
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import atomic_open, iter_jsonl, json_line
+from vlrl.core.progress import request_bar
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, summarize_details
 
 logger = logging.getLogger(__name__)
@@ -214,10 +215,16 @@ def score_rows_file(
     *,
     id_column: str | None = None,
     text_column: str | None = None,
+    join: dict[str, dict[str, Any]] | None = None,
+    join_name: str = "the joined dataset",
 ) -> dict[str, Any]:
     """Score every row of ``input_path`` with ``reward``; write ``{"id", "reward", "details"}`` lines
     to ``out_path`` in input order, each also carrying the input's id and text columns and image
-    reference (:func:`carried`). Returns a summary (counts, mean reward, mean of each detail)."""
+    reference (:func:`carried`). Returns a summary (counts, mean reward, mean of each detail).
+
+    ``join`` (``row id → columns``) adds columns to every row by its id before scoring, replacing
+    any of the same name (``reward score --qa``: a qa-curate dataset's questions for each caption);
+    a row whose id it lacks is a bad row naming ``join_name``."""
     from tqdm import tqdm
 
     if batch_size < 1:
@@ -266,8 +273,15 @@ def score_rows_file(
             desc=f"scoring {getattr(reward, 'name', 'reward')}",
             disable=not progress,
         ) as bar,
+        # the rows bar moves per batch; the model requests of a batch (asks, judge calls) move this one
+        request_bar(f"{getattr(reward, 'name', 'reward')} model requests", enabled=progress),
     ):
         for lineno, row, err in iter_rows(input_path, "completion", ("caption",), id_column=id_column, text_column=text_column):
+            if err is None and join is not None:
+                if (extra := join.get(str(row["id"]))) is None:
+                    err = f"id {row['id']!r}: not in {join_name} (no curated question for this image)"
+                else:
+                    row = {**row, **extra}
             if err is None and (missing := [c for c in required if row.get(c) is None]):
                 err = f"id {row['id']!r}: missing column(s) {', '.join(map(repr, missing))} needed by the reward"
             pending.append((lineno, row, err))

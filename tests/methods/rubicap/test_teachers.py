@@ -186,3 +186,22 @@ def test_each_missing_caption_is_one_log_line_naming_teacher_and_image(tmp_path,
     for img in ("img0.png", "img1.png"):
         assert sum(m.startswith(f"teacher down: {img}:") and "connection refused" in m for m in lines) == 1
     assert not any(m.startswith("teacher good:") for m in lines)
+
+
+def test_empty_and_truncated_teacher_captions_are_counted_and_warned_once(tmp_path, caplog):
+    """A teacher answering newlines and one running into the length limit: stats count both, per
+    teacher and overall, and one warning names them."""
+    src = make_images(tmp_path / "imgs", 4)
+    blank = teacher("blank", lambda r: ChatResult(texts=["\n\n\n"], finish_reasons=["length"]))
+    long = teacher("long", lambda r: ChatResult(texts=["a red square on white and " * 5], finish_reasons=["length"]))
+    with caplog.at_level("WARNING"):
+        stats = run_teacher_committee(src, [teacher("good"), blank, long], tmp_path / "out", batch_size=2)
+    per = stats["per_teacher"]
+    # whitespace is missing ("empty answer") or a failed request, never a caption; counted when it is missing
+    assert per["blank"]["captioned"] == 0 and per["blank"]["empty"] in (0, 4)
+    assert per["long"]["truncated"] == 4 and per["long"]["empty"] == 0
+    assert per["good"]["truncated"] == per["good"]["empty"] == 0
+    assert stats["truncated"] == 4 and stats["empty"] == per["blank"]["empty"]
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["truncated"] == 4
+    warned = [r.getMessage() for r in caplog.records if "teacher captions" in r.getMessage()]
+    assert len(warned) == 1 and "4 of" in warned[0] and "stopped at the length limit" in warned[0]

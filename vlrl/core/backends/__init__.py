@@ -16,12 +16,21 @@ Spec grammar (options after ``?`` are ``key=value`` pairs joined by ``&``):
   (:mod:`vlrl.core.backends.python`).
 
 ``load_backend(spec, cache=DIR_OR_FILE)`` wraps the backend in the persistent response cache.
+
+**Options are part of a job's identity.** A spec names the model *and* how it answers, so every
+option that can change what comes back (``dtype``, ``device``, ``logprobs``, ``prefix_mode``,
+``image_format``, ``sample_tokens``, ``logprobs_evidence``, and every ``py:`` option: vlrl cannot
+know what a factory does with them) is kept in the identity a long job stores
+(:func:`spec_identity`), and a rerun with another value into the same ``--out`` is refused. Only
+the options listed in :data:`RUN_ONLY_OPTIONS` are left out: they change how requests are sent
+(in flight at once, waited for, retried, batched), never what a request returns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from vlrl.core.backends.base import (
     Accounting,
@@ -48,8 +57,17 @@ __all__ = [
     "ResponseCache",
     "SamplingParams",
     "load_backend",
+    "RUN_ONLY_OPTIONS",
     "parse_spec",
+    "spec_identity",
 ]
+
+RUN_ONLY_OPTIONS: dict[str, frozenset[str]] = {
+    "openai": frozenset({"concurrency", "timeout", "max_retries", "api_key_env", "backoff", "backoff_max", "retry_after_max"}),
+    "hf": frozenset({"batch_size"}),  # like a job's own --batch-size: how many go through generate at once
+    "py": frozenset(),
+}
+"""Per backend kind, the spec options that cannot change outputs, left out of a job's identity."""
 
 
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
@@ -75,6 +93,21 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     if kind == "openai":
         register_secret_env(opts.get("api_key_env", "OPENAI_API_KEY"))  # its value is masked wherever text is written
     return kind, target, opts
+
+
+def spec_identity(spec: str, resolve: Callable[[str], str] | None = None) -> str:
+    """``spec`` as a job identity holds it: options that can change outputs kept and sorted (so
+    ``?b=1&a=2`` and ``?a=2&b=1`` are one job), :data:`RUN_ONLY_OPTIONS` dropped, and the ``hf:``
+    folder passed through ``resolve`` (the identity's path resolution). Idempotent, so a stored
+    identity can be normalised again; a string that does not parse as a spec is returned as is."""
+    try:
+        kind, target, opts = parse_spec(spec)
+    except ValueError:
+        return spec
+    if kind == "hf" and resolve is not None:
+        target = resolve(target)
+    kept = sorted((k, v) for k, v in opts.items() if k not in RUN_ONLY_OPTIONS[kind])
+    return f"{kind}:{target}" + ("?" + urlencode(kept, safe="/:@") if kept else "")
 
 
 def _url_userinfo(kind: str, target: str) -> bool:

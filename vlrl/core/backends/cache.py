@@ -37,6 +37,7 @@ from vlrl.core.backends.base import (
     answer_problem,
     request_key,
 )
+from vlrl.core.progress import requests_done
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +163,14 @@ class CachedBackend(Backend):
         for k, r in zip(keys, requests, strict=True):
             if k not in hits and k not in todo:
                 todo[k] = r
+        n_hits = sum(k in hits for k in keys)
+        requests_done(n_hits)  # answered already: the bar moves before the model is asked the rest
         fresh = dict(zip(todo, call(list(todo.values())), strict=True)) if todo else {}
+        requests_done(len(keys) - n_hits - len(todo))  # repeats in the batch, answered with their first
         self.cache.put_many(
             {(store_key(k, v) if store_key else k): _to_dict(v) for k, v in fresh.items() if storable(v)}
         )
-        self.stats.add(cache_hits=sum(k in hits for k in keys))
+        self.stats.add(cache_hits=n_hits)
         out = []
         for k in keys:
             if k in hits:

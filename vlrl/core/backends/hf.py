@@ -41,6 +41,7 @@ from vlrl.core.backends.base import (
     SamplingParams,
     choice_of_token,
 )
+from vlrl.core.progress import requests_done
 
 logger = logging.getLogger(__name__)
 
@@ -270,6 +271,7 @@ class HFBackend(Backend):
                                 outs.append(ChatResult(error=f"{requests[c[0]].id or 'request'}: generation failed: {e1}"))
                 for (i, *_), res in zip(chunk, outs, strict=False):
                     results[i] = res
+                requests_done(len(chunk))
         return [r if r is not None else ChatResult(error="not processed") for r in results]
 
     def _generate(
@@ -422,6 +424,7 @@ class HFBackend(Backend):
                                              temperature=[requests[it[0]].temperature for it in items])
             for k, row_probs in done.items():
                 finish(items[k][0], row_probs, items[k][3])
+            requests_done(len(done))
             items = [items[k] for k in rest]
         items.sort(key=lambda it: len(it[1]))
         for start in range(0, len(items), self.batch_size):
@@ -434,9 +437,11 @@ class HFBackend(Backend):
             except Exception as e:  # noqa: BLE001
                 for c in chunk:
                     results[c[0]] = ChoiceResult(error=f"{requests[c[0]].id or 'request'}: scoring failed: {e}")
+                requests_done(len(chunk))
                 continue
             for row, (i, _, _, tokens) in enumerate(chunk):
                 finish(i, tempered_softmax(logits[row : row + 1], requests[i].temperature)[0], tokens)
+            requests_done(len(chunk))
         return [r if r is not None else ChoiceResult(error="not processed") for r in results]
 
     def close(self) -> None:

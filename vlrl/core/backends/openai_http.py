@@ -84,6 +84,7 @@ from vlrl.core.backends.openai_wire import (
     top_logprobs_from_response,
     tristate,
 )
+from vlrl.core.progress import requests_done
 from vlrl.core.redact import register_secret_env
 
 logger = logging.getLogger(__name__)
@@ -330,7 +331,7 @@ class OpenAIBackend(Backend):
     # -- chat ----------------------------------------------------------------------------------------
     def _chat(self, requests: list[ChatRequest]) -> list[ChatResult]:
         async def run_all() -> list[ChatResult]:
-            coros = [self._chat_one(i, r) for i, r in enumerate(requests)]
+            coros = [_reported(self._chat_one(i, r)) for i, r in enumerate(requests)]
             # Probe whether the server continues a partial assistant turn before sending the batch.
             probe = self.supports_continue is None and any(assistant_tail(r.messages) is not None for r in requests)
             head = [await coros.pop(0)] if probe else []
@@ -375,7 +376,7 @@ class OpenAIBackend(Backend):
     # -- score_choices -----------------------------------------------------------------------------
     def _score_choices(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         async def run_all() -> list[ChoiceResult]:
-            coros = [self._score_one(i, r) for i, r in enumerate(requests)]
+            coros = [_reported(self._score_one(i, r)) for i, r in enumerate(requests)]
             # Probe the server with the first request so a whole batch is not wasted on
             # logprob requests (or partial assistant turns) the server ignores or rejects.
             unknown = self.supports_logprobs is None or (
@@ -502,3 +503,11 @@ class OpenAIBackend(Backend):
 
 
 __all__ = ["OpenAIBackend", "RequestFailed", "image_data_url", "probs_from_top_logprobs", "top_logprobs_from_response"]
+
+
+async def _reported(coro: Awaitable[Any]) -> Any:
+    """``coro``'s result, reported as one completed request (:mod:`vlrl.core.progress`) when it ends."""
+    try:
+        return await coro
+    finally:
+        requests_done(1)

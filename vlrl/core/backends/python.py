@@ -33,6 +33,7 @@ from vlrl.core.backends.base import (
     SamplingParams,
     first_choice,
 )
+from vlrl.core.progress import requests_done
 
 Reply = Callable[[list[dict[str, Any]], SamplingParams], "str | Sequence[str]"]
 
@@ -74,9 +75,10 @@ class FunctionBackend(Backend):
             except Exception as e:  # noqa: BLE001 - one bad request must not sink the batch
                 msg = " ".join(str(e).split()) or type(e).__name__
                 results.append(ChatResult(error=f"{r.id or f'request {i}'}: {self.model}: {msg}"))
-                continue
-            results.append(ChatResult(texts=texts, finish_reasons=["stop"] * len(texts),
-                                      completion_tokens=sum(len(t.split()) for t in texts)))
+            else:
+                results.append(ChatResult(texts=texts, finish_reasons=["stop"] * len(texts),
+                                          completion_tokens=sum(len(t.split()) for t in texts)))
+            requests_done(1)
         return results
 
     def _score_choices(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
@@ -90,7 +92,9 @@ class FunctionBackend(Backend):
             except Exception as e:  # noqa: BLE001
                 msg = " ".join(str(e).split()) or type(e).__name__
                 results.append(ChoiceResult(error=f"{rid}: {self.model}: {msg}"))
+                requests_done(1)
                 continue
+            requests_done(1)
             picked = first_choice(text, r.choices)
             if picked is None:
                 results.append(ChoiceResult(error=f"{rid}: reply {text[:60]!r} names none of {r.choices}"))

@@ -16,7 +16,7 @@ modes, because the jobs that read images have two shapes:
 Both leave pixels to :func:`vlrl.core.images.load_image`.
 """
 
-from vlrl.core.sources.dataset import DatasetSource, load_any_dataset, load_disk_dataset, undecoded
+from vlrl.core.sources.dataset import DatasetSource, load_any_dataset, load_disk_dataset, plain_image_folder, undecoded
 from vlrl.core.sources.stream import (
     ID_COLUMNS,
     IMAGE_COLUMNS,
@@ -46,6 +46,7 @@ __all__ = [
     "detect_kind",
     "load_any_dataset",
     "load_disk_dataset",
+    "plain_image_folder",
     "open_source",
     "read_locator",
     "undecoded",

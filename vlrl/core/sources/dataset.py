@@ -216,6 +216,23 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     return DatasetSource(ds, Path(root) if root is not None else default_root, kind, base=base, skipped=skipped)
 
 
+def plain_image_folder(src: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, str]]] | None:
+    """The image files of a folder that :func:`load_any_dataset` would read as a plain folder of
+    images (relative paths, and the names it would skip), or None when it is anything else.
+
+    Listed without ``datasets`` or pandas: a command that only looks at files (``vlrl data
+    check``) should not pay seconds of imports for an ``os.walk``.
+    """
+    path = Path(src)
+    if not path.is_dir() or any((path / m).is_file() for m in _METADATA_FILES):
+        return None
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        return None
+    if next(iter_image_files(path), None) is None:
+        return None
+    return _utf8_names(iter_image_files(path), path)
+
+
 def load_disk_dataset(path: str | os.PathLike[str], split: str | None = None) -> tuple[datasets.Dataset, str | None]:
     """A ``save_to_disk`` folder as one ``Dataset`` and the split it came from.
 

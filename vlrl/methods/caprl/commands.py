@@ -116,6 +116,7 @@ def smoke_cmd(
     margin: float = typer.Option(0.05, "--margin", help="caprl_qa: real captions must beat each baseline by more than this (paired mean)."),
     chance_margin: float = typer.Option(0.05, "--chance-margin", help="caprl_qa: real accuracy must exceed chance, 1/(options+1), by this."),
     seed: int = typer.Option(0, "--seed", help="caprl_qa: seed of the reward's draws and of the bootstrap."),
+    caption_max_tokens: int = typer.Option(512, "--caption-max-tokens", min=1, help="caprl_qa: Caption length limit in tokens (captions that stop at it are counted as truncated)."),
     max_image_pixels: MaxImagePixels = None,
     resize_max_pixels: ResizeMaxPixels = None,
 ) -> None:
@@ -125,10 +126,10 @@ def smoke_cmd(
         _smoke_caprl_qa(qa=qa, captioner=captioner, answerer=answerer, mode=mode, limit=limit,
                questions_per_caption=questions_per_caption, rounds=rounds, out=out, cache=cache, strict=strict,
                reward_name=reward_name, rubrics=rubrics, judge=judge, setting=setting, drop=drop,
-               margin=margin, chance_margin=chance_margin, seed=seed)
+               margin=margin, chance_margin=chance_margin, seed=seed, caption_max_tokens=caption_max_tokens)
 
 def _smoke_caprl_qa(*, qa, captioner, answerer, mode, limit, questions_per_caption, rounds, out, cache, strict,
-           reward_name, rubrics, judge, setting, drop, margin, chance_margin, seed) -> None:
+           reward_name, rubrics, judge, setting, drop, margin, chance_margin, seed, caption_max_tokens=512) -> None:
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
@@ -149,7 +150,8 @@ def _smoke_caprl_qa(*, qa, captioner, answerer, mode, limit, questions_per_capti
 
     try:
         summary = smoke_check(qa, captioner, answerer, mode=mode, limit=limit or None, questions_per_caption=questions_per_caption,
-                              rounds=rounds, cache=cache, margin=margin, chance_margin=chance_margin, seed=seed)
+                              rounds=rounds, cache=cache, margin=margin, chance_margin=chance_margin, seed=seed,
+                              max_tokens=caption_max_tokens)
     except BackendError as e:  # recorded too: a pipeline that reads --out sees why, not a stale pass
         atomic_write_json(out, {"passed": False, "failures": [str(e)], "backend_failed": True})
         typer.echo(f"vlrl reward smoke: {e}", err=True)

@@ -203,7 +203,7 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
         # fixed batch boundaries: a resumed run sends a half-done batch with the neighbours it had
         counts = run_stage(mine, key=str, process=process, store=store, quarantine=quarantine, done=[done],
                            batch_size=cfg.batch_size, stable_batches=True, desc="qa-curate", job=job,
-                           progress=progress, failure_log=None)  # _process_batch logs each failure
+                           progress=progress, progress_by="request", failure_log=None)  # _process_batch logs each failure
     finally:
         store.close()
         quarantine.close()

@@ -41,11 +41,14 @@ from typing import Any
 from vlrl.captioning.captioner import caption_images
 from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
 from vlrl.core.identity import check_identity, read_identity
+from vlrl.core.outputs import OutputCounts
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, read_jsonl, write_jsonl
+from vlrl.core.progress import request_bar
 from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
+from vlrl.methods.caprl.qa_dataset import bench_rows, dataset_folder, is_curated
 from vlrl.rewards.answer_check import last_boxed, math_equal, math_number
 
 logger = logging.getLogger(__name__)
@@ -215,7 +218,9 @@ def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
     """Rows of a benchmark and a function loading row ``i``'s image.
 
     A JSONL/JSON file is read directly (answers may mix numbers and strings, which one Arrow column
-    cannot hold); image paths are relative to the file's folder. Anything else goes through
+    cannot hold); image paths are relative to the file's folder. A ``vlrl data qa-curate`` output
+    (its folder or ``dataset/``) gives one multiple-choice row per curated question
+    (:func:`vlrl.methods.caprl.qa_dataset.bench_rows`). Anything else goes through
     :func:`vlrl.core.sources.load_any_dataset` (parquet, ``save_to_disk``, imagefolder).
     """
     from vlrl.core.images import load_image
@@ -234,6 +239,13 @@ def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
             v = rows[i].get("image")
             rid = str(rows[i].get("id") or i)
             return load_image(v, record=rid) if isinstance(v, dict) else load_image(v, root=root, record=rid)
+
+    elif is_curated(bench):  # a qa-curate dataset: each curated question is one multiple-choice row
+        source = load_any_dataset(dataset_folder(bench))
+        rows, origin = bench_rows([source.dataset[i] for i in range(len(source))])
+
+        def load(i: int):
+            return source.load_image(origin[i])
 
     else:
         source = load_any_dataset(bench)
@@ -318,9 +330,6 @@ def evaluate_prism(
             if oc.caption is not None:
                 caps = list(oc.captions) if oc.captions else [oc.caption]
                 truncs = list(oc.truncations) if oc.truncations else [oc.truncated]
-                if any(truncs):
-                    logger.warning("%s: %d caption(s) stopped at the %d-token limit (truncated)", k, sum(truncs),
-                                   caption_max_tokens)
                 outcomes.append(Outcome.ok(k, {"image": k, "captions": caps, "truncations": truncs}))
             elif oc.reason.startswith("bad image: "):
                 outcomes.append(Outcome.fail(k, f"image: {oc.reason.removeprefix('bad image: ')}"))
@@ -330,7 +339,7 @@ def evaluate_prism(
         return outcomes
 
     run_stage(keys, key=str, process=caption_batch, store=done, quarantine=bad, batch_size=32, desc="captions",
-              stable_batches=True, failure_log="{label}: {reason}", progress=progress)
+              stable_batches=True, failure_log="{label}: {reason}", progress=progress, progress_by="item")
     done.close()
     bad.close()
     captions: dict[str, list[str]] = {}
@@ -361,7 +370,7 @@ def evaluate_prism(
         preds.append(rec)
     per_caption = _answer_all(rows, preds, [captions.get(_image_key(r, i)) for i, r in enumerate(rows)], ans_b,
                               answer_mode=answer_mode, max_tokens=answer_max_tokens if answer_mode == "direct" else reason_max_tokens,
-                              temperature=answer_temperature, seed=seed, scales=numeric_scales)
+                              temperature=answer_temperature, seed=seed, scales=numeric_scales, progress=progress)
     for rec, outcomes in zip(preds, per_caption, strict=True):
         if not outcomes:
             continue
@@ -390,6 +399,11 @@ def evaluate_prism(
         for name, ps in sorted(by_bench.items())
     }
     all_caps = [t for k in keys for t in truncated.get(k, [])]
+    health = OutputCounts("prism captions", f"--caption-max-tokens (now {caption_max_tokens})")
+    for k in keys:  # empty and truncated captions: counted in results.json, one warning when too many
+        for text, cut in zip(captions.get(k, []), truncated.get(k, []), strict=False):
+            health.add(text, truncated=cut)
+    health.check()
     results = {
         "captioner": str(captioner),
         "answerer": str(answerer),
@@ -404,6 +418,7 @@ def evaluate_prism(
         "errors": sum(p["error"] is not None for p in preds),
         "truncated_captions": sum(all_caps),
         "truncated_rate": (sum(all_caps) / len(all_caps)) if all_caps else None,
+        "empty_captions": health.empty,
         "benchmarks": benchmarks,
     }
     atomic_write_json(out / "results.json", results)
@@ -415,7 +430,7 @@ def evaluate_prism(
 
 def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None], ans_b: Any, *,
                 answer_mode: str, max_tokens: int, temperature: float = 0.0, seed: int = 0,
-                scales: str = "percent") -> list[list[dict[str, Any]]]:
+                scales: str = "percent", progress: bool = False) -> list[list[dict[str, Any]]]:
     """Per row, one ``{prediction, score, error, raw}`` per caption of its image (none: no caption).
     ``temperature`` is the reasoning answerer's (the direct answers are greedy)."""
     out: list[list[dict[str, Any]]] = [[] for _ in rows]
@@ -448,9 +463,12 @@ def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None
                 chat_reqs.append(ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=max_tokens),
                                              id=f"{rec['id']}/caption{c}"))
                 chat_at.append((i, None))
-    for i, a in zip(mc_at, ask(ans_b, mc_asks, mode="sample", temperature=0.0, max_tokens=10) if mc_asks else [], strict=True):
+    with request_bar("answers", len(mc_asks) + len(chat_reqs), unit="ask", enabled=progress):
+        mc_answers = ask(ans_b, mc_asks, mode="sample", temperature=0.0, max_tokens=10) if mc_asks else []
+        chat_answers = ans_b.chat(chat_reqs) if chat_reqs else []
+    for i, a in zip(mc_at, mc_answers, strict=True):
         out[i].append({"prediction": a.letter, "score": a.correct or 0.0, "error": a.error, "raw": a.text})
-    for (i, pres), res in zip(chat_at, ans_b.chat(chat_reqs) if chat_reqs else [], strict=True):
+    for (i, pres), res in zip(chat_at, chat_answers, strict=True):
         if not res.ok:
             out[i].append({"prediction": None, "score": 0.0, "error": res.error, "raw": None})
             continue

@@ -181,6 +181,7 @@ class CapRLQAReward(Reward):
         self._backend: Backend | None = None
         self._calls = 0
         self._local = threading.local()
+        self._warned_inexact = False
         render(prompt, caption="", question="", options=[], choices=[])  # fail fast on a bad template name
 
     @property
@@ -309,8 +310,10 @@ class CapRLQAReward(Reward):
             pos += len(asks)
             scores.append(self._aggregate(mine, details))
             inexact += sum(1 for a in mine if a is not None and a.error is None and not a.exact)
-        if inexact and self.mode == "exact":
-            logger.warning("caprl_qa: %d answers were sampled estimates, not exact probabilities (backend lacks logprobs)", inexact)
+        if inexact and self.mode == "exact" and not self._warned_inexact:  # once per reward, not per batch
+            self._warned_inexact = True
+            logger.warning("caprl_qa: %d answers were sampled estimates, not exact probabilities (backend lacks "
+                           "logprobs); later batches of this run will be too, without another warning", inexact)
         n_none = sum(s.value is None for s in scores)
         if n_none:
             logger.warning("caprl_qa: %d of %d captions could not be scored (reward None)", n_none, n)

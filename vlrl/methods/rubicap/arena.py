@@ -233,7 +233,7 @@ def _judge_all(
     try:
         # a failed judgment is not stored: the next run asks again (its paid calls replay from the cache)
         run_stage(units, key=lambda u: u[0], process=process, store=judgments, batch_size=batch_size,
-                  desc="arena judge", failure_log="arena: judgment {key} failed: {reason}")
+                  desc="arena judge", failure_log="arena: judgment {key} failed: {reason}", progress_by="request")
     finally:
         backend.close()
 

@@ -127,7 +127,7 @@ def run_caption_qa(
             return done
 
         run_stage(units, key=unit_key, process=process, store=store,
-                  batch_size=batch_size, desc="caption-qa",
+                  batch_size=batch_size, desc="caption-qa", progress_by="ask",
                   failure_log="{desc}: {label}: {reason}; will retry on the next run")
         results = aggregate(list(store), names, levels, items, caps)
         _count_failed(results, units, store, unit_key)

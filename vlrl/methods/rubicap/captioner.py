@@ -49,7 +49,8 @@ def caption_pairs(
         done = []
         for it, oc in zip(batch, results, strict=True):
             row = {"key": f"{it.image_id}::{name}", "image_id": it.image_id, field: name}
-            done.append(Outcome.ok(row["key"], {**row, "caption": oc.caption}) if oc.caption is not None
+            # truncated: the caption stopped at the length limit (counted in the job's stats)
+            done.append(Outcome.ok(row["key"], {**row, "caption": oc.caption, "truncated": oc.truncated}) if oc.caption is not None
                         else Outcome.fail(row["key"], oc.reason or "no caption", label=it.image_id,
                                           image_id=it.image_id, **{field: name}))
         return done
@@ -72,7 +73,8 @@ def caption_pairs(
                 return outcomes(batch, caption_images(backend, batch, prompt, sampling, min_words=min_words))
     try:
         run_stage(todo, key=lambda it: f"{it.image_id}::{name}", process=process, store=captions,
-                  quarantine=failures, retry_quarantined=True, batch_size=batch_size, desc=f"{role} {name}")
+                  quarantine=failures, retry_quarantined=True, batch_size=batch_size, desc=f"{role} {name}",
+                  progress_by="item")  # one request per caption: the bar moves per caption
     finally:
         if backend is not None:
             backend.close()

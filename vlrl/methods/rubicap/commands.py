@@ -19,7 +19,7 @@ def teacher_captions_cmd(
     out: str = typer.Option(..., "--out", help="Output folder (teacher_captions.jsonl, failures.jsonl, stats.json, cache/)."),
     prompt_file: str | None = typer.Option(None, "--prompt-file", help="Jinja prompt template (default: teacher_caption.jinja)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
-    max_tokens: int = typer.Option(512, "--max-tokens", help="Caption length limit in tokens."),
+    max_tokens: int = typer.Option(512, "--max-tokens", "--caption-max-tokens", help="Caption length limit in tokens (captions that stop at it are counted as truncated)."),
     temperature: float = typer.Option(0.0, "--temperature", help="Teacher sampling temperature (0 = greedy)."),
     min_words: int = typer.Option(3, "--min-words", help="Shorter answers count as missing captions."),
     shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
@@ -81,7 +81,7 @@ def rubrics_cmd(
     writer_prompt_file: str | None = typer.Option(None, "--writer-prompt-file", help="Rubric writer prompt template."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per backend call."),
     max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for invalid writer output."),
-    student_max_tokens: int = typer.Option(512, "--student-max-tokens", help="Student caption length limit in tokens."),
+    student_max_tokens: int = typer.Option(512, "--student-max-tokens", "--caption-max-tokens", help="Student caption length limit in tokens."),
     writer_max_tokens: int = typer.Option(2048, "--writer-max-tokens", help="Rubric writer answer length limit in tokens."),
     shard: str | None = typer.Option(None, "--shard", help="Process shard i/n of the images."),
     job: JobFlags = JobFlags(),
@@ -125,6 +125,7 @@ def arena_cmd(
     judge_prompt_file: str | None = typer.Option(None, "--judge-prompt-file", help="Judge prompt template."),
     batch_size: int = typer.Option(16, "--batch-size", help="Requests per backend call."),
     max_retries: int = typer.Option(2, "--max-retries", help="Corrective retries for unparseable verdicts."),
+    caption_max_tokens: int = typer.Option(512, "--caption-max-tokens", min=1, help="Caption length limit in tokens (captions that stop at it are counted as truncated)."),
     job: JobFlags = JobFlags(),
 ) -> None:
     params = job.params(locals())
@@ -135,7 +136,7 @@ def arena_cmd(
     results = job_command(
         "eval arena", out, params, lambda: run_arena(
             candidate, baseline, judge, images, out, reference=reference, judge_prompt_file=judge_prompt_file,
-            batch_size=batch_size, max_retries=max_retries,
+            batch_size=batch_size, max_retries=max_retries, caption_max_tokens=caption_max_tokens,
         ), specs=[candidate, *baseline, judge], ignore=("max_retries",),
         outputs=["results.json", "captions.jsonl", "judgments.jsonl"],
     )
@@ -158,6 +159,7 @@ def caption_qa_cmd(
     budgets: str = typer.Option("50,100,200,400", "--budgets", help="Comma-separated word budgets."),
     setting: list[str] = typer.Option([], "--set", help="caprl_qa setting KEY=VALUE (e.g. mode=exact, rounds=4); repeatable."),
     batch_size: int = typer.Option(32, "--batch-size", help="Captions per reward call."),
+    caption_max_tokens: int = typer.Option(1024, "--caption-max-tokens", min=1, help="--captioner: Caption length limit in tokens (captions that stop at it are counted as truncated)."),
     job: JobFlags = JobFlags(),
 ) -> None:
     params = job.params(locals())
@@ -171,7 +173,7 @@ def caption_qa_cmd(
     results = job_command(
         "eval caption-qa", out, params, lambda: run_caption_qa(
             qa, answerer, out, captions=captions, captioners=captioner, budgets=parse_budgets(budgets),
-            reward_settings=settings, batch_size=batch_size,
+            reward_settings=settings, batch_size=batch_size, caption_max_tokens=caption_max_tokens,
         ), specs=[answerer, *captioner], outputs=["results.json", "scores.jsonl", "captions.jsonl"],
     )
     Console().print(results_table(results))

@@ -119,7 +119,7 @@ def build_rubrics(
         stage = {"key": lambda r: str(r["image_id"]), "store": store, "done": [solved], "quarantine": rejected,
                  "retry_quarantined": True, "batch_size": batch_size, "failure_log": "{key}: rejected: {reason}"}
         run_stage(few, process=no_consensus, desc="no consensus", progress=False, **stage)
-        run_stage(todo, process=process, desc="rubrics", **stage)
+        run_stage(todo, process=process, desc="rubrics", progress_by="request", **stage)
         stats = _stats(rows, store, solved, rejected)
     finally:
         for b in (stu_backend, wri_backend):

@@ -18,7 +18,9 @@ models (``openai:``) and local ones (``hf:``). The job is built to run for hours
   reason, and is retried on the next run (failures are never cached).
 
 Outputs in ``--out``: ``teacher_captions.jsonl`` (one row per image: ``image_id``, ``image``,
-``teacher_captions`` {teacher: caption}, ``missing`` {teacher: reason}), ``stats.json``,
+``teacher_captions`` {teacher: caption}, ``missing`` {teacher: reason}), ``stats.json`` (with
+``empty`` and ``truncated`` counts, overall and per teacher, and one warning when too many;
+:mod:`vlrl.core.outputs`),
 ``meta.json`` (teacher names and specs, prompt), and the working files above.
 """
 
@@ -32,6 +34,7 @@ from typing import Any
 
 from vlrl.captioning.captioner import unique_names
 from vlrl.core.backends import Backend, SamplingParams
+from vlrl.core.outputs import OutputCounts
 from vlrl.core.pipeline import JsonlStore, atomic_write_json, in_shard, parse_shard, read_jsonl, write_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
@@ -42,6 +45,7 @@ from vlrl.methods.rubicap.sources import load_images
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "teacher_caption.jinja"
+EMPTY_REASON = "empty answer"  # vlrl.captioning.captioner.check_caption's reason for whitespace only
 
 
 def pair_key(image_id: str, teacher: str) -> str:
@@ -106,13 +110,19 @@ def _write_dataset(
     out: Path, items: list[ImageItem], names: list[str], captions: JsonlStore, failures: JsonlStore
 ) -> dict[str, Any]:
     caps: dict[str, dict[str, str]] = {}
+    health = OutputCounts("teacher captions", "--max-tokens")
+    per_teacher = {n: {"captioned": 0, "missing": 0, "empty": 0, "truncated": 0, "reasons": Counter()} for n in names}
     for rec in captions:
         caps.setdefault(rec["image_id"], {})[rec["teacher"]] = rec["caption"]
+        if rec["teacher"] in per_teacher:
+            per_teacher[rec["teacher"]]["truncated"] += bool(rec.get("truncated"))
+            health.add(rec["caption"], truncated=bool(rec.get("truncated")))
     reasons: dict[tuple[str, str], str] = {}
     for rec in failures:
         reasons[(rec["image_id"], rec["teacher"])] = rec["reason"]
-
-    per_teacher = {n: {"captioned": 0, "missing": 0, "reasons": Counter()} for n in names}
+        if rec["teacher"] in per_teacher and _reason_kind(rec["reason"]) == EMPTY_REASON:
+            per_teacher[rec["teacher"]]["empty"] += 1  # an answer of whitespace only: missing, and counted as empty
+            health.add("")
     coverage = Counter()
 
     def rows() -> Iterator[dict[str, Any]]:  # streamed: counts are kept as the rows go out
@@ -138,7 +148,9 @@ def _write_dataset(
         "per_teacher": {n: {**v, "reasons": dict(v["reasons"])} for n, v in per_teacher.items()},
         "images_by_caption_count": {str(k): coverage[k] for k in sorted(coverage)},
         "images_with_consensus_possible": sum(v for k, v in coverage.items() if k >= 2),
+        **health.as_dict(),
     }
+    health.check()
     atomic_write_json(out / "stats.json", stats)
     return stats
 

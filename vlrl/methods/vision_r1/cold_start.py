@@ -266,7 +266,7 @@ def cold_start(
     try:
         # kept -> sft.jsonl, decided rejections -> rejected.jsonl (both skipped on resume), bad records -> quarantine
         run_stage(records(), key=lambda r: r[0], process=process, store=kept, done=[rejected], quarantine=quarantine,
-                  batch_size=batch_size, desc="cold start")
+                  batch_size=batch_size, desc="cold start", progress_by="request")
         stats = _stats(out, kept, rejected, quarantine, retry)
     finally:
         for s in (kept, rejected, quarantine):

@@ -161,7 +161,7 @@ def evaluate_reasoning(
 
     try:
         counts = run_stage(items(), key=lambda x: x[0], process=process, store=preds, quarantine=quarantine,
-                           batch_size=batch_size, desc="eval reasoning")
+                           batch_size=batch_size, desc="eval reasoning", progress_by="request")
         keep = set(wanted)
         rows = [r for r in preds if r["id"] in keep]
         metrics = {**summarize(rows), "model": getattr(backend, "model", str(model)), "bench": bench,
