@@ -148,6 +148,24 @@ def test_low_letter_mass_is_a_parse_failure_not_chance(qwen_tok):
     assert s.details["parse_failure_rate"] == 1.0 and s.details["letter_mass"] < 0.1
 
 
+def test_low_letter_mass_is_resampled_with_low_mass_sample_and_warned_once(qwen_tok, caplog):
+    """Where the first token is rarely a letter, exact mode cannot agree with the sampled reward;
+    ``low_mass: sample`` re-asks those asks by sampling, which finds the letter written later."""
+    top = {" I": -0.01, " A": -5.0, " B": -5.2, " C": -5.4}
+    with TemplateServer(qwen_tok, top=top, reply=" I believe it is A.") as srv:
+        b = OpenAIBackend(srv.base_url, "answerer", **FAST)
+        try:
+            r = build_reward("caprl_qa", answerer=b, mode="exact", questions_per_caption=2, rounds=1, shuffle=False,
+                             low_mass="sample")
+            with caplog.at_level("WARNING"):
+                (s,) = r.score(["a red caption"], questions=[[QUESTION]])
+                r.score(["another caption"], questions=[[QUESTION]])
+        finally:
+            b.close()
+    assert s.value == 1.0 and s.details["low_mass_resampled"] == 2 and s.details["letter_mass"] < 0.1
+    assert sum("letter mass" in rec.getMessage() for rec in caplog.records) == 1
+
+
 # -- 3. robust transport --------------------------------------------------------------------------------
 
 

@@ -66,6 +66,8 @@ class Answer:
     probs: dict[str, float] = field(default_factory=dict)
     letter_mass: float | None = None
     """Exact mode: the probability the answerer put on any option letter (None in sample mode)."""
+    resampled: bool = False
+    """Exact mode with ``low_mass: sample``: the letter mass was too low, and this answer was sampled."""
 
 
 def _image_safe(obj: Any) -> Any:

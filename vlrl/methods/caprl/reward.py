@@ -118,6 +118,7 @@ class CapRLQAReward(Reward):
         preset: str | None = None,
         on_ask_failure: str = "none",
         layout: str | None = None,
+        low_mass: str = "zero",
     ) -> None:
         # Settings left unset (None) come from the preset, else from DEFAULTS; explicit ones win.
         if preset is not None and preset not in PRESETS:
@@ -137,6 +138,8 @@ class CapRLQAReward(Reward):
                              "sample mode only; drop mode: exact or use the vlrl layout")
         if parse not in ("vlrl", "first_capital"):
             raise ValueError(f"caprl_qa: parse must be 'vlrl' or 'first_capital', not {parse!r}")
+        if low_mass not in ("zero", "sample"):
+            raise ValueError(f"caprl_qa: low_mass must be 'zero' or 'sample', not {low_mass!r}")
         if on_ask_failure not in ("none", "subset"):
             raise ValueError(f"caprl_qa: on_ask_failure must be 'none' or 'subset', not {on_ask_failure!r}")
         if mode not in ("sample", "exact"):
@@ -178,6 +181,11 @@ class CapRLQAReward(Reward):
         self.preset = preset
         self.on_ask_failure = on_ask_failure
         self.layout = layout
+        self.low_mass = low_mass
+        """Exact mode, an ask whose letter mass is below ``min_letter_mass``: ``zero`` scores it 0 (a
+        parse failure); ``sample`` asks it again in sample mode, which finds a letter the answerer
+        writes after other tokens, so the reward agrees with the sampled one where exact cannot."""
+        self._warned_mass = False
         self._backend: Backend | None = None
         self._calls = 0
         self._local = threading.local()
@@ -302,6 +310,8 @@ class CapRLQAReward(Reward):
             except Exception as e:  # noqa: BLE001 - e.g. the answerer cannot even be built
                 logger.error("caprl_qa: answerer unavailable: %s", e)
                 answers = [None] * len(flat)
+            if self.mode == "exact":
+                answers = self._low_mass(flat, answers)
         else:
             answers = []
         scores, pos, inexact = [], 0, 0
@@ -318,6 +328,34 @@ class CapRLQAReward(Reward):
         if n_none:
             logger.warning("caprl_qa: %d of %d captions could not be scored (reward None)", n_none, n)
         return scores
+
+    def _low_mass(self, asks: list[Ask], answers: list[Any]) -> list[Any]:
+        """Warn once when the answerer puts little first-token mass on the letters (exact mode then
+        measures something else than the sampled reward; docs/caprl.md), and with ``low_mass:
+        sample`` re-ask those asks in sample mode."""
+        masses = [a.letter_mass for a in answers if a is not None and a.letter_mass is not None]
+        if masses and sum(masses) / len(masses) < 0.5 and not self._warned_mass:
+            self._warned_mass = True
+            logger.warning("caprl_qa: the answerer's mean first-token letter mass is %.2f: exact mode scores only the "
+                           "letter it names first, and may differ from the sampled reward (low_mass: sample re-asks "
+                           "low-mass asks by sampling; see letter_mass in the logs)", sum(masses) / len(masses))
+        if self.low_mass != "sample":
+            return answers
+        low = [i for i, a in enumerate(answers)
+               if a is not None and a.error is None and a.letter_mass is not None and a.letter_mass < self.min_letter_mass]
+        if not low:
+            return answers
+        try:
+            again = ask(self.backend, [asks[i] for i in low], mode="sample", temperature=self.temperature,
+                        max_tokens=self.max_tokens, parse_rule=self.parse)
+        except Exception as e:  # noqa: BLE001 - keep the exact answers
+            logger.error("caprl_qa: low-mass re-ask failed: %s", e)
+            return answers
+        out = list(answers)
+        for i, a in zip(low, again, strict=True):
+            a.exact, a.letter_mass, a.resampled = False, answers[i].letter_mass, True
+            out[i] = a
+        return out
 
     def _aggregate(self, answers: list[Any], details: dict[str, Any]) -> Score:
         if not answers:
@@ -347,5 +385,7 @@ class CapRLQAReward(Reward):
         masses = [a.letter_mass for a in ok if a.letter_mass is not None]
         if masses:
             details["letter_mass"] = sum(masses) / len(masses)
+        if self.mode == "exact":
+            details["low_mass_resampled"] = sum(bool(getattr(a, "resampled", False)) for a in ok)
         details["cannot_answer_rate"] = sum(a.abstain for a in ok) / len(ok)
         return Score(acc, details)
