@@ -130,3 +130,63 @@ def test_video_folders_are_listed_like_image_folders(tmp_path):
     (tmp_path / ".hidden.mp4").write_bytes(b"")
     assert list(iter_video_files(tmp_path)) == ["b.mp4", "sub/a.webm"]
     assert math.isfinite(load_video(tmp_path / "sub" / "a.webm").duration)
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_the_hf_backend_feeds_video_to_qwen_vl_models(tmp_path, kind, request):
+    """A video part reaches a tiny Qwen2.5-VL / Qwen3-VL as video inputs (pixel_values_videos,
+    video_grid_thw; Qwen2.5-VL's second_per_grid_ts from the sampled frame rate), and the response
+    cache keys on the video's content."""
+    from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+    from vlrl.core.tiny import make_tiny
+
+    model = make_tiny(kind, tmp_path / kind, seed=0)
+    backend = load_backend(f"hf:{model}?device=cpu&dtype=float32", cache=tmp_path / "cache")
+    seen = []
+    inner = backend.inner
+    original = inner._encode
+
+    def spy(texts, images):
+        enc = original(texts, images)
+        seen.append({k: v for k, v in enc.items() if "video" in k or k == "second_per_grid_ts"})
+        return enc
+
+    inner._encode = spy
+    a = make_video(tmp_path / "a.mp4", seconds=2.0)
+    b = make_video(tmp_path / "b.mp4", seconds=2.0, size=(48, 64))
+
+    def req(path):
+        return ChatRequest([{"role": "user", "content": [{"type": "video", "video": str(path)},
+                                                         {"type": "text", "text": "Describe the video."}]}],
+                           SamplingParams(max_tokens=3), id=path.name)
+
+    try:
+        first = backend.chat([req(a)])
+        again = backend.chat([req(a)])
+        other = backend.chat([req(b)])
+    finally:
+        backend.close()
+    assert first[0].ok and again[0].cached and not other[0].cached
+    assert len(seen) == 2 and "pixel_values_videos" in seen[0] and tuple(seen[0]["video_grid_thw"].shape) == (1, 3)
+    assert int(seen[0]["video_grid_thw"][0, 0]) == 2  # 4 frames at 2 fps, 2 frames per temporal patch
+    if kind == "qwen2_5_vl":
+        assert float(seen[0]["second_per_grid_ts"][0]) == pytest.approx(1.0)  # 2 frames per grid at 2 fps
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_openai_backend_sends_video_as_vllm_takes_it(vllm_vlm, tmp_path):
+    """A video part goes to a real vLLM server as a ``video_url`` data URL, and vLLM (its own video
+    loader, its own frame sampling) answers it."""
+    from vlrl.core.backends import ChatRequest, SamplingParams, load_backend
+
+    path = make_video(tmp_path / "a.mp4", seconds=2.0)
+    backend = load_backend(f"openai:{vllm_vlm.base_url}@{vllm_vlm.model}?timeout=300&max_retries=0")
+    try:
+        (res,) = backend.chat([ChatRequest([{"role": "user", "content": [
+            {"type": "video", "video": str(path)}, {"type": "text", "text": "Describe the video."}]}],
+            SamplingParams(max_tokens=4), id="a.mp4")])
+    finally:
+        backend.close()
+    assert res.ok, res.error
+    assert res.prompt_tokens > 40  # the video's tokens reached the model, not only the text

@@ -155,7 +155,7 @@ def load_video(path: str | os.PathLike[str], spec: VideoSpec | None = None, reco
             h, w = qwen_smart_resize(height, width, factor=28, min_pixels=min_pixels, max_pixels=max_pixels)
         except ValueError as e:
             raise VideoLoadError(record, f"cannot fit the pixel budget: {e}") from None
-        frames, times, seen = [], [], 0
+        frames, times, kept, seen = [], [], [], 0
         targets = iter(wanted)
         nxt = next(targets, None)
         try:
@@ -167,6 +167,7 @@ def load_video(path: str | os.PathLike[str], spec: VideoSpec | None = None, reco
                     img = frame.to_image().convert("RGB")
                     frames.append(img.resize((w, h), Image.Resampling.BICUBIC, reducing_gap=3.0))
                     times.append(float(frame.time) if frame.time is not None else k / fps)
+                    kept.append(k)
                     nxt = next(targets, None)
         except av.error.FFmpegError as e:
             raise VideoLoadError(record, f"truncated or corrupt stream at frame {seen}: {getattr(e, 'strerror', None) or e}") from None
@@ -177,8 +178,9 @@ def load_video(path: str | os.PathLike[str], spec: VideoSpec | None = None, reco
     while len(frames) % v.FRAME_FACTOR or len(frames) < v.FRAME_FACTOR:  # Qwen needs an even frame count
         frames.append(frames[-1])
         times.append(times[-1])
+        kept.append(kept[-1])
     sample_fps = len(frames) / max(total, 1) * fps
-    meta = {"frames_indices": wanted[: len(frames)], "size": [w, h], "codec": ctx.name}
+    meta = {"frames_indices": kept, "size": [w, h], "codec": ctx.name}
     return Clip(frames, times, sample_fps, fps, duration, total, (width, height), meta)
 
 

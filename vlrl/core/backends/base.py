@@ -456,6 +456,13 @@ def _digest_image_paths(message: Any) -> Any:
         return message
     parts = []
     for part in content:
+        video = part.get("video") if isinstance(part, dict) and part.get("type") == "video" else None
+        if isinstance(video, (str, os.PathLike)):  # a video file keys by its content, read in chunks
+            try:
+                with open(video, "rb") as fh:
+                    part = dict(part, video={"video_file_sha256": hashlib.file_digest(fh, "sha256").hexdigest()})
+            except OSError:
+                pass
         image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
         if isinstance(image, (str, os.PathLike)) and not str(image).startswith(("http://", "https://", "data:")):
             try:
@@ -475,6 +482,13 @@ def _jsonable(obj: Any) -> Any:
         Image = None
     if Image is not None and isinstance(obj, Image.Image):
         return {"image_sha256": hashlib.sha256(obj.tobytes()).hexdigest(), "size": obj.size, "mode": obj.mode}
+    from vlrl.core.video import Clip
+
+    if isinstance(obj, Clip):  # decoded frames: their pixels and times, never a deep copy of them
+        h = hashlib.sha256()
+        for f in obj.frames:
+            h.update(f.tobytes())
+        return {"video_frames_sha256": h.hexdigest(), "times": obj.times, "sample_fps": obj.sample_fps}
     if dataclasses.is_dataclass(obj):
         return dataclasses.asdict(obj)
     if isinstance(obj, (set, tuple)):

@@ -56,6 +56,13 @@ def _load_image(image: Any, record: str | None):
     return load_image(image, record=record)
 
 
+def _load_video(video: Any, record: str | None):
+    """A request's video part: a decoded :class:`~vlrl.core.video.Clip`, or a file decoded here."""
+    from vlrl.core.video import Clip, load_video
+
+    return video if isinstance(video, Clip) else load_video(video, record=record)
+
+
 def _named(record: str, err: Exception) -> str:
     """One-line error naming the record once (image errors already carry it)."""
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -212,7 +219,13 @@ class HFBackend(Backend):
             if isinstance(content, list):
                 parts = []
                 for p in content:
-                    if p.get("type") == "image":
+                    if p.get("type") == "video":
+                        if not self.is_vlm:
+                            raise ValueError("this model is text-only but the request contains a video")
+                        if load_images:
+                            images.append(_load_video(p["video"], record))
+                        parts.append({"type": "video"})
+                    elif p.get("type") == "image":
                         if not self.is_vlm:
                             raise ValueError("this model is text-only but the request contains an image")
                         if load_images:
@@ -232,8 +245,18 @@ class HFBackend(Backend):
         return text, images
 
     def _encode(self, texts: list[str], images: list[list[Any]]):
-        flat = [im for ims in images for im in ims]
-        if self.is_vlm:
+        from vlrl.core.video import Clip
+
+        flat = [im for ims in images for im in ims if not isinstance(im, Clip)]
+        clips = [im for ims in images for im in ims if isinstance(im, Clip)]
+        if self.is_vlm and clips:
+            # Frames are already chosen and sized by qwen-vl-utils' rules (vlrl.core.video); the
+            # processor is told which source frames they are, for its temporal positions.
+            meta = [{"fps": c.source_fps, "frames_indices": c.meta.get("frames_indices", list(range(len(c.frames)))),
+                     "total_num_frames": c.total_frames} for c in clips]
+            enc = self.processor(text=texts, images=flat or None, videos=[c.frames for c in clips], video_metadata=meta,
+                                 do_sample_frames=False, padding=True, return_tensors="pt")
+        elif self.is_vlm:
             enc = self.processor(text=texts, images=flat or None, padding=True, return_tensors="pt")
         else:
             enc = self.tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)

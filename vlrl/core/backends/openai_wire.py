@@ -11,7 +11,9 @@ import asyncio
 import base64
 import io
 import math
+import os
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import Any
 
 from vlrl.core.backends.base import SamplingParams, answer_problem, choice_of_token
@@ -44,16 +46,39 @@ def image_data_url(image: Any, fmt: str = "png") -> str:
     return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
 
 
+_VIDEO_MIME = {".mp4": "video/mp4", ".m4v": "video/mp4", ".mov": "video/quicktime", ".webm": "video/webm",
+               ".mkv": "video/x-matroska", ".avi": "video/x-msvideo", ".gif": "image/gif"}
+
+
+def video_data_url(video: Any) -> str:
+    """A video file as a ``data:video/...;base64,`` URL, as vLLM's ``video_url`` parts take it (the
+    server decodes and samples it with its own video loader); http(s)/data URLs pass through."""
+    if isinstance(video, str) and video.startswith(("http://", "https://", "data:")):
+        return video
+    if not isinstance(video, (str, os.PathLike)):
+        raise ValueError(f"an openai: backend sends video files, not {type(video).__name__} (give the video's path)")
+    path = Path(video)
+    mime = _VIDEO_MIME.get(path.suffix.lower(), "video/mp4")
+    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+
+
+def _wire_part(p: dict[str, Any], image_format: str) -> dict[str, Any]:
+    if p.get("type") == "image":
+        return {"type": "image_url", "image_url": {"url": image_data_url(p["image"], image_format)}}
+    if p.get("type") == "video":
+        return {"type": "video_url", "video_url": {"url": video_data_url(p["video"])}}
+    return p
+
+
 def to_openai_messages(messages: Sequence[dict[str, Any]], image_format: str = "png") -> list[dict[str, Any]]:
     """vlrl's messages in the OpenAI wire layout: each ``{"type": "image", "image": ...}`` part becomes
-    an ``image_url`` part with the image inlined as a data URL (the server never reads our disk)."""
+    an ``image_url`` part with the image inlined as a data URL (the server never reads our disk), and
+    each ``{"type": "video", "video": PATH}`` part a ``video_url`` part with the file inlined."""
     out = []
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            m = dict(m, content=[p if p.get("type") != "image" else
-                                 {"type": "image_url", "image_url": {"url": image_data_url(p["image"], image_format)}}
-                                 for p in content])
+            m = dict(m, content=[_wire_part(p, image_format) for p in content])
         out.append(dict(m))
     return out
 
