@@ -144,7 +144,9 @@ def caption_images(
             reason = str(e) if isinstance(e, ImageLoadError) else " ".join(f"{type(e).__name__}: {e}".split())
             outcomes[i] = CaptionOutcome(None, f"bad image: {reason}")
             continue
-        content = [{"type": "image", "image": image}, {"type": "text", "text": prompts[i]}]
+        part = ({"type": "video", "video": image} if hasattr(image, "frames") and hasattr(image, "times")
+                else {"type": "image", "image": image})
+        content = [part, {"type": "text", "text": prompts[i]}]
         requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=names[i]))
         slots.append(i)
     if requests:

@@ -101,6 +101,8 @@ class CaptionJob:
     """Ray: number of caption workers (default: one per model spec)."""
     gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
+    media: str = "image"
+    """``video``: ``images`` is a folder of video files (``vlrl caption --videos``)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -130,7 +132,8 @@ class CaptionJob:
         return path.read_text(encoding="utf-8")
 
     def open_source(self) -> ImageSource:
-        return open_source(self.images, self.source_type, split=self.split, image_column=self.image_column, id_column=self.id_column)
+        return open_source(self.images, self.source_type, split=self.split, image_column=self.image_column, id_column=self.id_column,
+                           media=self.media)
 
     def names(self) -> dict[str, str]:
         """File names in ``out``: shard jobs sharing a folder each get their own."""
@@ -179,6 +182,11 @@ def caption_batch(
         if oc.caption is None:
             out.append((None, oc.reason or "backend error"))
             continue
+        # a video's record: which frames the model saw, when, at what rate (a Clip, vlrl.core.video)
+        video = ({"video_id": item.image_id, "video": img.meta.get("path"), "frames": len(img.frames),
+                  "fps": img.sample_fps, "frame_times": img.times, "duration": img.duration}
+                 if hasattr(img, "frames") else {})
+        size = img.frames[0].size if video else (img.width, img.height)
         out.append(
             (
                 {
@@ -192,8 +200,9 @@ def caption_batch(
                     "finish_reason": oc.finish_reason,
                     "prompt_tokens": oc.prompt_tokens,
                     "completion_tokens": oc.completion_tokens,
-                    "width": img.width,
-                    "height": img.height,
+                    **video,
+                    "width": size[0],
+                    "height": size[1],
                     "seconds": dt / len(loaded),
                     "batch_seconds": dt,
                     "batch_size": len(loaded),

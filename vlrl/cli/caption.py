@@ -13,7 +13,8 @@ from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixel
           force="Start over: remove this shard's captions, quarantine and manifest first.",
           retry_quarantined="Process images quarantined by earlier runs again.")
 def caption(
-    images: str = typer.Option(..., "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
+    images: str | None = typer.Option(None, "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
+    videos: str | None = typer.Option(None, "--videos", help="Folder of video files (mp4, webm, mkv, mov, avi, gif): frames sampled by Qwen's video rules (docs/captioning.md)."),
     model: list[str] = typer.Option(..., "--model", help="Backend spec: hf:PATH, openai:URL@MODEL or py:module:factory (docs/captioning.md); repeat for one per Ray worker."),
     out: Path = typer.Option(..., "--out", help="Output folder (captions/, manifest.json, quarantine.jsonl)."),
     prompt: str | None = typer.Option(None, "--prompt", help="Prompt text (jinja: {{ image_id }}, {{ meta.x }})."),
@@ -49,8 +50,10 @@ def caption(
     # a dead backend exits 1; a bad path, setting or input, or a folder that cannot be written (a
     # read-only or full disk, a file in the way) is one redacted line and exit 2, as in every command
     with command_errors("caption"):
+        if (images is None) == (videos is None):
+            raise ValueError("give --images or --videos (one of them)")
         caption_job = CaptionJob(
-            images=images, models=list(model), out=out, prompt=prompt,
+            images=images or videos, media="video" if videos else "image", models=list(model), out=out, prompt=prompt,
             prompt_file=str(prompt_file) if prompt_file else None, shard=shard, batch_size=batch_size,
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, output_format=output_format,
             part_size=part_size, source_type=source_type, split=split, image_column=image_column,

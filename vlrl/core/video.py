@@ -82,6 +82,11 @@ class Clip:
     source_size: tuple[int, int]
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def close(self) -> None:
+        """Free the frames (the caption job closes what it decoded, as it closes images)."""
+        for f in self.frames:
+            f.close()
+
 
 def iter_video_files(folder: str | os.PathLike[str], *, include_hidden: bool = False):
     """Relative POSIX paths of the video files under ``folder`` (the listing rules of image folders)."""

@@ -55,6 +55,7 @@ def video_data_url(video: Any) -> str:
     server decodes and samples it with its own video loader); http(s)/data URLs pass through."""
     if isinstance(video, str) and video.startswith(("http://", "https://", "data:")):
         return video
+    video = getattr(video, "meta", {}).get("path", video)  # a decoded clip sends the file it came from
     if not isinstance(video, (str, os.PathLike)):
         raise ValueError(f"an openai: backend sends video files, not {type(video).__name__} (give the video's path)")
     path = Path(video)

@@ -80,7 +80,23 @@ class ImageItem:
         if self.error:
             raise ImageLoadError(self.image_id, self.error)
         root = self.locator.get("root") if self.data is None else None
+        if self.locator.get("media") == "video":
+            return self._open_video(root)
         return load_image(self.payload(), root=root, record=self.image_id, max_pixels=max_pixels, **kwargs)
+
+    def _open_video(self, root: str | None) -> Any:
+        """A video item's frames (:func:`vlrl.core.video.load_video`), under the same root rule as
+        images: a symlink or path out of the source is refused, never opened."""
+        from vlrl.core.images import resolve_under_root
+        from vlrl.core.video import load_video
+
+        path = self.locator.get("path")
+        if self.locator.get("kind") != "file" or not path:
+            raise ImageLoadError(self.image_id, "videos are read from files (no bytes or dataset rows yet)")
+        real = resolve_under_root(path, root, self.image_id) if root else Path(path)
+        clip = load_video(real, record=self.image_id)
+        clip.meta["path"] = str(real)
+        return clip
 
 
 class ImageSource(abc.ABC):
@@ -116,6 +132,13 @@ class ImageSource(abc.ABC):
 class FolderSource(ImageSource):
     kind = "folder"
 
+    def __init__(self, root: str | Path, media: str = "image") -> None:
+        super().__init__(root)
+        from vlrl.core.video import VIDEO_EXTENSIONS
+
+        self.media = media
+        self.extensions = VIDEO_EXTENSIONS if media == "video" else IMAGE_EXTENSIONS
+
     def _walk(self) -> Iterator[str]:
         """Relative POSIX paths, depth-first, sorted per directory; hidden entries skipped."""
         base = Path(self.root)
@@ -134,17 +157,21 @@ class FolderSource(ImageSource):
                 name = f"{rel}/{e.name}" if rel else e.name
                 if e.is_dir(follow_symlinks=False):
                     subdirs.append(name)
-                elif Path(e.name).suffix.lower() in IMAGE_EXTENSIONS:
+                elif Path(e.name).suffix.lower() in self.extensions:
                     yield name
             stack.extend(reversed(subdirs))
 
     def iter_items(self, with_data: bool = True) -> Iterator[ImageItem]:
         root = os.path.abspath(self.root)
+        media = {"media": "video"} if self.media == "video" else {}
         for rel in self._walk():
-            yield ImageItem(rel, {"kind": "file", "path": os.path.join(root, rel), "root": root})
+            yield ImageItem(rel, {"kind": "file", "path": os.path.join(root, rel), "root": root, **media})
 
     def count(self) -> int | None:
         return sum(1 for _ in self._walk())
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **({"media": "video"} if self.media == "video" else {})}
 
 
 # -- manifest (jsonl / parquet) --------------------------------------------------------------------
@@ -429,14 +456,18 @@ def detect_kind(path: str) -> str:
     raise ValueError(f"--images {path}: cannot tell the source type; pass --source-type ({'|'.join(KINDS)})")
 
 
-def open_source(path: str | Path, kind: str | None = None, *, split: str | None = None, image_column: str | None = None, id_column: str | None = None) -> ImageSource:
-    """Open an image source; ``kind`` is detected from the path when not given."""
+def open_source(path: str | Path, kind: str | None = None, *, split: str | None = None, image_column: str | None = None, id_column: str | None = None,
+                media: str = "image") -> ImageSource:
+    """Open an image source (``media="video"``: a folder of video files); ``kind`` is detected from
+    the path when not given."""
     path = str(path)
     kind = kind or detect_kind(path)
+    if media == "video" and kind != "folder":
+        raise ValueError(f"--videos {path}: videos are read from a folder of video files for now")
     if kind == "folder":
         if not os.path.isdir(path):
-            raise NotADirectoryError(f"--images {path}: not a directory")
-        return FolderSource(path)
+            raise NotADirectoryError(f"--{media}s {path}: not a directory")
+        return FolderSource(path, media=media)
     if kind == "manifest":
         if not os.path.isfile(path):
             raise FileNotFoundError(f"--images {path}: manifest file not found")
