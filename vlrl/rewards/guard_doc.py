@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import cached_property
 
 from vlrl.rewards.guard_structure import fuzzy_fix, unreversed
-from vlrl.rewards.guard_text import deobfuscate, fold, strip_image_text
+from vlrl.rewards.guard_text import clean, deobfuscate, fold, strip_image_text
 
 _QUOTES = str.maketrans(
     {
@@ -60,6 +61,14 @@ class Doc:
     meta: str = ""  # what the meta-claim patterns read: today the same text as ``decoded`` (image text
     # is already removed from ``unquoted``), kept apart so the two can diverge without touching guards
     shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
+
+    @cached_property
+    def native(self) -> str:
+        """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
+        Latin look-alikes), quoted spans removed: what the per-language phrase table reads
+        (:mod:`vlrl.rewards.guard_lang`). Computed on first use."""
+        text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
+        return strip_quoted(text).lower()
 
     @classmethod
     def of(cls, text: str) -> Doc:
