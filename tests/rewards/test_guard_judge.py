@@ -112,7 +112,7 @@ def test_stuffing_limits_are_settings():
     tail = "A dog runs in a park. Labels: dog, park, grass."
     assert not GuardSet.from_settings(enabled=["keyword_stuffing"]).evaluate(tail).fired
     assert GuardSet.from_settings(enabled=["keyword_stuffing"], keyword_stuffing={"labelled_items": 3}).evaluate(tail).fired
-    custom = "A dog runs in a park. Glossary: dog, park, grass, tree, bench."
+    custom = "A dog runs in a park. Glossary: dog, park, grass, tree."
     assert not GuardSet.from_settings(enabled=["keyword_stuffing"]).evaluate(custom).fired
     assert GuardSet.from_settings(enabled=["keyword_stuffing"],
                                   keyword_stuffing={"extra_labels": ["glossary"]}).evaluate(custom).fired

@@ -166,10 +166,12 @@ _WORD = r"(?!(?:or|and|but|nor|either|with|of|in|on|at)\b)[a-z0-9][\w'-]*"
 _ITEM = rf"{_WORD}(?:\s+{_WORD}){{0,2}}"
 _OR_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,?\s+or\s+({_ITEM})(?![\w'-])")
 _ANY_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,?\s+(?:or|and)\s+({_ITEM})(?![\w'-])")
+_OR_CHAIN = re.compile(rf"(?<![\w'-]){_ITEM}(?:\s+or\s+{_ITEM}){{2,}}(?![\w'-])")
 _SLASHES = re.compile(r"(?<![\w/])[a-z]{2,}(?:\s*/\s*[a-z]{2,}){2,}(?![\w/])")
-_GOVERNS = re.compile(r"\s*(?:be\s+|also\s+)?(?:hold(?:s|ing)?|contain(?:s|ing)?|includ(?:e|es|ing)|show(?:s|ing)?|"
+_GOVERNS = re.compile(r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|elements?|options?))?\s*(?:be\s+|also\s+)?(?:hold(?:s|ing)?|contain(?:s|ing)?|includ(?:e|es|ing)|show(?:s|ing)?|"
                       r"sell(?:s|ing)?|carr(?:y|ies|ying)|wear(?:s|ing)?|ha(?:s|ve|ving)|with|stocked with|"
                       r"filled with|full of|covered (?:with|in))\s+")
+_TO_COLON = re.compile(r"(?:\s+[\w'-]+){0,4}?\s*:\s*")
 _DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
 
 
@@ -219,12 +221,16 @@ class HedgingGuard(_JudgeGuard):
             if (m := _SLASHES.search(bare)) and len(m.group(0).split("/")) > self.max_alternatives \
                     and not self._exempt_before(bare, m.start()):
                 return f"alternatives: {m.group(0)[:80]}"
+            for m in _OR_CHAIN.finditer(bare):  # "red or silver or black"
+                items = re.split(r"\s+or\s+", m.group(0))
+                if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
+                    return f"alternatives: {m.group(0)[:80]}"
             for h in self.hedge.finditer(bare):
                 hedges += 1
                 after = bare[h.end():h.end() + 160]
                 # "possibly holds X, Y and Z" lists what is held; "possibly a phone, a book and a cup"
                 # must be a parallel list ("probably a tourist, holds a map" is an aside and a clause)
-                verb = _GOVERNS.match(after)
+                verb = _GOVERNS.match(after) or _TO_COLON.match(after)
                 governs = bool(verb) or bool(re.search(r"(?:have|include|contain|hold|show)$", h.group(0)))
                 lm = _ANY_LIST.match(after[verb.end():] if verb else after.lstrip(" ,:"))
                 if lm:
@@ -246,6 +252,7 @@ class HedgingGuard(_JudgeGuard):
 # keyword stuffing
 
 
+_PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
 _HASHTAG = re.compile(r"#[a-z][\w-]+")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
 _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
@@ -256,10 +263,11 @@ _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|
 class KeywordStuffingGuard(_JudgeGuard):
     """Noun dumps and tag lines behind (or instead of) a caption (see the module docstring)."""
 
-    def __init__(self, penalty: float = 1.0, labelled_items: int = 4, list_items: int = 6, bare_share: float = 0.7,
+    def __init__(self, penalty: float = 1.0, labelled_items: int = 4, list_items: int = 5, bare_share: float = 0.7,
                  run_words: int = 8, hashtags: int = 4, repeat_items: int = 4, repeat_share: float = 0.6,
-                 extra_labels: Iterable[str] = (), **kw) -> None:
+                 max_list: int = 12, extra_labels: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
+        self.max_list = max_list
         self.labelled_items = labelled_items
         self.list_items = list_items
         self.bare_share = bare_share
@@ -288,12 +296,19 @@ class KeywordStuffingGuard(_JudgeGuard):
         if len(_HASHTAG.findall(text)) >= self.hashtags:
             return f"{len(_HASHTAG.findall(text))} hashtags"
         sents = sentences(text)
+        for m in _PAREN.finditer(text):  # "(dog, park, grass, tree, bench)"
+            if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
+                    sum(map(self._bare, items)) / len(items) >= self.bare_share:
+                return f"noun dump: {m.group(0)[:80]}"
         seen: set[str] = set()
         for k, sent in enumerate(sents):
             if (m := self.label.search(sent)) and (items := self._list(m.group(1))) and len(items) >= self.labelled_items:
                 return f"tag line: {sent[:80]}"
+            if len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
+                    all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
+                return f"{len(long)}-item list: {sent[:80]}"
             items = self._list(sent)
-            if items and k > 0 and not _PLACE_LABEL.match(sent):
+            if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
                 bare = [i for i in items if self._bare(i)]
                 if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share:
                     return f"noun dump: {sent[:80]}"
@@ -319,7 +334,7 @@ class KeywordStuffingGuard(_JudgeGuard):
 class RewordingGuard(_JudgeGuard):
     """The same content stated again in other words (see the module docstring)."""
 
-    def __init__(self, penalty: float = 1.0, min_content: int = 4, max_overlap: float = 0.7, marker_overlap: float = 0.4,
+    def __init__(self, penalty: float = 1.0, min_content: int = 3, max_overlap: float = 0.5, marker_overlap: float = 0.4,
                  **kw) -> None:
         super().__init__(penalty, **kw)
         self.min_content = min_content
