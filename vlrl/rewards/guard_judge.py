@@ -56,7 +56,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from vlrl.rewards.guard_base import Guard, register_guard
-from vlrl.rewards.guard_doc import Doc
+from vlrl.rewards.guard_doc import Doc, english_function_words
 
 VOCAB = Path(__file__).parent / "guard_data" / "judge_hacks.yaml"
 
@@ -69,7 +69,6 @@ class JudgeVocab(BaseModel):
     list_exemptions: list[str]
     or_idioms: list[str]
     stuff_labels: list[str]
-    function_words: str
     generic_words: str
     filler_phrases: list[str]
     restatement_markers: list[str]
@@ -115,12 +114,12 @@ class _Vocab:
     """Compiled views of a :class:`JudgeVocab` plus a guard's ``extra_*`` words."""
 
     def __init__(self, vocab: JudgeVocab) -> None:
-        self.function = frozenset(vocab.function_words.split())
+        self.function = english_function_words()
         self.generic = frozenset(vocab.generic_words.split())
         self.synonym = {w: group[0] for group in vocab.synonyms for w in group}
 
 
-def english_share(tokens: list[str], function: frozenset[str]) -> float:
+def _share(tokens: list[str], function: frozenset[str]) -> float:
     return sum(t in function for t in tokens) / len(tokens) if tokens else 0.0
 
 
@@ -155,7 +154,7 @@ class _JudgeGuard(Guard):
         parts = [_LETTERS.findall(text)]
         if first := sentences(text)[:1]:
             parts.append(_LETTERS.findall(first[0]))
-        return any(english_share(p, self.v.function) >= self.min_function_share for p in parts)
+        return any(_share(p, self.v.function) >= self.min_function_share for p in parts)
 
 
 # ------------------------------------------------------------------------------------------------
