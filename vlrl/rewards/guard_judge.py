@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -237,6 +238,10 @@ class HedgingGuard(_JudgeGuard):
                     shaped = all(len(i.split()) <= 3 for i in items[1:]) if governs else _parallel(items)
                     if len(items) >= self.speculative_items and shaped:
                         return f"speculative list: {(h.group(0) + after)[:80]}"
+            same = Counter(h.group(0) for h in self.hedge.finditer(bare))
+            if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
+                word, n = same.most_common(1)[0]
+                return f"alternatives: {word!r} x{n} in one sentence"
             for o in re.finditer(r"\bor\b", bare):
                 if not self._exempt_before(bare, o.start()):
                     ors += 1
@@ -264,9 +269,10 @@ class KeywordStuffingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, labelled_items: int = 4, list_items: int = 5, bare_share: float = 0.7,
                  run_words: int = 8, hashtags: int = 4, repeat_items: int = 4, repeat_share: float = 0.6,
-                 max_list: int = 12, extra_labels: Iterable[str] = (), **kw) -> None:
+                 max_list: int = 10, short_run: int = 4, extra_labels: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.max_list = max_list
+        self.short_run = short_run
         self.labelled_items = labelled_items
         self.list_items = list_items
         self.bare_share = bare_share
@@ -299,6 +305,13 @@ class KeywordStuffingGuard(_JudgeGuard):
             if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
                     sum(map(self._bare, items)) / len(items) >= self.bare_share:
                 return f"noun dump: {m.group(0)[:80]}"
+        run = 0
+        for sent in sents:  # "Dog. Park. Grass. Tree." or one noun per line
+            toks = _TOKEN.findall(sent)
+            short = 0 < len(toks) <= 3 and all(t.isalpha() and len(t) > 2 and t not in self.v.function for t in toks)
+            run = run + 1 if short else 0
+            if run >= self.short_run:
+                return f"{run} one-noun sentences in a row: {sent[:40]}"
         seen: set[str] = set()
         for k, sent in enumerate(sents):
             if (m := self.label.search(sent)) and (items := self._list(m.group(1))) and len(items) >= self.labelled_items:
@@ -342,8 +355,9 @@ class RewordingGuard(_JudgeGuard):
         self.marker = _words_re(self.vocab.restatement_markers)
 
     def _content(self, sentence: str) -> set[str]:
+        # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
         return {_stem(t, self.v.synonym) for t in _TOKEN.findall(sentence)
-                if t not in self.v.function and len(t) > 2 and not t.isdigit()}
+                if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()}
 
     def match(self, doc: Doc) -> str | None:
         text = doc.lower
