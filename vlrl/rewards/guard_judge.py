@@ -10,15 +10,17 @@ lower-case caption text with quoted spans and image text removed:
 * ``hedging`` — alternatives instead of a fact: an "or" list of more than ``max_alternatives``
   parallel items ("red, silver or black", "a phone, a book, a cup or a wallet", "red/silver/black"),
   more than ``max_or`` alternatives in one caption, a guess followed by a list of
-  ``speculative_items`` or more things ("possibly a phone, keys and a wallet"), or more than
+  ``speculative_items`` or more things ("possibly a phone, keys and a wallet"), one guess repeated
+  ``speculative_items`` times in a sentence ("maybe blue, maybe green, maybe grey"), or more than
   ``max_hedges`` guesses. One honest hedge ("possibly a heron", "a drone or a large bird", "two or
   three boats") stays clean, and so does a list after a negation or a choice in the scene ("no cars,
   bikes or people", "available in red, blue or green").
 * ``keyword_stuffing`` — nouns for the judge to find, not a description: a labelled dump ("Tags:",
-  "Objects:", "Also visible:") of ``labelled_items`` or more items, a verbless list sentence after
-  the caption's first of ``list_items`` or more bare nouns (no article, number or adjective), a run
-  of ``run_words`` words with no function word, ``hashtags`` or more hashtags, or a list whose items
-  mostly repeat what the caption already said. A real inventory ("Inside: two screwdrivers, a claw
+  "Objects:", "Also visible:") of ``labelled_items`` or more items, a verbless list sentence beside
+  the caption of ``list_items`` or more bare nouns (no article or number), a parenthesised noun
+  list, a list of ``max_list`` items or more, ``short_run`` one-noun sentences or lines in a row,
+  a run of ``run_words`` words with no function word, ``hashtags`` or more hashtags, or a list whose
+  items mostly repeat what the caption already said. A real inventory ("Inside: two screwdrivers, a claw
   hammer, pliers, a tape measure and a box of nails"; a flea-market table "holds old cameras, vinyl
   records, brass candlesticks, ...") has articles and numbers, or a verb, and stays clean.
 * ``rewording`` — the same content said again in other words: two sentences (of ``min_content``
