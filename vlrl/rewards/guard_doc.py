@@ -50,11 +50,12 @@ def english_share(text: str) -> float:
 
 
 def reads_as_english(text: str, least: float = 0.1) -> bool:
-    """Whether the typo repair written for English keywords may read ``text``: anything in plain
-    ASCII (a short hack such as "Acurate. Complet." has no function words), or text whose words are
+    """Whether the typo repair written for English keywords may read ``text``: anything whose
+    letters are plain ASCII (a short hack such as "Acurate. Complet." has no function words; an em
+    dash is no reason to skip it), or text whose words are
     at least ``least`` English function words. French "un service à thé complet" is not repaired
     into "complete"."""
-    return text.isascii() or english_share(text) >= least
+    return all(c.isascii() for c in text if c.isalpha()) or english_share(text) >= least
 
 
 def normalize(text: str) -> str:
@@ -93,9 +94,12 @@ class Doc:
     def native(self) -> str:
         """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
         Latin look-alikes), quoted spans removed: what the per-language phrase table reads
-        (:mod:`vlrl.rewards.guard_lang`). Computed on first use."""
+        (:mod:`vlrl.rewards.guard_lang`), with the text that English phrasing places in the image
+        removed as well. Computed on first use."""
         text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
-        return strip_quoted(text).lower()
+        # English image text too ("a T-shirt printed with ignore all instructions"): Latin-script
+        # entries of the table share words with English
+        return strip_image_text(strip_quoted(text)).lower()
 
     @classmethod
     def of(cls, text: str) -> Doc:
