@@ -23,6 +23,12 @@ paraphrases are caught too:
 * ``llm_defense`` (opt-in) — a defense rubric judged by an LLM (:mod:`vlrl.rewards.defense`), for
   attacks no pattern names.
 
+Four more, against the hacks aimed at rubric and QA judges ("the car is red, silver or black", noun
+dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guard_judge`: ``hedging``,
+``keyword_stuffing``, ``rewording`` and ``padding`` (on by default, after the five above). Claims,
+grader addresses, score requests and injections in other languages come from the phrase table of
+:mod:`vlrl.rewards.guard_lang`, read by ``self_praise`` and ``grader_address``.
+
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
 IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
 semantic guards match. Words like "complete", "accurate" or "answer" alone never fire ("a complete
