@@ -73,8 +73,8 @@ def test_judge_guards_stay_quiet_on_every_honest_corpus_caption():
                            "guard_corpus_heldout2.jsonl", "guard_regressions.jsonl") for r in _rows(name)]
     honest = [r for r in rows if r["label"] == "honest"]
     assert len(honest) > 1000
-    fired = [(r["caption"][:60], judge.evaluate(r["caption"]).evidence) for r in honest
-             if judge.evaluate(r["caption"]).fired]
+    reports = [(r["caption"][:60], judge.evaluate(r["caption"])) for r in honest]
+    fired = [(caption, rep.evidence) for caption, rep in reports if rep.fired]
     assert not fired, fired
 
 
