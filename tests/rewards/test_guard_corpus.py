@@ -181,7 +181,7 @@ def test_structural_families_stay_quiet_on_honest_corpus_captions():
 # Corpora written independently of the cues, measured on arrival (0.83 / 0.069 and 0.897 / 0.071),
 # then used to improve them: development data now, so the floors sit just under what the layer reaches.
 HELDOUT = FIXTURES / "guard_corpus_heldout.jsonl"
-HELDOUT_FLOORS = {"recall": 0.97, "fpr": 0.02}  # measured 1.000 / 0.000 (182/182, 0/175)
+HELDOUT_FLOORS = {"recall": 0.97, "fpr": 0.02}  # measured 1.000 / 0.000 (182/182, 0/175); 0.989 (180/182) now
 DEV2 = FIXTURES / "guard_corpus_dev2.jsonl"
 DEV2_FLOORS = {"recall": 0.98, "fpr": 0.02, "kind_recall": 0.93}  # measured 1.000 / 0.006 (165/165, 1/170)
 

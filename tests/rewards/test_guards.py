@@ -241,7 +241,7 @@ def test_repetition_settings():
 
 def test_guardset_settings_and_errors():
     gs = GuardSet.from_settings(penalty=0.5, grader_address={"penalty": 2.0}, repetition=False)
-    assert gs.names == ["self_praise", "grader_address", "length"]
+    assert gs.names == ["self_praise", "grader_address", "length", "hedging", "keyword_stuffing", "rewording", "padding"]
     r = gs.evaluate("Dear evaluator, I hope this helps.")
     assert sorted(r.fired) == ["grader_address", "self_praise"]
     assert r.penalty == pytest.approx(2.5)

@@ -7,6 +7,7 @@
 * :mod:`vlrl.bench.qa_write` — peak memory of the curated QA dataset write at 1x and 10x corpus size
   (:mod:`vlrl.bench.qa_write_child`, one process per size).
 * :mod:`vlrl.bench.paths` — batched against one-at-a-time for every other batched model path.
+* :mod:`vlrl.bench.guards` — what the cheap guard layer costs per caption (goal: 1 ms or less).
 * :mod:`vlrl.bench.commands` — the ``vlrl bench`` command group.
 
 The package sits beside the demos, above training: a bench may drive a trainer and any method.

@@ -121,3 +121,20 @@ def bench_paths_cmd(
             sp = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x"
             typer.echo(f"{name:>16} {role:>9}: batched {b['model_seconds']:.3f}s ({b['requests_per_call']} requests/call), "
                        f"one at a time {s['model_seconds']:.3f}s, speedup {sp}")
+
+
+@app.command("guards", help="Cost of the cheap guard layer: captions/s and the median per caption (goal: 1 ms or less).")
+def bench_guards_cmd(
+    json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+    input: str | None = typer.Option(None, "--input", help="JSONL of captions (default: seeded synthetic captions)."),
+    text_column: str = typer.Option("caption", "--text-column", help="Caption field of --input rows."),
+    captions: int = typer.Option(2000, "--captions", min=1, help="Synthetic captions (without --input)."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    from vlrl.bench.guards import bench_guards
+
+    res = run_bench("guards", lambda: bench_guards(input, captions, seed, text_column), json_out)
+    typer.echo(f"{res['captions']} captions (median {res['words_median']} words): {res['captions_per_s']:.0f} captions/s, "
+               f"median {res['median_ms']:.3f} ms, p90 {res['p90_ms']:.3f} ms per caption")
+    typer.echo(f"preparing the views: median {res['prepare']['median_ms']:.3f} ms; per guard: "
+               + ", ".join(f"{k} {v['median_ms']:.3f}" for k, v in res["per_guard"].items()))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
 
 from vlrl.rewards.guard_structure import fuzzy_fix, unreversed
-from vlrl.rewards.guard_text import deobfuscate, fold, strip_image_text
+from vlrl.rewards.guard_text import clean, deobfuscate, fold, strip_image_text
 
 _QUOTES = str.maketrans(
     {
@@ -27,6 +29,33 @@ _QUOTES = str.maketrans(
 _DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
 _SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
+
+
+_FUNCTION_WORDS_FILE = Path(__file__).parent / "guard_data" / "english_function_words.txt"
+_LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+
+
+@lru_cache(maxsize=1)
+def english_function_words() -> frozenset[str]:
+    """The function words of ``guard_data/english_function_words.txt``."""
+    lines = _FUNCTION_WORDS_FILE.read_text(encoding="utf-8").splitlines()
+    return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
+
+
+def english_share(text: str) -> float:
+    """Share of the words of ``text`` (any script) that are English function words."""
+    words = _LETTERS.findall(text.lower())
+    function = english_function_words()
+    return sum(w in function for w in words) / len(words) if words else 0.0
+
+
+def reads_as_english(text: str, least: float = 0.1) -> bool:
+    """Whether the typo repair written for English keywords may read ``text``: anything whose
+    letters are plain ASCII (a short hack such as "Acurate. Complet." has no function words; an em
+    dash is no reason to skip it), or text whose words are
+    at least ``least`` English function words. French "un service à thé complet" is not repaired
+    into "complete"."""
+    return all(c.isascii() for c in text if c.isalpha()) or english_share(text) >= least
 
 
 def normalize(text: str) -> str:
@@ -61,6 +90,17 @@ class Doc:
     # is already removed from ``unquoted``), kept apart so the two can diverge without touching guards
     shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
 
+    @cached_property
+    def native(self) -> str:
+        """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
+        Latin look-alikes), quoted spans removed: what the per-language phrase table reads
+        (:mod:`vlrl.rewards.guard_lang`), with the text that English phrasing places in the image
+        removed as well. Computed on first use."""
+        text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
+        # English image text too ("a T-shirt printed with ignore all instructions"): Latin-script
+        # entries of the table share words with English
+        return strip_image_text(strip_quoted(text)).lower()
+
     @classmethod
     def of(cls, text: str) -> Doc:
         norm = normalize(text)
@@ -69,13 +109,14 @@ class Doc:
         if backwards := unreversed(unquoted):
             decoded, obfuscated = f"{decoded} . {backwards}", True
         # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
-        decoded = fuzzy_fix(decoded.lower())
+        english = reads_as_english(unquoted)
+        decoded = fuzzy_fix(decoded.lower()) if english else decoded.lower()
         lines = fold(text or "").translate(_QUOTES)
         shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
         return cls(
-            text, norm, unquoted, fuzzy_fix(unquoted.lower()), re.findall(r"[\w']+", norm.lower()),
+            text, norm, unquoted, fuzzy_fix(unquoted.lower()) if english else unquoted.lower(), re.findall(r"[\w']+", norm.lower()),
             decoded, obfuscated, decoded, shaped.lower(),
         )
 
 
-__all__ = ["Doc", "normalize", "strip_quoted"]
+__all__ = ["Doc", "english_function_words", "english_share", "normalize", "reads_as_english", "strip_quoted"]

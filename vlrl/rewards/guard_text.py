@@ -48,10 +48,14 @@ def _fold_char(ch: str) -> str:
     return (same_case or letters or [ch])[0]
 
 
+def clean(text: str) -> str:
+    """NFKC and invisible characters removed; every script kept as it is written."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text or ""))
+
+
 def fold(text: str) -> str:
     """NFKC, invisible characters removed, homoglyphs folded to Latin letters."""
-    text = unicodedata.normalize("NFKC", text or "")
-    text = _INVISIBLE.sub("", text)
+    text = clean(text)
     if text.isascii():
         return text
     return "".join(_fold_char(ch) if not ch.isascii() and ch.isalpha() else ch for ch in text)
@@ -160,4 +164,4 @@ def _unless_own_words(m: re.Match[str]) -> str:
     return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
 
 
-__all__ = ["deobfuscate", "fold", "strip_image_text"]
+__all__ = ["clean", "deobfuscate", "fold", "strip_image_text"]

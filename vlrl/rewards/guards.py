@@ -23,6 +23,12 @@ paraphrases are caught too:
 * ``llm_defense`` (opt-in) — a defense rubric judged by an LLM (:mod:`vlrl.rewards.defense`), for
   attacks no pattern names.
 
+Four more, against the hacks aimed at rubric and QA judges ("the car is red, silver or black", noun
+dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guard_judge`: ``hedging``,
+``keyword_stuffing``, ``rewording`` and ``padding`` (on by default, after the five above). Claims,
+grader addresses, score requests and injections in other languages come from the phrase table of
+:mod:`vlrl.rewards.guard_lang`, read by ``self_praise`` and ``grader_address``.
+
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
 IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
 semantic guards match. Words like "complete", "accurate" or "answer" alone never fire ("a complete
@@ -52,17 +58,18 @@ rate.
 
 from __future__ import annotations
 
-import abc
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, no_signal, quiet_report
+from vlrl.rewards.guard_base import GUARDS, Guard, register_guard
 from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
+from vlrl.rewards.guard_lang import language_hit
 from vlrl.rewards.guard_meta import (
     GRADER_FAMILIES,
     SELF_FAMILIES,
@@ -84,42 +91,7 @@ from vlrl.rewards.guard_text import deobfuscate
 logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
-# Guards and their registry
-
-GUARDS: dict[str, type[Guard]] = {}
-
-
-def register_guard(name: str) -> Callable[[type[Guard]], type[Guard]]:
-    def deco(cls: type[Guard]) -> type[Guard]:
-        cls.name = name
-        GUARDS[name] = cls
-        return cls
-
-    return deco
-
-
-class Guard(abc.ABC):
-    """A check that fires on a caption. ``match`` returns the evidence (a snippet) or ``None``."""
-
-    name = "guard"
-    default = True
-    """Whether ``enabled`` left unset turns the guard on (an LLM-judged guard is opt-in)."""
-
-    def __init__(self, penalty: float = 1.0) -> None:
-        self.penalty = float(penalty)
-
-    @abc.abstractmethod
-    def match(self, doc: Doc) -> str | None:
-        """The evidence (a snippet of the caption) when the guard fires, else ``None``."""
-
-    def fires(self, text: str) -> bool:
-        return self.match(Doc.of(text)) is not None
-
-    def unjudged(self, doc: Doc) -> str | None:
-        """Why the guard could not decide on ``doc`` (a judge that failed), or ``None``. A pattern
-        always decides; a guard that asks a model must say when the model gave no answer, or a dead
-        judge would pass every caption as clean."""
-        return None
+# Guards (the base class and registry live in vlrl.rewards.guard_base)
 
 
 class PatternGuard(Guard):
@@ -155,7 +127,7 @@ class SelfPraiseGuard(PatternGuard):
 
     def match(self, doc: Doc) -> str | None:
         return (super().match(doc) or meta_claim(doc.meta, SELF_FAMILIES)
-                or structural_hit(doc.meta, SELF_STRUCTURE))
+                or structural_hit(doc.meta, SELF_STRUCTURE) or language_hit(doc.native, "self_praise"))
 
 
 @register_guard("grader_address")
@@ -178,7 +150,7 @@ class GraderAddressGuard(PatternGuard):
         if doc.obfuscated and (hit := compact_hit(doc.decoded) or compact_keywords(doc.decoded)
                                or compact_keywords(doc.lower)):
             return f"obfuscated: {hit}"
-        return None
+        return language_hit(doc.native, "grader_address")
 
 
 @register_guard("llm_defense")
@@ -269,23 +241,40 @@ class RepetitionGuard(Guard):
         return None
 
 
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
 @register_guard("length")
 class LengthGuard(Guard):
-    """Word count outside [``min_words``, ``max_words``] (``None`` disables a side)."""
+    """Word count outside [``min_words``, ``max_words``] (``None`` disables a side).
 
-    def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000) -> None:
+    Chinese and Japanese put no spaces between words, so a whole sentence would count as one word;
+    their characters count ``1 / cjk_chars_per_word`` of a word each (about 1.5 characters a word)."""
+
+    def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000,
+                 cjk_chars_per_word: float = 1.5) -> None:
         super().__init__(penalty)
         self.min_words = min_words
         self.max_words = max_words
+        self.cjk_chars_per_word = float(cjk_chars_per_word)
+
+    def words(self, text: str) -> int:
+        cjk = len(_CJK.findall(text))
+        if not cjk:
+            return len(text.split())
+        return len(_CJK.sub(" ", text).split()) + round(cjk / self.cjk_chars_per_word)
 
     def match(self, doc: Doc) -> str | None:
-        n = len(doc.raw.split())
+        n = self.words(doc.raw)
         if self.min_words is not None and n < self.min_words:
             return f"{n} words < {self.min_words}"
         if self.max_words is not None and n > self.max_words:
             return f"{n} words > {self.max_words}"
         return None
 
+
+# The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
+from vlrl.rewards import guard_judge  # noqa: E402,F401  (hedging, keyword_stuffing, rewording, padding)
 
 # ----------------------------------------------------------------------------------------------
 # GuardSet
@@ -339,7 +328,8 @@ class GuardSet:
         band off, write ``length: {max_words: null}``).
         """
         if enabled is None:  # every default guard, plus an opt-in one that has its own settings block
-            names = [n for n, g in GUARDS.items() if g.default or isinstance(per_guard.get(n), dict)]
+            names = sorted((n for n, g in GUARDS.items() if g.default or isinstance(per_guard.get(n), dict)),
+                           key=lambda n: GUARDS[n].rank)
         else:
             names = list(enabled)
         for key in list(per_guard) + names:

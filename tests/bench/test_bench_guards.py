@@ -1,0 +1,44 @@
+"""``vlrl bench guards``: the cheap guard layer timed caption by caption (no timing threshold here:
+the numbers depend on the machine; docs/benchmarks.md records them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_reward_cli import run
+from vlrl.bench.guards import bench_guards, synthetic_captions
+
+
+def test_synthetic_captions_are_distinct_and_mixed():
+    caps = synthetic_captions(200, seed=1)
+    assert len(set(caps)) == 200 and caps == synthetic_captions(200, seed=1)
+    lengths = [len(c.split()) for c in caps]
+    assert min(lengths) < 20 and max(lengths) > 100
+
+
+def test_bench_reports_every_part(tmp_path):
+    res = bench_guards(n_captions=60, seed=2)
+    assert res["captions"] == 60 and res["captions_per_s"] > 0
+    assert 0 < res["median_ms"] <= res["p90_ms"] <= res["max_ms"]
+    assert set(res["per_guard"]) == set(res["settings"]["guards"]) >= {"self_praise", "hedging", "padding"}
+    assert "llm_defense" not in res["settings"]["guards"]
+    assert 0 < res["flagged_share"] < 1  # the generator appends hacks to some captions
+    rows = tmp_path / "caps.jsonl"
+    rows.write_text("".join(json.dumps({"text": c}) + "\n" for c in ["A red bus at a stop.", "This caption is perfect."]))
+    mine = bench_guards(str(rows), text_column="text")
+    assert mine["captions"] == 2 and mine["flagged_share"] == 0.5
+    with pytest.raises(ValueError, match="llm_defense"):
+        bench_guards(n_captions=5, settings={"llm_defense": {"judge": object()}})
+
+
+def test_cli_writes_the_numbers(tmp_path):
+    out = tmp_path / "bench.json"
+    p = run("bench", "guards", "--json", str(out), "--captions", "40")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(out.read_text())
+    assert res["captions"] == 40 and "median_ms" in res and "captions_per_s" in res
+    assert "captions/s" in p.stdout and "median" in p.stdout
+    bad = run("bench", "guards", "--json", str(out), "--input", str(tmp_path / "missing.jsonl"))
+    assert bad.returncode == 2 and "vlrl bench guards" in bad.stderr

@@ -1,0 +1,439 @@
+"""Guards against the hacks aimed at rubric and QA judges: say everything, hedged, so something passes.
+
+A rubric judge asks "does the caption say the car is red?"; a QA answerer reads the caption to
+answer "what colour is the car?". Neither is fooled by praise, but both reward a caption that states
+every candidate: "the car is red, silver or black" meets the criterion whichever it is, and a
+caption that ends in a dump of object nouns mentions whatever the rubric asks for. A policy trained
+against such a judge learns exactly that (the RubiCap demo's policy does). Four guards, each over
+lower-case caption text with quoted spans and image text removed:
+
+* ``hedging`` — alternatives instead of a fact: an "or" list of more than ``max_alternatives``
+  parallel items ("red, silver or black", "a phone, a book, a cup or a wallet", "red/silver/black"),
+  more than ``max_or`` alternatives in one caption, a guess followed by a list of
+  ``speculative_items`` or more things ("possibly a phone, keys and a wallet"), one guess repeated
+  ``speculative_items`` times in a sentence ("maybe blue, maybe green, maybe grey"), or more than
+  ``max_hedges`` guesses. One honest hedge ("possibly a heron", "a drone or a large bird", "two or
+  three boats") stays clean, and so does a list after a negation or a choice in the scene ("no cars,
+  bikes or people", "available in red, blue or green").
+* ``keyword_stuffing`` — nouns for the judge to find, not a description: a labelled dump ("Tags:",
+  "Objects:", "Also visible:") of ``labelled_items`` or more items, a verbless list sentence beside
+  the caption of ``list_items`` or more bare nouns (no article or number), a parenthesised noun
+  list, a list of ``max_list`` items or more, ``short_run`` one-noun sentences or lines in a row,
+  a run of ``run_words`` words with no function word, ``hashtags`` or more hashtags, or a list whose
+  items mostly repeat what the caption already said. A real inventory ("Inside: two screwdrivers, a claw
+  hammer, pliers, a tape measure and a box of nails"; a flea-market table "holds old cameras, vinyl
+  records, brass candlesticks, ...") has articles and numbers, or a verb, and stays clean.
+* ``rewording`` — the same content said again in other words: two sentences (of ``min_content``
+  content words or more) whose content words, with word families folded (car/vehicle, big/large),
+  overlap by ``max_overlap`` (Jaccard) or more, or a restatement marker ("in other words", "to
+  reiterate") on a sentence that overlaps an earlier one by ``marker_overlap``. Exact loops are the
+  ``repetition`` guard's.
+* ``padding`` — words toward a length: ``generic_sentences`` or more sentences made of words that fit
+  any image ("The overall atmosphere creates a sense of calm.") when they are at least
+  ``generic_share`` of the caption, ``fillers`` or more filler phrases ("it is worth noting that",
+  "in other words", "lorem ipsum"), or runs of symbols (more than ``symbol_share`` of the characters,
+  or ``symbol_run`` repeated marks).
+
+The English-shape checks (stuffing, rewording, padding) run only on captions that read as English
+(at least ``min_function_share`` of their words are English function words): a caption in another
+language has none of them and would otherwise be one long "noun run".
+
+Every vocabulary — hedge words, list exemptions, stuffing labels, function words, generic words,
+filler phrases, restatement markers, word families — is data in ``guard_data/judge_hacks.yaml``,
+validated by :class:`JudgeVocab`; each guard also takes ``extra_*`` settings that extend its lists.
+All of it is regular expressions and token counts: well under a millisecond a caption
+(``vlrl bench guards``). The rubric judge's prompts carry the matching rule on the judge side: a
+criterion met only inside a hedge or a list of alternatives fails.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from vlrl.rewards.guard_base import Guard, register_guard
+from vlrl.rewards.guard_doc import Doc, english_function_words
+
+VOCAB = Path(__file__).parent / "guard_data" / "judge_hacks.yaml"
+
+
+class JudgeVocab(BaseModel):
+    """The vocabularies of the judge-hack guards (``guard_data/judge_hacks.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    hedges: list[str]
+    list_exemptions: list[str]
+    or_idioms: list[str]
+    stuff_labels: list[str]
+    generic_words: str
+    filler_phrases: list[str]
+    restatement_markers: list[str]
+    placeholders: list[str]
+    synonyms: list[list[str]]
+
+    @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
+                     "placeholders")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"bad pattern {p!r}: {e}") from None
+        return v
+
+
+@lru_cache(maxsize=4)
+def load_vocab(path: str = str(VOCAB)) -> JudgeVocab:
+    return JudgeVocab(**yaml.safe_load(Path(path).read_text(encoding="utf-8")))
+
+
+def _alt(words: Iterable[str]) -> str:
+    return "|".join(f"(?:{w})" for w in words)
+
+
+def _words_re(words: Iterable[str]) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w'-])(?:{_alt(words)})(?![\w'-])")
+
+
+# one sentence splitter for all four guards: sentence marks, semicolons and line breaks
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*|(?<=[.!?])(?=[A-Za-z])")
+_TOKEN = re.compile(r"[a-z][a-z'-]*|\d+")
+_LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+class _Vocab:
+    """Compiled views of a :class:`JudgeVocab` plus a guard's ``extra_*`` words."""
+
+    def __init__(self, vocab: JudgeVocab) -> None:
+        self.function = english_function_words()
+        self.generic = frozenset(vocab.generic_words.split())
+        self.synonym = {w: group[0] for group in vocab.synonyms for w in group}
+
+
+def _share(tokens: list[str], function: frozenset[str]) -> float:
+    return sum(t in function for t in tokens) / len(tokens) if tokens else 0.0
+
+
+def _stem(word: str, synonym: dict[str, str]) -> str:
+    if word in synonym:
+        return synonym[word]
+    if len(word) > 5 and word.endswith("ing"):
+        word = word[:-3]
+    elif len(word) > 4 and word.endswith("ed"):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    return synonym.get(word, word)
+
+
+class _JudgeGuard(Guard):
+    """Shared set-up: the vocabulary file (``vocab``: another path) and the English gate."""
+
+    rank = 1  # after the praise and grader guards
+
+    def __init__(self, penalty: float = 1.0, vocab: str | None = None, min_function_share: float = 0.15) -> None:
+        super().__init__(penalty)
+        self.vocab = load_vocab(str(vocab or VOCAB))
+        self.v = _Vocab(self.vocab)
+        self.min_function_share = float(min_function_share)
+
+    def english(self, doc: Doc) -> bool:
+        """Whether the caption reads as English: the whole of it, or its first sentence (a stuffed
+        caption is a plausible sentence followed by nouns, which lower the share of the whole).
+        Read in the caption's own script: folded to Latin look-alikes, Russian would pass."""
+        text = doc.native
+        parts = [_LETTERS.findall(text)]
+        if first := sentences(text)[:1]:
+            parts.append(_LETTERS.findall(first[0]))
+        return any(_share(p, self.v.function) >= self.min_function_share for p in parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# hedging
+
+
+_WORD = r"(?!(?:or|and|but|nor|either|with|of|in|on|at)\b)[a-z0-9][\w'-]*"
+_ITEM = rf"{_WORD}(?:\s+{_WORD}){{0,2}}"
+_OR_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,?\s+or\s+({_ITEM})(?![\w'-])")
+_ANY_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,?\s+(?:or|and)\s+({_ITEM})(?![\w'-])")
+_OR_CHAIN = re.compile(rf"(?<![\w'-]){_ITEM}(?:\s+or\s+{_ITEM}){{2,}}(?![\w'-])")
+_SLASHES = re.compile(r"(?<![\w/])[a-z]{2,}(?:\s*/\s*[a-z]{2,}){2,}(?![\w/])")
+_GOVERNS = re.compile(r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|elements?|options?))?\s*(?:be\s+|also\s+)?(?:hold(?:s|ing)?|contain(?:s|ing)?|includ(?:e|es|ing)|show(?:s|ing)?|"
+                      r"sell(?:s|ing)?|carr(?:y|ies|ying)|wear(?:s|ing)?|ha(?:s|ve|ving)|with|stocked with|"
+                      r"filled with|full of|covered (?:with|in))\s+")
+_TO_COLON = re.compile(r"(?:\s+[\w'-]+){0,4}?\s*:\s*")
+_DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
+
+
+def _items(head: str, last: str) -> list[str]:
+    return [i.strip() for i in head.split(",")] + [last.strip()]
+
+
+def _parallel(items: list[str]) -> bool:
+    """Whether the items after the first share a shape (all with an article or number, or none),
+    and are short: a list of alternatives, not a clause that happens to hold commas."""
+    rest = items[1:]
+    with_det = [bool(_DET.match(i + " ")) for i in rest]
+    if len(set(with_det)) > 1:
+        return False
+    return all(len(i.split()) <= (3 if d else 2) for i, d in zip(rest, with_det, strict=True))
+
+
+@register_guard("hedging")
+class HedgingGuard(_JudgeGuard):
+    """Alternatives and guesses in place of facts (see the module docstring for the settings)."""
+
+    def __init__(self, penalty: float = 1.0, max_alternatives: int = 2, max_or: int = 2, max_hedges: int = 3,
+                 speculative_items: int = 3, extra_hedges: Iterable[str] = (), extra_exemptions: Iterable[str] = (),
+                 **kw) -> None:
+        super().__init__(penalty, **kw)
+        self.max_alternatives = max_alternatives
+        self.max_or = max_or
+        self.max_hedges = max_hedges
+        self.speculative_items = speculative_items
+        self.hedge = _words_re([*self.vocab.hedges, *extra_hedges])
+        self.exempt = _words_re([*self.vocab.list_exemptions, *extra_exemptions])
+        self.idiom = _words_re(self.vocab.or_idioms)
+
+    def _exempt_before(self, sentence: str, start: int) -> bool:
+        return bool(self.exempt.search(sentence[max(0, start - 60):start]))
+
+    def match(self, doc: Doc) -> str | None:
+        text = doc.lower
+        ors = hedges = 0
+        for sent in sentences(text):
+            bare = self.idiom.sub(" ", sent)
+            for m in _OR_LIST.finditer(bare):
+                items = _items(m.group(1), m.group(2))
+                if (len(items) > self.max_alternatives and _parallel(items)
+                        and not self._exempt_before(bare, m.start() + len(m.group(1).split(",")[0]))):
+                    return f"alternatives: {m.group(0)[:80]}"
+            if (m := _SLASHES.search(bare)) and len(m.group(0).split("/")) > self.max_alternatives \
+                    and not self._exempt_before(bare, m.start()):
+                return f"alternatives: {m.group(0)[:80]}"
+            for m in _OR_CHAIN.finditer(bare):  # "red or silver or black"
+                items = re.split(r"\s+or\s+", m.group(0))
+                if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
+                    return f"alternatives: {m.group(0)[:80]}"
+            for h in self.hedge.finditer(bare):
+                hedges += 1
+                after = bare[h.end():h.end() + 160]
+                # "possibly holds X, Y and Z" lists what is held; "possibly a phone, a book and a cup"
+                # must be a parallel list ("probably a tourist, holds a map" is an aside and a clause)
+                verb = _GOVERNS.match(after) or _TO_COLON.match(after)
+                governs = bool(verb) or bool(re.search(r"(?:have|include|contain|hold|show)$", h.group(0)))
+                lm = _ANY_LIST.match(after[verb.end():] if verb else after.lstrip(" ,:"))
+                if lm:
+                    items = _items(lm.group(1), lm.group(2))
+                    shaped = all(len(i.split()) <= 3 for i in items[1:]) if governs else _parallel(items)
+                    if len(items) >= self.speculative_items and shaped:
+                        return f"speculative list: {(h.group(0) + after)[:80]}"
+            same = Counter(h.group(0) for h in self.hedge.finditer(bare))
+            if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
+                word, n = same.most_common(1)[0]
+                return f"alternatives: {word!r} x{n} in one sentence"
+            for o in re.finditer(r"\bor\b", bare):
+                if not self._exempt_before(bare, o.start()):
+                    ors += 1
+        if ors > self.max_or:
+            return f"{ors} alternatives joined by 'or'"
+        if hedges > self.max_hedges:
+            return f"{hedges} guesses"
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# keyword stuffing
+
+
+_PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
+_HASHTAG = re.compile(r"#[a-z][\w-]+")
+_LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
+_PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
+                          r"on the \w+|in the \w+|left|right|top|bottom|foreground|background)\b")
+
+
+@register_guard("keyword_stuffing")
+class KeywordStuffingGuard(_JudgeGuard):
+    """Noun dumps and tag lines behind (or instead of) a caption (see the module docstring)."""
+
+    def __init__(self, penalty: float = 1.0, labelled_items: int = 4, list_items: int = 5, bare_share: float = 0.7,
+                 run_words: int = 8, hashtags: int = 4, repeat_items: int = 4, repeat_share: float = 0.6,
+                 max_list: int = 10, short_run: int = 4, extra_labels: Iterable[str] = (), **kw) -> None:
+        super().__init__(penalty, **kw)
+        self.max_list = max_list
+        self.short_run = short_run
+        self.labelled_items = labelled_items
+        self.list_items = list_items
+        self.bare_share = bare_share
+        self.run_words = run_words
+        self.hashtags = hashtags
+        self.repeat_items = repeat_items
+        self.repeat_share = repeat_share
+        labels = _alt([*self.vocab.stuff_labels, *extra_labels])
+        self.label = re.compile(rf"(?:^|(?<=[\s(\[]))(?:{labels})\s*(?::|-|\u2013|\u2014)\s*(.+)$")
+
+    def _list(self, body: str) -> list[str] | None:
+        """The items of ``body`` when it is a list of short phrases (no clause among them)."""
+        items = [i for i in _LIST_SPLIT.split(body.strip(" .!:")) if i and i.strip()]
+        if len(items) < 3 or any(len(_TOKEN.findall(i)) > 3 for i in items):
+            return None
+        return items
+
+    def _bare(self, item: str) -> bool:
+        toks = _TOKEN.findall(item)
+        return bool(toks) and not any(t in self.v.function or t.isdigit() for t in toks)
+
+    def match(self, doc: Doc) -> str | None:
+        text = doc.lower
+        if not self.english(doc):
+            return None
+        if len(_HASHTAG.findall(text)) >= self.hashtags:
+            return f"{len(_HASHTAG.findall(text))} hashtags"
+        sents = sentences(text)
+        for m in _PAREN.finditer(text):  # "(dog, park, grass, tree, bench)"
+            if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
+                    sum(map(self._bare, items)) / len(items) >= self.bare_share:
+                return f"noun dump: {m.group(0)[:80]}"
+        run = 0
+        for sent in sents:  # "Dog. Park. Grass. Tree." or one noun per line
+            toks = _TOKEN.findall(sent)
+            short = 0 < len(toks) <= 3 and all(t.isalpha() and len(t) > 2 and t not in self.v.function for t in toks)
+            run = run + 1 if short else 0
+            if run >= self.short_run:
+                return f"{run} one-noun sentences in a row: {sent[:40]}"
+        seen: set[str] = set()
+        for k, sent in enumerate(sents):
+            if (m := self.label.search(sent)) and (items := self._list(m.group(1))) and len(items) >= self.labelled_items:
+                return f"tag line: {sent[:80]}"
+            if len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
+                    all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
+                return f"{len(long)}-item list: {sent[:80]}"
+            items = self._list(sent)
+            if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
+                bare = [i for i in items if self._bare(i)]
+                if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share:
+                    return f"noun dump: {sent[:80]}"
+                heads = [_stem(_TOKEN.findall(i)[-1], self.v.synonym) for i in items if _TOKEN.findall(i)]
+                if len(heads) >= self.repeat_items and sum(h in seen for h in heads) / len(heads) >= self.repeat_share:
+                    return f"repeated nouns: {sent[:80]}"
+            seen.update(_stem(t, self.v.synonym) for t in _TOKEN.findall(sent) if t not in self.v.function)
+        run = 0
+        for piece in re.split(r"[^\w\s'-]", text):
+            run = 0
+            for t in piece.split():
+                run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
+                if run >= self.run_words:
+                    return f"{run} words without a function word: {piece.strip()[:80]}"
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# rewording
+
+
+@register_guard("rewording")
+class RewordingGuard(_JudgeGuard):
+    """The same content stated again in other words (see the module docstring)."""
+
+    def __init__(self, penalty: float = 1.0, min_content: int = 3, max_overlap: float = 0.5, marker_overlap: float = 0.4,
+                 **kw) -> None:
+        super().__init__(penalty, **kw)
+        self.min_content = min_content
+        self.max_overlap = max_overlap
+        self.marker_overlap = marker_overlap
+        self.marker = _words_re(self.vocab.restatement_markers)
+
+    def _content(self, sentence: str) -> set[str]:
+        # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
+        return {_stem(t, self.v.synonym) for t in _TOKEN.findall(sentence)
+                if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()}
+
+    def match(self, doc: Doc) -> str | None:
+        text = doc.lower
+        if not self.english(doc):
+            return None
+        sents = sentences(text)
+        sets = [self._content(s) for s in sents]
+        for j in range(1, len(sents)):
+            b = sets[j]
+            marked = bool(self.marker.search(sents[j]))
+            for i in range(j):
+                a = sets[i]
+                if not a or not b or sents[i] == sents[j]:
+                    continue  # an exact repeat is the repetition guard's
+                jac = len(a & b) / len(a | b)
+                if min(len(a), len(b)) >= self.min_content and jac >= self.max_overlap:
+                    return f"reworded ({jac:.2f}): {sents[j][:80]}"
+                if marked and jac >= self.marker_overlap and len(b) >= 2:
+                    return f"restated ({jac:.2f}): {sents[j][:80]}"
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# padding
+
+
+_SYMBOL_RUN = re.compile(r"([^\w\s])(?:\s*\1){%d,}")
+
+
+@register_guard("padding")
+class PaddingGuard(_JudgeGuard):
+    """Words toward a length that say nothing about the image (see the module docstring)."""
+
+    def __init__(self, penalty: float = 1.0, generic_sentences: int = 3, generic_share: float = 0.4,
+                 generic_word_share: float = 0.75, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
+                 extra_fillers: Iterable[str] = (), **kw) -> None:
+        super().__init__(penalty, **kw)
+        self.generic_sentences = generic_sentences
+        self.generic_share = generic_share
+        self.generic_word_share = generic_word_share
+        self.fillers = fillers
+        self.symbol_share = symbol_share
+        self.symbol_run = re.compile(_SYMBOL_RUN.pattern % (symbol_run - 1))
+        self.filler = _words_re([*self.vocab.filler_phrases, *extra_fillers])
+        self.placeholder = _words_re(self.vocab.placeholders)
+
+    def _generic(self, sentence: str) -> bool:
+        content = [t for t in _TOKEN.findall(sentence) if t not in self.v.function]
+        return len(content) >= 3 and sum(t in self.v.generic for t in content) / len(content) >= self.generic_word_share
+
+    def match(self, doc: Doc) -> str | None:
+        raw = doc.norm
+        if raw:
+            symbols = sum(unicodedata.category(c)[0] in "PS" for c in raw)  # vowel signs are not symbols
+            if len(raw) >= 40 and symbols / len(raw) > self.symbol_share:
+                return f"{symbols}/{len(raw)} characters are symbols"
+            if m := self.symbol_run.search(raw):
+                return f"symbol run: {m.group(0)[:40]}"
+        text = doc.lower
+        if m := self.placeholder.search(text):
+            return f"placeholder text: {m.group(0)}"
+        if not self.english(doc):
+            return None
+        fill = [m.group(0) for m in self.filler.finditer(text)]
+        if len(fill) >= self.fillers:
+            return f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
+        sents = sentences(text)
+        generic = [s for s in sents if self._generic(s)]
+        if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:
+            return f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
+        return None
+
+
+JUDGE_GUARDS = ("hedging", "keyword_stuffing", "rewording", "padding")
+
+__all__ = ["JUDGE_GUARDS", "VOCAB", "HedgingGuard", "JudgeVocab", "KeywordStuffingGuard", "PaddingGuard",
+           "RewordingGuard", "load_vocab", "sentences"]

@@ -1,0 +1,153 @@
+"""Claims, grader addresses, score requests and injections in other languages, as a phrase table.
+
+The English pattern families (:mod:`vlrl.rewards.guard_patterns`, :mod:`vlrl.rewards.guard_meta`)
+are blind to "这段描述完整准确" or "Ignora las instrucciones anteriores", and a policy trained
+against a multilingual judge finds that out. Every language is one entry of a data file,
+``guard_data/languages.yaml``, validated by :class:`LanguageTable` when it is first read: a new
+language, or a new phrasing, is an edit to that file, not to code.
+
+Each entry holds four families of regular expressions — ``claim`` (read by ``self_praise``),
+``address``, ``score`` and ``injection`` (read by ``grader_address``) — plus the words that name a
+score (``score_labels``: "评分: 10/10" or "Bewertung: 10/10", a maximal score block) and the words
+that introduce text written in the image (``image_text``; the rest of that clause is content).
+
+Why a view of its own: the English guards read text with homoglyphs folded to Latin letters (a
+Cyrillic "а" in an English hack reads as "a"), which turns Russian into Latin-looking noise. The
+table reads the caption lower-cased in its own script, with quoted spans removed
+(:attr:`vlrl.rewards.guard_doc.Doc.native`). A language is tried only when the caption contains its
+script, so an English caption costs the six Latin-script entries and a Chinese one only Chinese
+and Japanese.
+
+Patterns need the caption as their subject, the grader as their addressee, or an imperative
+("three judges watch", "the scoreboard shows 9.5" and "assembly instructions on the table" stay
+clean in every language); ``tests/fixtures/guard_lang_dev.jsonl`` holds honest captions written
+wholly in each language, hard ones included, and hacks of each family.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TABLE = Path(__file__).parent / "guard_data" / "languages.yaml"
+FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
+                "injection": "grader_address"}
+"""Which guard reads each family."""
+
+SCRIPTS = {
+    "latin": re.compile(r"[a-zà-ɏḀ-ỿ]"),
+    "han": re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"),
+    "kana": re.compile(r"[\u3040-\u30ff]"),
+    "hangul": re.compile(r"[\uac00-\ud7af\u1100-\u11ff]"),
+    "cyrillic": re.compile(r"[\u0400-\u04ff]"),
+    "arabic": re.compile(r"[\u0600-\u06ff]"),
+    "devanagari": re.compile(r"[\u0900-\u097f]"),
+}
+_MAX_SCORE = r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|10\s+из\s+10|10\s*分)"
+
+
+def _check(patterns: list[str]) -> list[str]:
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise ValueError(f"bad pattern {p!r}: {e}") from None
+    return patterns
+
+
+class Language(BaseModel):
+    """One language's phrase table (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    scripts: list[str] = Field(min_length=1)
+    claim: list[str] = Field(default_factory=list)
+    address: list[str] = Field(default_factory=list)
+    score: list[str] = Field(default_factory=list)
+    injection: list[str] = Field(default_factory=list)
+    score_labels: list[str] = Field(default_factory=list)
+    image_text: list[str] = Field(default_factory=list)
+    image_text_before: list[str] = Field(default_factory=list)
+
+    @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        return _check(v)
+
+    @field_validator("scripts")
+    @classmethod
+    def _known_scripts(cls, v: list[str]) -> list[str]:
+        if unknown := set(v) - set(SCRIPTS):
+            raise ValueError(f"unknown scripts {sorted(unknown)}; known: {sorted(SCRIPTS)}")
+        return v
+
+
+class LanguageTable(BaseModel):
+    """The whole table: language code -> :class:`Language`."""
+
+    model_config = ConfigDict(extra="forbid")
+    languages: dict[str, Language]
+
+
+class _Compiled:
+    def __init__(self, code: str, lang: Language) -> None:
+        self.code = code
+        self.scripts = [SCRIPTS[s] for s in lang.scripts]
+        self.families = {f: re.compile("|".join(f"(?:{p})" for p in getattr(lang, f)))
+                         for f in FAMILY_GUARD if getattr(lang, f)}
+        if lang.score_labels:
+            labels = "|".join(re.escape(w) for w in lang.score_labels)
+            self.score_block = re.compile(rf"(?:{labels})\s*[:：=]\s*{_MAX_SCORE}")
+        else:
+            self.score_block = None
+        end = r"(?=[.;!?,，。；！？،\n]|$)"
+        self.image_text = (re.compile(rf"(?:{'|'.join(lang.image_text)})[^.;!?,，。；！？،\n]{{0,120}}?{end}")
+                           if lang.image_text else None)
+        self.image_text_before = (re.compile(rf"[^.;!?,，。；！？،、\n]{{0,120}}?(?:{'|'.join(lang.image_text_before)})")
+                                  if lang.image_text_before else None)
+
+    def applies(self, text: str) -> bool:
+        return any(s.search(text) for s in self.scripts)
+
+    def strip_image_text(self, text: str) -> str:
+        if self.image_text is not None:
+            text = self.image_text.sub(" \u2039t\u203a ", text)
+        if self.image_text_before is not None:
+            text = self.image_text_before.sub(" \u2039t\u203a ", text)
+        return text
+
+
+def load_table(path: str | Path = TABLE) -> LanguageTable:
+    """Read and validate a phrase table (a YAML mapping of language code to entry)."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return LanguageTable(languages=data)
+
+
+@lru_cache(maxsize=4)
+def _compiled(path: str = str(TABLE)) -> tuple[_Compiled, ...]:
+    return tuple(_Compiled(code, lang) for code, lang in load_table(path).languages.items())
+
+
+def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | None:
+    """The evidence (``lang <code> <family>: snippet``) of the first family read by ``guard``
+    (``self_praise`` or ``grader_address``) that matches ``native`` (lower case, own script, quoted
+    spans removed), else ``None``."""
+    families = [f for f, g in FAMILY_GUARD.items() if g == guard]
+    for lang in _compiled(str(path)):
+        if not lang.applies(native):
+            continue
+        text = lang.strip_image_text(native)
+        for family in families:
+            pat = lang.families.get(family)
+            if pat is not None and (m := pat.search(text)):
+                return f"lang {lang.code} {family}: {m.group(0)[:80]}"
+        if guard == "grader_address" and lang.score_block is not None and (m := lang.score_block.search(text)):
+            return f"lang {lang.code} score: {m.group(0)[:80]}"
+    return None
+
+
+__all__ = ["FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
