@@ -94,3 +94,40 @@ def test_eval_reasoning_cli_with_tiny_vlm(tmp_path):
     assert m["n"] == 3 and 0.0 <= m["accuracy"] <= 1.0
     assert m["format_failure_rate"] == 1.0  # random weights never produce the format
     assert m["truncation_rate"] > 0
+
+
+def test_pass_at_k_is_the_unbiased_estimate():
+    import math
+
+    from vlrl.methods.vision_r1.evaluate import pass_at_k
+
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 8, 1) == 1.0 and pass_at_k(8, 1, 1) == 0.125
+    assert pass_at_k(8, 1, 4) == 0.5 and pass_at_k(8, 4, 4) == 1 - 1 / math.comb(8, 4)
+    # the estimate's mean over draws of c from n samples of a problem solved with p is 1 - (1-p)^k
+    p, n, k = 0.3, 8, 4
+    expected = sum(math.comb(n, c) * p**c * (1 - p) ** (n - c) * pass_at_k(n, c, k) for c in range(n + 1))
+    assert expected == pytest.approx(1 - (1 - p) ** k)
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 4)
+
+
+def test_eval_reasoning_reports_pass_at_k_beside_greedy_accuracy(tmp_path):
+    """A policy that solves a problem on some samples only: greedy accuracy says 0 or 1, pass@k
+    says how often a rollout finds the answer (what GRPO can reinforce)."""
+    import json as _json
+
+    from tests.support.fake_openai import FakeOpenAI
+    from tests.support.long_commands import reasoning, run
+
+    def reply(body):  # right on even seeds; the greedy request (seed 0) too
+        seed = body.get("seed") or 0
+        return "<think>2+3</think><answer>5</answer>" if seed % 2 == 0 else "<think>hm</think><answer>6</answer>"
+
+    with FakeOpenAI(reply=reply) as srv:
+        res = run([*reasoning(tmp_path, srv.spec(max_retries="2", backoff="0.01")), "--samples", "8",
+                   "--sample-temperature", "1.0"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = _json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m["accuracy"] == 1.0 and m["samples"] == 8
+    assert m["pass_at_k"]["pass@1"] == pytest.approx(0.5) and m["pass_at_k"]["pass@8"] == 1.0
+    assert m["pass_at_k"]["pass@4"] == pytest.approx(1 - 1 / 70)

@@ -63,6 +63,8 @@ def reasoning_cmd(
     limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N items."),
     group_by: str | None = typer.Option(None, "--group-by", help="Record field to report accuracy by (default: task/category if present)."),
     prompt: str = typer.Option("reasoning_eval", "--prompt", help="Prompt template name or .jinja path."),
+    samples: int = typer.Option(0, "--samples", min=0, help="Also draw N answers per item at --sample-temperature and report pass_at_k (k = 1, 4, 8 up to N; unbiased)."),
+    sample_temperature: float = typer.Option(1.0, "--sample-temperature", help="Temperature of the --samples draws (the rollout temperature)."),
     max_image_pixels: MaxImagePixels = None,
     resize_max_pixels: ResizeMaxPixels = None,
 ) -> None:
@@ -78,7 +80,8 @@ def reasoning_cmd(
         preflight(model)
         with image_limits_of(params):
             metrics = evaluate_reasoning(model, bench, out, max_tokens=max_tokens, temperature=temperature,
-                                         batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt)
+                                         batch_size=batch_size, limit=limit, group_by=group_by, prompt=prompt,
+                                         samples=samples, sample_temperature=sample_temperature)
     except (OSError, ValueError) as e:
         typer.echo(f"vlrl eval reasoning: {e}", err=True)
         raise typer.Exit(2) from None

@@ -69,7 +69,26 @@ def _length_stats(lengths: list[int]) -> dict[str, float]:
     }
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one problem from ``n`` samples of which ``c`` are correct:
+    ``1 - C(n-c, k) / C(n, k)``, the chance that k samples drawn without replacement hold a correct one."""
+    import math
+
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _pass_table(rows: list[dict[str, Any]], ks: tuple[int, ...]) -> dict[str, float]:
+    sampled = [r for r in rows if r.get("samples")]
+    if not sampled:
+        return {}
+    n = min(r["samples"] for r in sampled)
+    return {f"pass@{k}": sum(pass_at_k(r["samples"], r["samples_correct"], k) for r in sampled) / len(sampled)
+            for k in ks if k <= n}
+
+
+def summarize(rows: list[dict[str, Any]], pass_ks: tuple[int, ...] = (1, 4, 8)) -> dict[str, Any]:
     n = len(rows)
     if not n:
         return {"n": 0}
@@ -86,13 +105,19 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "completion_tokens": _length_stats([r["completion_tokens"] for r in rows if r.get("completion_tokens")]),
         "completion_chars": _length_stats([len(r.get("output") or "") for r in rows]),
     }
+    if table := _pass_table(rows, pass_ks):
+        # RL on an outcome reward can only reinforce answers the policy samples: greedy accuracy far
+        # below pass@k at the rollout temperature is what GRPO can lift; equal, there is nothing to push.
+        out["pass_at_k"] = table
     groups: dict[str, list] = defaultdict(list)
     for r in rows:
         if r.get("group") is not None:
             groups[str(r["group"])].append(r)
     if groups:
         out["by_group"] = {g: {"n": len(v), "accuracy": sum(x["correct"] for x in v) / len(v),
-                               "format_failure_rate": 1 - sum(x["format_ok"] for x in v) / len(v)} for g, v in sorted(groups.items())}
+                               "format_failure_rate": 1 - sum(x["format_ok"] for x in v) / len(v),
+                               **({"pass_at_k": t} if (t := _pass_table(v, pass_ks)) else {})}
+                           for g, v in sorted(groups.items())}
     return out
 
 
@@ -108,8 +133,17 @@ def evaluate_reasoning(
     prompt: str = "reasoning_eval",
     group_by: str | None = None,
     seed: int = 0,
+    samples: int = 0,
+    sample_temperature: float = 1.0,
+    pass_ks: tuple[int, ...] = (1, 4, 8),
 ) -> dict[str, Any]:
-    """Evaluate ``model`` (backend spec or Backend) on ``bench`` (JSONL/dataset/``builtin:tiny_math``)."""
+    """Evaluate ``model`` (backend spec or Backend) on ``bench`` (JSONL/dataset/``builtin:tiny_math``).
+
+    ``samples`` > 0 also draws that many answers per item at ``sample_temperature`` (the rollout
+    temperature) and reports ``pass_at_k`` for each k of ``pass_ks`` up to ``samples``, unbiased
+    (:func:`pass_at_k`), overall and per group, beside the greedy accuracy."""
+    if samples and samples < max(min(pass_ks), 1):
+        raise ValueError(f"--samples {samples}: pass@k needs at least k samples (k = {', '.join(map(str, pass_ks))})")
     from vlrl.core.sources.rows import iter_source, open_record_image, record_image
 
     out = Path(out)
@@ -118,6 +152,7 @@ def evaluate_reasoning(
     quarantine = Quarantine(out / "quarantine.jsonl")
     backend = load_backend(model, cache=out / "cache")
     sp = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+    sp_many = SamplingParams(max_tokens=max_tokens, temperature=sample_temperature, seed=seed, n=samples) if samples else None
     root = None if bench.startswith("builtin:") else str(Path(bench).parent)
     wanted: list[str] = []
 
@@ -145,18 +180,25 @@ def evaluate_reasoning(
                                     sp, id=rid))
             group = rec.get(group_by) if group_by else next((rec[f] for f in GROUP_FIELDS if rec.get(f) is not None), None)
             metas.append((rid, rec, group))
-        for (rid, rec, group), res in zip(metas, backend.chat(reqs), strict=True):
+        many = backend.chat([ChatRequest(r.messages, sp_many, id=f"{r.id}/samples") for r in reqs]) if sp_many else None
+        for k, ((rid, rec, group), res) in enumerate(zip(metas, backend.chat(reqs), strict=True)):
             # A backend error is no prediction: committed as a wrong answer, it would lower the
             # accuracy without a word and a rerun would keep it. It is left unscored, counted, and
             # retried by the next run.
-            if not res.ok:
-                done.append(Outcome.retry(rid, res.error or "the backend failed"))
+            if not res.ok or (many is not None and not many[k].ok):
+                done.append(Outcome.retry(rid, (res.error if not res.ok else many[k].error) or "the backend failed"))
                 continue
+            extra = {}
+            if many is not None:
+                fins = list(many[k].finish_reasons) + [""] * len(many[k].texts)
+                extra = {"samples": len(many[k].texts), "samples_correct": sum(
+                    bool(score_output(t, rec["answer"], rec.get("choices"), f == "length")["correct"])
+                    for t, f in zip(many[k].texts, fins, strict=False))}
             truncated = bool(res.finish_reasons) and res.finish_reasons[0] == "length"
             verdict = score_output(res.text if res.ok else "", rec["answer"], rec.get("choices"), truncated)
             done.append(Outcome.ok(rid, {"id": rid, "answer": rec["answer"], "output": res.text if res.ok else None,
                                          "completion_tokens": res.completion_tokens, "group": group, "error": res.error,
-                                         **verdict}))
+                                         **verdict, **extra}))
         return done
 
     try:
@@ -164,9 +206,10 @@ def evaluate_reasoning(
                            batch_size=batch_size, desc="eval reasoning", progress_by="request")
         keep = set(wanted)
         rows = [r for r in preds if r["id"] in keep]
-        metrics = {**summarize(rows), "model": getattr(backend, "model", str(model)), "bench": bench,
+        metrics = {**summarize(rows, pass_ks), "model": getattr(backend, "model", str(model)), "bench": bench,
                    "quarantined": len(quarantine), "unscored": counts.failed, "max_tokens": max_tokens,
-                   "temperature": temperature}
+                   "temperature": temperature, **({"samples": samples, "sample_temperature": sample_temperature}
+                                                  if samples else {})}
         atomic_write_json(out / "metrics.json", metrics)
     finally:
         preds.close()
