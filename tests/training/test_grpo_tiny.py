@@ -314,3 +314,22 @@ def test_a_resume_with_guards_on_is_bitwise_exact(tmp_path):
     a, b = rewards(tmp_path / "whole"), rewards(tmp_path / "resumed")
     assert {3, 4} <= set(a) and {3, 4} <= set(b)
     assert [a[3], a[4]] == [b[3], b[4]]
+
+
+def test_build_trainer_gives_hfrrf_behind_guards_its_length_cap_and_eos(tmp_path):
+    """build_trainer sets the length cap and EOS ids on the reward it was given; behind guards they must
+    reach hfrrf itself, or a completion cut off at the cap is paid 1.0 (#30 finding 2b)."""
+    from vlrl.training.grpo import build_trainer
+    from vlrl.training.runstate import prepare
+
+    over = [f"output_dir={tmp_path / 'run'}", "rewards=[{name: hfrrf, guards: {policy: penalty, enabled: [self_praise]}}]",
+            "data.source=builtin:tiny_math:4"]
+    trainer, _ = build_trainer(prepare(load_recipe(TINY / "caprl_tiny.yaml", over)))
+    (reward,) = trainer.reward_funcs
+    assert reward.inner.max_completion_length == trainer.args.max_completion_length == 16
+    assert reward.inner.eos_token_ids
+    done = "<think>6*7</think><answer>42</answer>"
+    eos = next(iter(reward.inner.eos_token_ids))
+    values = reward(prompts=["p", "p"], completions=[[{"role": "assistant", "content": done}]] * 2,
+                    completion_ids=[[5] * 16, [5] * 15 + [eos]], answer=["42", "42"])
+    assert values == [0.0, 1.0]  # cut at the cap: truncated, unpaid; ended in EOS at the cap: paid
