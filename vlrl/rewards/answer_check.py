@@ -230,6 +230,7 @@ class CheckPool:
         self.size = size or _workers_wanted()
         self.start_timeout = start_timeout
         self._idle: list[_Worker] = []
+        self._lent: set[_Worker] = set()
         self._count = 0
         self._cond = threading.Condition()
         self.killed = 0  # workers killed for an overrun (tests and logs read it)
@@ -245,10 +246,15 @@ class CheckPool:
             while not self._idle and self._count >= self.size:
                 self._cond.wait()
             if self._idle:
-                return self._idle.pop()
+                worker = self._idle.pop()
+                self._lent.add(worker)
+                return worker
             self._count += 1
         try:
-            return _Worker(self.start_timeout)
+            worker = _Worker(self.start_timeout)
+            with self._cond:
+                self._lent.add(worker)
+            return worker
         except BaseException:
             with self._cond:
                 self._count -= 1
@@ -259,6 +265,7 @@ class CheckPool:
         if not healthy:
             worker.kill()
         with self._cond:
+            self._lent.discard(worker)
             if healthy:
                 self._idle.append(worker)
             else:
@@ -281,10 +288,12 @@ class CheckPool:
             self._release(worker, healthy)
 
     def close(self) -> None:
+        """Kill every worker, idle or still checking (at interpreter exit no check is waited for)."""
         with self._cond:
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-        for w in idle:
+            workers, self._idle = [*self._idle, *self._lent], []
+            self._lent = set()
+            self._count = 0
+        for w in workers:
             w.kill()
 
 
