@@ -371,12 +371,11 @@ def test_reward_health_counts_floors_and_backend_failures_not_only_none():
     (["trainer.epsilon=0.2", "trainer.epsilon_high=0.1"], "trainer.epsilon_high (0.1) is below trainer.epsilon (0.2)"),
 ])
 def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overrides, says):
-    for probe in ([], ["--no-probe"]):
-        res = _cli("train", "check", *probe, "--recipe", str(TINY / "caprl_tiny.yaml"), *overrides)
-        assert res.exit_code == 2, res.output
-        assert says in res.output
-        problem_lines = [ln for ln in res.output.splitlines() if ln.strip().startswith("- ")]
-        assert len(problem_lines) == 1, res.output  # one line, not a traceback
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), *overrides)
+    assert res.exit_code == 2, res.output
+    assert says in res.output
+    problem_lines = [ln for ln in res.output.splitlines() if ln.strip().startswith("- ")]
+    assert len(problem_lines) == 1, res.output  # one line, not a traceback
 
 
 def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
@@ -384,7 +383,7 @@ def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
-    res = _cli("train", "check", "--no-probe", "--recipe", str(TINY / "caprl_tiny.yaml"), "trainer.optim=adamw_bnb_8bit")
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), "trainer.optim=adamw_bnb_8bit")
     assert res.exit_code == 2 and "trainer.optim is 'adamw_bnb_8bit' but bitsandbytes is not installed" in res.output
 
 
