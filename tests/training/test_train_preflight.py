@@ -392,3 +392,18 @@ def test_every_shipped_recipe_builds_its_trl_config():
 
     for path in sorted((ROOT / "train" / "recipes").rglob("*.yaml")):
         assert config_problems(load_recipe(path)) == [], path
+
+
+def test_a_ptst_resume_with_another_max_samples_is_refused_through_the_cli(tmp_path):
+    """The audit's case through `vlrl train ptst`: a run started with data.max_samples=10 is not resumed
+    with 12 (its stream would be reshuffled and stage 2 would see rows it trained on)."""
+    from vlrl.training.runstate import prepare, write_identity
+
+    out = tmp_path / "ptst"
+    recipe = TINY / "vision_r1_tiny_ptst.yaml"
+    write_identity(prepare(load_recipe(recipe, [f"output_dir={out}", "data.max_samples=10"])), out)  # as a run writes it
+    res = _cli("train", "ptst", "--recipe", str(recipe), f"output_dir={out}", "data.max_samples=12")
+    assert res.exit_code == 2, res.output
+    assert [ln.strip() for ln in res.output.splitlines() if "→" in ln][1:] == ["data.max_samples: 10 → 12"]  # only that
+    assert "--force" in res.output
+    assert not (out / "stage-1").exists()  # refused before training anything
