@@ -188,3 +188,19 @@ def test_a_worker_does_not_outlive_a_parent_killed_mid_check(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_where_no_worker_can_start_checks_run_in_their_thread(monkeypatch):
+    """A sandbox without subprocesses: every answer graded wrong would train silently wrong, so the
+    check runs in its own thread instead (huge numbers are still refused first)."""
+    import subprocess
+
+    from vlrl.rewards import answer_check
+
+    def no_processes(*a, **kw):
+        raise PermissionError("no subprocesses here")
+
+    monkeypatch.setattr(subprocess, "Popen", no_processes)
+    monkeypatch.setattr(answer_check, "_POOL", CheckPool(size=1))
+    assert _in_thread(lambda: math_equal("(x+1)(x-1)", "x^2-1")) is True
+    assert _in_thread(lambda: math_equal("10^10^10", "3")) is False
