@@ -146,3 +146,61 @@ def test_verl_compute_score_grades_all_correct_answers_among_pathological_ones_o
     # worker's start-up), on top of what the correct answers cost alone; they hold up nobody else's.
     startup = 10 * DEFAULT_TIMEOUT_S  # a generous allowance for restarting two killed workers on a busy machine
     assert t_mixed <= 2 * t_base + len(bad) * DEFAULT_TIMEOUT_S + startup, (t_base, t_mixed, pool.size)
+
+
+ORPHAN = r'''
+import sys, threading, time
+sys.path.insert(0, {root!r})
+from vlrl.rewards.answer_check import check_pool
+pool = check_pool()
+threading.Thread(target=lambda: pool.run("equal", ({slow!r}, "(x^2-1)^2"), 600), daemon=True).start()
+while not pool._lent:
+    time.sleep(0.05)
+print(next(iter(pool._lent)).proc.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def test_a_worker_does_not_outlive_a_parent_killed_mid_check(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN.format(root=str(ROOT), slow=SLOW))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        for _ in range(600):  # the worker notices within about a second; this only bounds a hang
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError("the worker kept computing after its parent died")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_where_no_worker_can_start_checks_run_in_their_thread(monkeypatch):
+    """A sandbox without subprocesses: every answer graded wrong would train silently wrong, so the
+    check runs in its own thread instead (huge numbers are still refused first)."""
+    import subprocess
+
+    from vlrl.rewards import answer_check
+
+    def no_processes(*a, **kw):
+        raise PermissionError("no subprocesses here")
+
+    monkeypatch.setattr(subprocess, "Popen", no_processes)
+    monkeypatch.setattr(answer_check, "_POOL", CheckPool(size=1))
+    assert _in_thread(lambda: math_equal("(x+1)(x-1)", "x^2-1")) is True
+    assert _in_thread(lambda: math_equal("10^10^10", "3")) is False

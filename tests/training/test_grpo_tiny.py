@@ -273,3 +273,63 @@ def test_entry_point_scripts_train_then_report_a_finished_run(tmp_path, script, 
         assert _last_report(again.stdout)["status"] == "already finished"
     bad = subprocess.run([*cmd[:2], "--recipe", str(tmp_path / "missing.yaml")], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
+
+
+KILL_AT_2 = '''
+import os, signal
+from transformers import TrainerCallback
+
+class KillAfterStep2(TrainerCallback):
+    def on_save(self, args, state, control, **kw):
+        if state.global_step == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_a_resume_with_guards_on_is_bitwise_exact(tmp_path):
+    """caprl_tiny has guards on caprl_qa. Killed after step 2 and resumed, the run must log the same
+    step-3 and step-4 rewards as an uninterrupted one: the guard forwards TRL's trainer step to
+    caprl_qa, whose draws are seeded from it (#30 finding 2a; it drew from a call counter before)."""
+    (tmp_path / "killer.py").write_text(KILL_AT_2)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    base = [str(Path(sys.executable).parent / "vlrl"), "train", "grpo", "--recipe", str(TINY / "caprl_tiny.yaml"),
+            "max_steps=4", "save_steps=2", "log_completions=false"]
+
+    def run(out, *extra):
+        return subprocess.run([*base, f"output_dir={out}", *extra], env=env, capture_output=True, text=True, timeout=900)
+
+    whole = run(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = run(tmp_path / "resumed", "callbacks=[killer:KillAfterStep2]")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    resumed = run(tmp_path / "resumed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    from vlrl.evaluation.reports import find_trainer_state
+
+    def rewards(out):
+        hist = json.loads(find_trainer_state(out).read_text())["log_history"]
+        return {h["step"]: (h["reward"], h.get("caprl_qa/qa_acc"), h.get("caprl_qa/guard/any")) for h in hist if "reward" in h}
+
+    a, b = rewards(tmp_path / "whole"), rewards(tmp_path / "resumed")
+    assert {3, 4} <= set(a) and {3, 4} <= set(b)
+    assert [a[3], a[4]] == [b[3], b[4]]
+
+
+def test_build_trainer_gives_hfrrf_behind_guards_its_length_cap_and_eos(tmp_path):
+    """build_trainer sets the length cap and EOS ids on the reward it was given; behind guards they must
+    reach hfrrf itself, or a completion cut off at the cap is paid 1.0 (#30 finding 2b)."""
+    from vlrl.training.grpo import build_trainer
+    from vlrl.training.runstate import prepare
+
+    over = [f"output_dir={tmp_path / 'run'}", "rewards=[{name: hfrrf, guards: {policy: penalty, enabled: [self_praise]}}]",
+            "data.source=builtin:tiny_math:4"]
+    trainer, _ = build_trainer(prepare(load_recipe(TINY / "caprl_tiny.yaml", over)))
+    (reward,) = trainer.reward_funcs
+    assert reward.inner.max_completion_length == trainer.args.max_completion_length == 16
+    assert reward.inner.eos_token_ids
+    done = "<think>6*7</think><answer>42</answer>"
+    eos = next(iter(reward.inner.eos_token_ids))
+    values = reward(prompts=["p", "p"], completions=[[{"role": "assistant", "content": done}]] * 2,
+                    completion_ids=[[5] * 16, [5] * 15 + [eos]], answer=["42", "42"])
+    assert values == [0.0, 1.0]  # cut at the cap: truncated, unpaid; ended in EOS at the cap: paid

@@ -303,8 +303,9 @@ def test_several_images_per_sample_reach_the_trainer_rows(tmp_path):
 
 
 def test_reward_health_counts_floors_and_backend_failures_not_only_none():
-    """A dead answerer behind a guard scores -1.0 (the floor), never None: the values alone look
-    healthy, so the rule reads each reward's health (finding 2 of #24)."""
+    """A dead answerer behind a guard that fires on every caption: its Nones pass through the guard
+    (#30 finding 2c; before, each became the floor -1.0 and the values alone looked healthy), beside a
+    reward that still scores, and the rule reads each reward's health (finding 2 of #24)."""
     import torch
 
     from vlrl.rewards.base import BACKEND_FAILED, Reward, Score
@@ -336,9 +337,11 @@ def test_reward_health_counts_floors_and_backend_failures_not_only_none():
     g = NoneRewardGuard(2)
 
     def step():
-        values = torch.tensor([[v, f] for v, f in zip(guarded(completions=["a b"] * 4), fine(completions=["x"] * 4),
-                                                      strict=True)], dtype=torch.float32)
-        assert not torch.isnan(values).any() and bool((values[:, 0] == -1.0).all())  # the floor, not None
+        values = torch.tensor([[float("nan") if v is None else v, f]
+                               for v, f in zip(guarded(completions=["a b"] * 4), fine(completions=["x"] * 4), strict=True)],
+                              dtype=torch.float32)
+        assert bool(torch.isnan(values[:, 0]).all())  # None, not the guard's floor
+        assert not torch.isnan(values[:, 1]).any()
         g.observe(values, [guarded, fine])
 
     step()
@@ -355,3 +358,52 @@ def test_reward_health_counts_floors_and_backend_failures_not_only_none():
     fine(completions=["x", "y"])
     ok.observe(torch.tensor([[0.0], [1.0]]), [fine])
     NoneRewardGuard(0).observe(torch.tensor([[-1.0]]), [guarded])  # 0 turns the stop off
+
+
+# -- the TRL config a recipe builds (#30 finding 11) -----------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["trainer.loss_type=grpoo"], "trainer.loss_type is 'grpoo'; TRL supports"),  # failed after the first rollout
+    (["trainer.lr_scheduler_type=cosinee"], "GRPOConfig refuses it: ValueError: cosinee is not a valid SchedulerType"),
+    (["model.attn_implementation=sdpaa"], "model.attn_implementation is 'sdpaa'"),
+    (["trainer.gradient_checkpointing=maybe"], "trainer.gradient_checkpointing is 'maybe'; it must be true or false"),
+    (["trainer.epsilon=0.2", "trainer.epsilon_high=0.1"], "trainer.epsilon_high (0.1) is below trainer.epsilon (0.2)"),
+])
+def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overrides, says):
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), *overrides)
+    assert res.exit_code == 2, res.output
+    assert says in res.output
+    problem_lines = [ln for ln in res.output.splitlines() if ln.strip().startswith("- ")]
+    assert len(problem_lines) == 1, res.output  # one line, not a traceback
+
+
+def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), "trainer.optim=adamw_bnb_8bit")
+    assert res.exit_code == 2 and "trainer.optim is 'adamw_bnb_8bit' but bitsandbytes is not installed" in res.output
+
+
+def test_every_shipped_recipe_builds_its_trl_config():
+    from vlrl.training.config_check import config_problems
+
+    for path in sorted((ROOT / "train" / "recipes").rglob("*.yaml")):
+        assert config_problems(load_recipe(path)) == [], path
+
+
+def test_a_ptst_resume_with_another_max_samples_is_refused_through_the_cli(tmp_path):
+    """The audit's case through `vlrl train ptst`: a run started with data.max_samples=10 is not resumed
+    with 12 (its stream would be reshuffled and stage 2 would see rows it trained on)."""
+    from vlrl.training.runstate import prepare, write_identity
+
+    out = tmp_path / "ptst"
+    recipe = TINY / "vision_r1_tiny_ptst.yaml"
+    write_identity(prepare(load_recipe(recipe, [f"output_dir={out}", "data.max_samples=10"])), out)  # as a run writes it
+    res = _cli("train", "ptst", "--recipe", str(recipe), f"output_dir={out}", "data.max_samples=12")
+    assert res.exit_code == 2, res.output
+    assert [ln.strip() for ln in res.output.splitlines() if "→" in ln][1:] == ["data.max_samples: 10 → 12"]  # only that
+    assert "--force" in res.output
+    assert not (out / "stage-1").exists()  # refused before training anything

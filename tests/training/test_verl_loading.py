@@ -112,3 +112,53 @@ def test_mixed_rewards_stack_through_verls_own_loader():
     assert all(list(i) == keys for i in infos)
     assert stacked["score"].tolist() == [pytest.approx(0.2), -1.0, 0.0, 1.0]  # hfrrf soft; the guard fired
     assert stacked["reward_failed"].tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+def test_captions_of_one_prompt_share_their_draws_through_verls_own_loader():
+    """verl's naive manager scores each rollout on its own. CapRL's common draws must survive that: every
+    caption of one prompt (same extra_info index) is asked the same questions in the same option orders,
+    as a TRL group is; another prompt gets other draws (#30 finding 6). The answerer is a real HTTP
+    server on 127.0.0.1."""
+    import re
+
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    from tests.support.fake_openai import FakeOpenAI
+    from vlrl.core.tiny import cached_tiny
+
+    questions = [{"question": f"Question number {i}?", "options": ["red", "blue", "green", "yellow"],
+                  "answer": "ABCD"[i % 4]} for i in range(8)]
+    tok = AutoTokenizer.from_pretrained(str(cached_tiny("qwen2")))
+    with FakeOpenAI(model="answerer", reply=lambda body: "The answer is A") as srv:
+        cfg = OmegaConf.create({"reward": {
+            "custom_reward_function": {"path": str(ADAPTER), "name": "caprl_qa", "reward_kwargs": {"settings": {
+                "answerer": srv.spec(), "mode": "sample", "questions_per_caption": 3, "rounds": 1}}},
+            "reward_manager": {"source": "register", "name": "naive"},
+        }})
+        manager = load_reward_manager(cfg, tok)
+
+        def asked(caption, index):
+            before = len(srv.bodies)
+            ids = torch.tensor([tok.encode(caption)])
+            data = DataProto.from_dict(
+                tensors={"responses": ids, "attention_mask": torch.ones_like(ids)},
+                non_tensors={"data_source": np.array(["caps"], dtype=object),
+                             "reward_model": np.array([{"ground_truth": None}], dtype=object),
+                             "extra_info": np.array([{"questions": questions, "index": index}], dtype=object)},
+            )
+            res = manager.loop.run_until_complete(manager.run_single(data))
+            assert res["reward_extra_info"]["applicable"] == 1.0
+            texts = [m["content"] if isinstance(m["content"], str) else str(m["content"])
+                     for b in srv.bodies[before:] for m in b["messages"] if m["role"] == "user"]
+            # each ask: which question, with its options in the order shown
+            return sorted(re.search(r"Question number \d\?[\s\S]*", t).group(0).replace(caption, "") for t in texts)
+
+        group = [asked(c, 7) for c in ("A red bus at a stop.", "A blue bus.", "Two buses by a station.", "A bus.")]
+        others = [asked("A red bus at a stop.", i) for i in range(6)]
+    assert group[0] and all(g == group[0] for g in group)
+    assert len({tuple(o) for o in others}) > 1

@@ -176,19 +176,33 @@ def _workers_wanted() -> int:
         return max(2, os.cpu_count() or 2)
 
 
+class WorkerStartError(OSError):
+    """No answer-check worker process could be started here."""
+
+
+_NO_WORKERS_WARNED = False
+
+
 class _Worker:
     """One ``python -m vlrl.rewards.check_worker`` process, used by one check at a time."""
 
     def __init__(self, start_timeout: float) -> None:
         root = str(Path(__file__).resolve().parents[2])  # vlrl's own tree, installed or not
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vlrl.rewards.check_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1,
-        )
-        if self._read(start_timeout) is None:
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vlrl.rewards.check_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1,
+            )
+        except OSError as e:
+            raise WorkerStartError(f"cannot start python -m vlrl.rewards.check_worker ({e})") from e
+        try:
+            ready = self._read(start_timeout)
+        except EOFError:
+            ready = None
+        if ready is None:
             self.kill()
-            raise OSError(f"answer-check worker did not start within {start_timeout:.0f}s")
+            raise WorkerStartError(f"answer-check worker did not start within {start_timeout:.0f}s")
 
     def _read(self, timeout: float) -> dict | None:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -230,6 +244,7 @@ class CheckPool:
         self.size = size or _workers_wanted()
         self.start_timeout = start_timeout
         self._idle: list[_Worker] = []
+        self._lent: set[_Worker] = set()
         self._count = 0
         self._cond = threading.Condition()
         self.killed = 0  # workers killed for an overrun (tests and logs read it)
@@ -245,10 +260,15 @@ class CheckPool:
             while not self._idle and self._count >= self.size:
                 self._cond.wait()
             if self._idle:
-                return self._idle.pop()
+                worker = self._idle.pop()
+                self._lent.add(worker)
+                return worker
             self._count += 1
         try:
-            return _Worker(self.start_timeout)
+            worker = _Worker(self.start_timeout)
+            with self._cond:
+                self._lent.add(worker)
+            return worker
         except BaseException:
             with self._cond:
                 self._count -= 1
@@ -259,6 +279,7 @@ class CheckPool:
         if not healthy:
             worker.kill()
         with self._cond:
+            self._lent.discard(worker)
             if healthy:
                 self._idle.append(worker)
             else:
@@ -281,10 +302,12 @@ class CheckPool:
             self._release(worker, healthy)
 
     def close(self) -> None:
+        """Kill every worker, idle or still checking (at interpreter exit no check is waited for)."""
         with self._cond:
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-        for w in idle:
+            workers, self._idle = [*self._idle, *self._lent], []
+            self._lent = set()
+            self._count = 0
+        for w in workers:
             w.kill()
 
 
@@ -314,7 +337,15 @@ def _bounded(op: str, args: tuple, timeout: int, default: Any) -> Any:
     except TimeoutError:
         logger.warning("math_verify gave no verdict within %ss on %s; graded wrong",
                        timeout, " vs ".join(repr(str(a)[:80]) for a in args))
-    except (OSError, EOFError, ValueError) as e:  # a worker that could not start or died: no verdict
+    except WorkerStartError as e:
+        # No worker can start here (a sandbox without subprocesses): checking in this thread without a
+        # time limit beats grading every answer wrong; huge numbers were refused above all the same.
+        global _NO_WORKERS_WARNED
+        if not _NO_WORKERS_WARNED:
+            _NO_WORKERS_WARNED = True
+            logger.warning("answer checks run in their own thread without a time limit: %s", e)
+        return _OPS[op](*args, None)
+    except (OSError, EOFError, ValueError) as e:  # a worker that died mid-check (the answer killed it)
         logger.warning("answer check failed in its worker (%s: %s); graded wrong", e.__class__.__name__, e)
     return default
 

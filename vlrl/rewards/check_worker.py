@@ -17,7 +17,29 @@ import json
 import sys
 
 
+def _die_with_parent() -> None:
+    """Exit when the parent is gone, even mid-check: a parent killed with -9 runs no cleanup, and a
+    pathological answer could otherwise compute for hours. A watchdog thread (sympy's loops are
+    Python, so it gets its turn; numbers too big for that are refused before any arithmetic). Not
+    the kernel's PR_SET_PDEATHSIG: that fires when the *thread* that started the worker ends, and
+    checks come from short-lived threads."""
+    import os
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main() -> None:
+    _die_with_parent()
     from vlrl.rewards import answer_check
 
     ops = {"equal": answer_check.math_equal_here, "number": answer_check.math_number_here}

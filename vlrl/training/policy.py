@@ -6,8 +6,12 @@ vision tower as the recipe's ``model`` block asks.
   transformers #43701 resume workaround loads a checkpoint's weights through :func:`load_policy`).
 * **LoRA.** ``model.lora`` becomes a peft ``LoraConfig`` (:func:`lora_config`) that TRL wraps the
   model with; a LoRA checkpoint is loaded back as a trainable adapter on top of the base.
-* **A frozen vision tower.** ``model.freeze_vision_tower`` freezes the ViT by module name
-  (:data:`VISION_MODULE_NAMES`); the merger/projector stays trainable unless ``freeze_projector``.
+* **A frozen vision tower.** ``model.freeze_vision_tower`` (default false: everything trains)
+  freezes the ViT by module name (:data:`VISION_MODULE_NAMES`): the patch embedding, position
+  embedding and blocks. Every merger/projector (Qwen2.5-VL's ``visual.merger``; Qwen3-VL's
+  ``visual.merger`` and its DeepStack ``visual.deepstack_merger_list``) stays trainable unless
+  ``freeze_projector``. With LoRA only the adapter trains: peft freezes every base weight, the tower
+  and mergers included, whatever these flags say. docs/training.md has the table per architecture.
 * **dtype and device.** ``auto`` means bfloat16 on a GPU and float32 on the CPU; on the CPU the
   trainer arguments get ``use_cpu=True, bf16=False`` (:func:`device_defaults`).
 """
@@ -98,7 +102,8 @@ def freeze_vision_tower(model, keep_projector: bool = True) -> int:
         parts = name.split(".")
         if not any(v in parts for v in VISION_MODULE_NAMES):
             continue
-        if keep_projector and any(h in parts for h in PROJECTOR_HINTS):
+        # by substring: Qwen3-VL's DeepStack mergers (visual.deepstack_merger_list.N) are mergers too
+        if keep_projector and any(h in part for part in parts for h in PROJECTOR_HINTS):
             continue
         p.requires_grad_(False)
         frozen += 1

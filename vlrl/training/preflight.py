@@ -13,7 +13,11 @@ nothing). Probes are cheap and bounded:
   config (or an accelerate launch with DeepSpeed), flash-attn for ``attn_implementation:
   flash_attention_*``, PEFT for ``model.lora``;
 * lengths: the longest completion cap must fit the policy's context (``max_position_embeddings``)
-  when the policy's config can be read locally.
+  when the policy's config can be read locally;
+* the TRL config itself, built as training builds it (:mod:`vlrl.training.config_check`): values
+  TRL accepts when the config is built but fails on at start (``loss_type``, an optimizer whose
+  package is missing, ``attn_implementation``) or silently misreads (``gradient_checkpointing:
+  maybe``, ``epsilon_high < epsilon``).
 
 Every problem is one line saying what is wrong and what to do; :func:`preflight` returns them all.
 """
@@ -137,8 +141,11 @@ def length_problems(recipe) -> list[str]:
 
 def preflight(recipe, *, backends: bool = True) -> list[str]:
     """All pre-flight problems of a (validated) recipe; an empty list means the run can start."""
+    from vlrl.training.config_check import config_problems
+
     where = recipe.source or "recipe"
-    problems = [f"{where}: {p}" for p in package_problems(recipe)]
+    problems = [f"{where}: {p}" for p in config_problems(recipe)]
+    problems += [f"{where}: {p}" for p in package_problems(recipe)]
     problems += [f"{where}: {p}" for p in length_problems(recipe)]
     if backends:
         seen: set[str] = set()

@@ -62,7 +62,9 @@ class ModelSpec:
     dtype: str = "auto"
     """``auto`` | ``bfloat16`` | ``float16`` | ``float32``. ``auto`` means bfloat16 on GPU, float32 on CPU."""
     freeze_vision_tower: bool = False
-    """Freeze the vision encoder (patch embedding and ViT blocks)."""
+    """Freeze the vision encoder (patch and position embeddings, ViT blocks); the mergers (Qwen3-VL's
+    DeepStack mergers included) stay trainable. Default false: the whole model trains. Without effect
+    under LoRA, where only the adapter trains (docs/training.md, "What trains")."""
     freeze_projector: bool = False
     """Also freeze the vision-language merger/projector (only meaningful with ``freeze_vision_tower``)."""
     attn_implementation: str | None = None
