@@ -53,6 +53,12 @@ def _job(src, out, **kw) -> CaptionJob:
     return CaptionJob(images=str(src), models=["hf:unused"], out=out, **kw)
 
 
+def _health(rows: list[dict]) -> dict[str, int]:
+    """The manifest's empty/truncated counts, recounted from the records themselves."""
+    return {"empty": sum(not r["caption"].strip() for r in rows),
+            "truncated": sum(r["finish_reason"] == "length" for r in rows)}
+
+
 def _captions(out: Path) -> list[dict]:
     rows = []
     for p in sorted((out / "captions").glob("*.jsonl")):
@@ -349,7 +355,8 @@ def test_kill_dash_nine_then_rerun_gives_exactly_once(tiny_vlm, tmp_path):
     q = [json.loads(line)["image_id"] for line in (out / "quarantine.jsonl").read_text().splitlines()]
     assert q == ["zz-corrupt.png"]
     m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "complete" and m["counts"] == {"captioned": 300, "quarantined": 1, "empty": 0, "truncated": 0}
+    # a random tiny VLM often writes only skipped special tokens: the folder's counts must match its records
+    assert m["status"] == "complete" and m["counts"] == {"captioned": 300, "quarantined": 1, **_health(_captions(out))}
 
 
 @pytest.mark.slow
@@ -388,7 +395,7 @@ def test_openai_backend_requests_in_flight_and_failed_request_retried_on_rerun(t
         job = CaptionJob(images=str(corpus), models=[spec], out=out, batch_size=6, max_tokens=8, progress=False)
         proxy.script("400")  # the first request to arrive is refused (not retryable)
         m = run_caption(job)
-        assert m["this_run"]["failed"] == 1 and m["counts"] == {"captioned": 5, "quarantined": 1, "empty": 0, "truncated": 0}
+        assert m["this_run"]["failed"] == 1 and m["counts"] == {"captioned": 5, "quarantined": 1, **_health(_captions(out))}
         assert len(proxy.posts()) == 6  # one batch: six requests, corrupt image never sent
         m = run_caption(job)
     assert m["status"] == "complete" and m["this_run"]["captioned"] == 1
