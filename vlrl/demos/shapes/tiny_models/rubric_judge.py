@@ -249,7 +249,8 @@ def _train_tokenizer(cfg: JudgeConfig, out: Path) -> dict[str, Any]:
     request = request_renderer()
     texts = [e["text"] for e in judge_examples(1500, 0, "jtok", cfg.world, request)]
     texts += W.world_texts(cfg.world)
-    texts += [PASS, FAIL, "\n" + PASS, "\n" + FAIL] * 200
+    # the verdicts as frequent as the requests, so BPE merges each into one token however long the prompt grows
+    texts += [PASS, FAIL, "\n" + PASS, "\n" + FAIL] * len(texts)
     tok = train_tokenizer(texts, out, vocab_size=cfg.vocab_size)
     for w in (PASS, FAIL):
         if len(tok(w, add_special_tokens=False)["input_ids"]) != 1:
