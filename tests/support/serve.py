@@ -70,3 +70,13 @@ def app_server(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+WORDS = "tests.support.serve:word_count"
+
+
+def word_count(prompts=None, completions=None, **kwargs):
+    """A TRL reward function without a model: the number of words of each completion."""
+    from vlrl.rewards import completion_text
+
+    return [float(len(completion_text(c).split())) for c in completions]
