@@ -46,6 +46,11 @@ logger = logging.getLogger(__name__)
 RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 
 
+def pause(seconds: float) -> None:
+    """The wait between two tries (one name, so a test can record the waits instead)."""
+    time.sleep(seconds)
+
+
 class RemoteRewardFailed(RuntimeError):
     """The reward service failed past the failure budget: training cannot go on without rewards."""
 
@@ -113,7 +118,7 @@ class RemoteClient:
                 self.retried += 1
                 logger.warning("remote reward %s%s: %s; retry %d of %d in %.1fs", redact(self.url), path, redact(why),
                                attempt + 1, self.retries, wait)
-                time.sleep(wait)
+                pause(wait)
         raise RemoteRewardFailed(redact(f"reward service {self.url}{path} failed: {why}"))
 
     def score(self, rows: list[dict], step: int) -> list[dict]:
