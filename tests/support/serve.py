@@ -80,3 +80,25 @@ def word_count(prompts=None, completions=None, **kwargs):
     from vlrl.rewards import completion_text
 
     return [float(len(completion_text(c).split())) for c in completions]
+
+
+@contextmanager
+def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``vlrl serve reward ARGS --port P`` as its own process group; yields its root once /health answers."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from tests.support.servers import get_json, server_process
+
+    port = free_port()
+    exe = Path(sys.executable).parent / "vlrl"
+    cmd = [str(exe) if exe.exists() else (shutil.which("vlrl") or "vlrl"), "serve", "reward", *args, "--port", str(port)]
+    full_env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {}))
+    root = f"http://127.0.0.1:{port}"
+    with server_process(cmd, full_env, log, lambda: get_json(root + "/health").get("status") == "up",
+                        "vlrl serve reward", startup_timeout) as proc:
+        yield root
+        proc.send_signal(2)  # SIGINT: the graceful shutdown path
+        proc.wait(60)
