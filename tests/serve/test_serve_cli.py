@@ -39,7 +39,8 @@ def train(recipe: Path, timeout: float = 900) -> subprocess.CompletedProcess:
 
 
 def test_tiny_grpo_trains_through_the_service(tmp_path):
-    with vlrl_service(["--recipe", str(TINY), "--max-wait-ms", "50"], tmp_path / "serve.log") as root:
+    with vlrl_service(["--recipe", str(TINY), "--max-wait-ms", "50"], tmp_path / "serve.log") as service:
+        root = service.root
         proc = train(remote_recipe(tmp_path, root, max_steps=2, save_steps=2))
         metrics = subprocess.run(["curl", "-s", root + "/metrics"], capture_output=True, text=True).stdout
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -56,7 +57,8 @@ def test_tiny_grpo_trains_through_the_service(tmp_path):
 def test_a_dead_backend_stops_the_run_in_seconds(tmp_path):
     dead = f"openai:http://127.0.0.1:{free_port()}/v1@answerer"
     args = ["-r", "caprl_qa", "-s", f"answerer={dead}", "-s", "mode=exact"]
-    with vlrl_service(args, tmp_path / "serve.log") as root:
+    with vlrl_service(args, tmp_path / "serve.log") as service:
+        root = service.root
         t0 = time.monotonic()
         proc = train(remote_recipe(tmp_path, root), timeout=300)
         elapsed = time.monotonic() - t0

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from tests.support.servers import free_port
@@ -82,9 +83,17 @@ def word_count(prompts=None, completions=None, **kwargs):
     return [float(len(completion_text(c).split())) for c in completions]
 
 
+@dataclass
+class Service:
+    root: str
+    """``http://127.0.0.1:PORT``"""
+    pid: int
+    """The ``vlrl serve reward`` process (Ray's processes run below it)."""
+
+
 @contextmanager
-def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``vlrl serve reward ARGS --port P`` as its own process group; yields its root once /health answers."""
+def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict[str, str] | None = None) -> Iterator[Service]:
+    """``vlrl serve reward ARGS --port P`` as its own process group; yields it once /health answers."""
     import os
     import shutil
     import sys
@@ -99,6 +108,6 @@ def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict
     root = f"http://127.0.0.1:{port}"
     with server_process(cmd, full_env, log, lambda: get_json(root + "/health").get("status") == "up",
                         "vlrl serve reward", startup_timeout) as proc:
-        yield root
+        yield Service(root, proc.pid)
         proc.send_signal(2)  # SIGINT: the graceful shutdown path
         proc.wait(60)

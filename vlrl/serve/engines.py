@@ -13,7 +13,6 @@ same per replica (``graceful_shutdown_timeout_s``) when ``serve.shutdown()`` run
 
 from __future__ import annotations
 
-import functools
 import logging
 import signal
 import threading
@@ -40,6 +39,9 @@ def ray_deployment(conf: ServeSettings, replicas: int, ray_actor_options: dict[s
     """The app as a bound Ray Serve deployment of ``replicas`` replicas (built on each replica)."""
     from ray import serve
 
+    def build() -> Any:  # a plain function: Ray Serve calls it on each replica to build the app there
+        return build_app(conf)
+
     @serve.deployment(
         name=DEPLOYMENT,
         num_replicas=replicas,
@@ -47,7 +49,7 @@ def ray_deployment(conf: ServeSettings, replicas: int, ray_actor_options: dict[s
         graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S,
         ray_actor_options=ray_actor_options or {"num_cpus": 0},
     )
-    @serve.ingress(functools.partial(build_app, conf))
+    @serve.ingress(build)
     class RewardDeployment:
         pass
 
