@@ -13,9 +13,11 @@ same per replica (``graceful_shutdown_timeout_s``) when ``serve.shutdown()`` run
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from vlrl.serve.app import DRAIN_TIMEOUT_S, build_app
@@ -79,3 +81,36 @@ def run_ray(conf: ServeSettings, host: str, port: int, replicas: int, *, stop: t
         logger.info("shutting down: draining the replicas")
         serve.shutdown()
         ray.shutdown()
+
+
+@contextlib.contextmanager
+def served_in_thread(app: Any, host: str = "127.0.0.1", startup_timeout: float = 120.0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port of ``host`` in a daemon thread (the benchmark's
+    service); yields its root URL once ``/health`` answers, and shuts it down (draining) on exit."""
+    import socket
+    import time
+    import urllib.request
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True, name="vlrl-serve")
+    thread.start()
+    root = f"http://{host}:{port}"
+    deadline = time.monotonic() + startup_timeout
+    while True:
+        try:
+            urllib.request.urlopen(root + "/health", timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the reward service did not start") from None
+            time.sleep(0.05)
+    try:
+        yield root
+    finally:
+        server.should_exit = True
+        thread.join(DRAIN_TIMEOUT_S)
