@@ -38,11 +38,17 @@ def train(recipe: Path, timeout: float = 900) -> subprocess.CompletedProcess:
                           env=env, timeout=timeout)
 
 
-def test_tiny_grpo_trains_through_the_service(tmp_path):
-    with vlrl_service(["--recipe", str(TINY), "--max-wait-ms", "50"], tmp_path / "serve.log") as service:
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_tiny_grpo_and_verl_score_through_the_service(tmp_path, engine):
+    if engine == "ray":
+        pytest.importorskip("ray.serve")
+    args = ["--recipe", str(TINY), "--max-wait-ms", "50", "--engine", engine]
+    with vlrl_service(args, tmp_path / "serve.log") as service:
         root = service.root
+        wait_ready(root)
         proc = train(remote_recipe(tmp_path, root, max_steps=2, save_steps=2))
         metrics = subprocess.run(["curl", "-s", root + "/metrics"], capture_output=True, text=True).stdout
+        verl_score, direct = verl_and_direct(root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout[proc.stdout.rindex("\n{\n") + 1 :])  # the metrics, after the trainer's logs
     assert out["global_step"] == 2
@@ -51,7 +57,34 @@ def test_tiny_grpo_trains_through_the_service(tmp_path):
     assert "rewards/remote/mean" in keys
     assert "remote/qa_acc" in keys and any(k.startswith("remote/guard/") for k in keys)  # sub-scores came back
     rows = [ln for ln in metrics.splitlines() if ln.startswith('vlrl_serve_rows_total{outcome="scored"}')]
-    assert rows and float(rows[0].split()[-1]) == 16  # 2 steps x 8 completions, each scored once
+    assert rows and float(rows[0].split()[-1]) >= 16  # 2 steps x 8 completions (+ the verl sample)
+    # verl's compute_score reaches the same service: its score is the service's for the draw key as step
+    assert verl_score["applicable"] == 1.0 and verl_score["score"] == direct["reward"]
+    assert verl_score["qa_acc"] == direct["details"]["qa_acc"]
+
+
+def wait_ready(root: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if get_json(root + "/ready", timeout=5).get("ready"):
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError("the reward service never became ready")
+
+
+def verl_and_direct(root: str) -> tuple[dict, dict]:
+    from tests.support.serve import QUESTION_BANK
+    from vlrl.rewards.remote import RemoteClient
+    from vlrl.training import verl
+
+    caption = "A red circle above three squares."
+    info = {"questions": QUESTION_BANK, "index": 5}
+    got = verl.compute_score("caprl", caption, None, info, reward="remote", settings={"url": root})
+    (direct,) = RemoteClient(root).score([{"id": 0, "completion": caption, "questions": QUESTION_BANK, "index": 5}], 5)
+    return got, direct
 
 
 def test_a_dead_backend_stops_the_run_in_seconds(tmp_path):
