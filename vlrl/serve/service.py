@@ -210,13 +210,16 @@ class RewardService:
             jobs, n = [first], len(first.rows)
             deadline = time.monotonic() + self.conf.max_wait_ms / 1000
             while n < self.conf.max_batch_rows:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    job = await asyncio.wait_for(self._queue.get(), left)
-                except TimeoutError:
-                    break
+                try:  # requests that queued while the last batch ran join at no wait
+                    job = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        job = await asyncio.wait_for(self._queue.get(), left)
+                    except TimeoutError:
+                        break
                 jobs.append(job)
                 n += len(job.rows)
             self._busy += 1
