@@ -215,3 +215,50 @@ def test_caprl_plus_plus_payload():
     assert status == 200
     assert isinstance(ans["rewards"][0], float) and ans["qa_rewards"][0] == ans["rewards"][0]
     assert ans["rewards"][1] is None and ans["errors"] == [{"index": 1, "error": "no usable question"}]
+
+
+def test_shutdown_drains_requests_in_flight():
+    import threading
+
+    import uvicorn
+
+    conf = ServeSettings("tests.support.serve:slow_words", {"delay": "1.0"})
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(build_app(conf), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    root = f"http://127.0.0.1:{port}"
+    while not server.started:
+        thread.join(0.05)
+    answer: dict = {}
+    client = threading.Thread(target=lambda: answer.update(r=post(root, "/v1/score", {"rows": [{"id": 1, "completion": "a b"}]})))
+    client.start()
+    thread.join(0.3)  # the request is being scored
+    server.should_exit = True  # SIGINT/SIGTERM do this
+    client.join(30)
+    thread.join(30)
+    status, _, body = answer["r"]
+    assert status == 200 and body["results"][0]["reward"] == 2.0  # finished, not cut off
+    assert not thread.is_alive()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(root + "/health", timeout=2)
+
+
+def test_command_refuses_a_public_address_without_a_token_and_picks_a_recipe_block(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from vlrl.serve.config import reward_block
+
+    vlrl = Path(sys.executable).parent / "vlrl"
+    proc = subprocess.run([str(vlrl), "serve", "reward", "-r", WORDS, "--host", "0.0.0.0"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "--token-env" in proc.stderr
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("rewards:\n  - {name: caprl_qa, settings: {mode: exact}, guards: {policy: veto}}\n"
+                      "  - {name: hfrrf}\n  - {name: remote, settings: {url: 'http://x:1'}}\n")
+    with pytest.raises(ValueError, match="several.*caprl_qa, hfrrf"):
+        reward_block(None, {}, str(recipe))
+    assert reward_block("caprl_qa", {"rounds": 2}, str(recipe)) == (
+        "caprl_qa", {"mode": "exact", "rounds": 2, "guards": {"policy": "veto"}})

@@ -111,3 +111,9 @@ def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict
         yield Service(root, proc.pid)
         proc.send_signal(2)  # SIGINT: the graceful shutdown path
         proc.wait(60)
+
+
+def slow_words(prompts=None, completions=None, delay="0.5", **kwargs):
+    """:func:`word_count` after a pause: a batch still running when the service is told to stop."""
+    time.sleep(float(delay))
+    return word_count(prompts, completions)
