@@ -262,3 +262,22 @@ def test_command_refuses_a_public_address_without_a_token_and_picks_a_recipe_blo
         reward_block(None, {}, str(recipe))
     assert reward_block("caprl_qa", {"rounds": 2}, str(recipe)) == (
         "caprl_qa", {"mode": "exact", "rounds": 2, "guards": {"policy": "veto"}})
+
+
+def test_a_backend_that_dies_mid_run_turns_the_service_unready():
+    from tests.support.fake_openai import FakeOpenAI
+
+    fake = FakeOpenAI(model="answerer", reply=lambda body: "B").__enter__()
+    settings = {**CAPRL_SETTINGS, "answerer": fake.spec(), "mode": "sample"}
+    conf = ServeSettings("caprl_qa", settings, reprobe_s=0.0)
+    with app_server(build_app(conf)) as root:
+        assert get(root, "/ready")[0] == 200
+        status, _, body = post(root, "/v1/score", {"rows": caprl_rows(3), "step": 0})
+        assert status == 200 and isinstance(body["results"][1]["reward"], float)
+        fake.__exit__(None, None, None)  # the answerer goes away
+        status, headers, body = post(root, "/v1/score", {"rows": caprl_rows(3), "step": 1})
+        assert status == 503 and "not ready" in body["detail"] and headers.get("retry-after")
+        assert get(root, "/ready")[0] == 503
+        metrics = get(root, "/metrics")[1]
+    errors = [ln for ln in metrics.splitlines() if ln.startswith("vlrl_serve_backend_errors_total")]
+    assert errors and float(errors[0].split()[-1]) >= 2  # the rows whose backend failed were counted

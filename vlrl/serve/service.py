@@ -247,9 +247,9 @@ class RewardService:
                     self.metrics.observe_batch(len(chunk), time.perf_counter() - t0, scores, self.reward)
                 for (job, _), s in zip(chunk, scores, strict=True):
                     job.results.append(s)
-        failed = [s for j in jobs for s in j.results if isinstance(s, Score) and s.details.get(BACKEND_FAILED)]
-        n_rows = sum(len(j.rows) for j in jobs)
-        if self.backends and failed and len(failed) == n_rows:
+        scores = [s for j in jobs for s in j.results if isinstance(s, Score)]
+        failed = any(s.details.get(BACKEND_FAILED) for s in scores)
+        if self.backends and failed and not any(s.value is not None and not s.details.get(BACKEND_FAILED) for s in scores):
             # every row's backend failed: is the backend down? Then say so, never return the rows
             problem = await loop.run_in_executor(None, self.probe, True)
             if problem is not None:
