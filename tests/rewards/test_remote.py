@@ -106,3 +106,25 @@ def test_verl_async_variant_stops_on_a_dead_service(monkeypatch):
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RemoteRewardFailed):
         asyncio.run(verl.compute_score_async("caprl", "x", None, {}, reward="remote", settings={"url": url, "retries": 0}))
+
+
+def test_a_stalled_service_times_out_and_is_retried(monkeypatch):
+    waits = no_sleep(monkeypatch)
+    with app_server(build_app(ServeSettings(WORDS, {}))) as root, FaultProxy(root, stall_s=5) as proxy:
+        proxy.script("stall")
+        reward = build_reward("remote", url=proxy.root, retries=1, timeout_s=0.5)
+        assert reward(completions=["one two"]) == [2.0]
+        assert len(proxy.posts()) == 2 and len(waits) == 1
+
+
+def test_the_token_is_sent_and_never_shown(monkeypatch, caplog):
+    secret = "sk-client-" + "z9" * 12
+    monkeypatch.setenv("VLRL_T_CLIENT", secret)
+    no_sleep(monkeypatch)
+    with app_server(build_app(ServeSettings(WORDS, {}, token_env="VLRL_T_CLIENT"))) as root:
+        assert build_reward("remote", url=root, token_env="VLRL_T_CLIENT")(completions=["a b c"]) == [3.0]
+        monkeypatch.setenv("VLRL_T_WRONG", secret + "x")
+        wrong = build_reward("remote", url=root, token_env="VLRL_T_WRONG", retries=2)
+        with pytest.raises(RemoteRewardFailed, match="HTTP 401") as err:
+            wrong(completions=["a"])
+    assert secret not in str(err.value) and secret not in caplog.text
