@@ -6,7 +6,10 @@ guard fire on honest captions? Rows are ``{"id", "completion", ...}``; every oth
 dataset column and reaches the reward exactly as TRL would pass it (one list entry per row), so a
 row file is a faithful stand-in for a training batch.
 
-Rows are scored in batches (one reward call per batch, so a backend sees the whole batch at once).
+Rows are scored in batches (one reward call per batch, so a backend sees the whole batch at once),
+each through :func:`score_batch` as one training step: batch *k* of a file is step *k*, the step a
+reward such as caprl_qa seeds its draws from. ``vlrl serve reward`` scores its requests through the
+same function with the request's ``step``, so the two give the same rewards.
 A bad row — invalid JSON, no id, no completion, a missing required column, a reward that raised on
 it — gets a one-line error naming the file and line, and is written with ``reward: null`` and
 ``details.error``; the run goes on.
