@@ -16,7 +16,7 @@ SCRIPTS = sorted((ROOT / "train").glob("*.py"))
 
 def test_help_lists_every_group():
     out = subprocess.run([VLRL, "--help"], capture_output=True, text=True, check=True).stdout
-    for group in ("models", "data", "reward", "train", "eval", "caption", "bench", "demo"):
+    for group in ("models", "data", "reward", "train", "eval", "caption", "bench", "demo", "serve"):
         assert group in out
 
 

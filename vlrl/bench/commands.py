@@ -138,3 +138,28 @@ def bench_guards_cmd(
                f"median {res['median_ms']:.3f} ms, p90 {res['p90_ms']:.3f} ms per caption")
     typer.echo(f"preparing the views: median {res['prepare']['median_ms']:.3f} ms; per guard: "
                + ", ".join(f"{k} {v['median_ms']:.3f}" for k, v in res["per_guard"].items()))
+
+
+@app.command("serve", help="Reward service vs in-process scoring on one backend: rows/s, p50/p99 latency, batching gain (1 vs 8 clients).")
+def bench_serve_cmd(
+    json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
+    answerer: str | None = typer.Option(None, "--answerer", help="Answerer backend spec (default: build a tiny Qwen2, hf: backend)."),
+    rows: int = typer.Option(96, "--rows", help="Rows scored per side per repeat."),
+    request_rows: int = typer.Option(8, "--request-rows", help="Rows per request (a trainer's micro-batch)."),
+    clients: int = typer.Option(8, "--clients", help="Concurrent clients on the batched side."),
+    repeats: int = typer.Option(2, "--repeats", help="Repeats per side (interleaved)."),
+    max_batch_rows: int = typer.Option(64, "--max-batch-rows"),
+    max_wait_ms: float = typer.Option(20.0, "--max-wait-ms"),
+) -> None:
+    from vlrl.bench.serve import bench_serve
+
+    res = run_bench("serve", lambda: bench_serve(answerer=answerer, n_rows=rows, request_rows=request_rows, clients=clients,
+                                                 repeats=repeats, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms),
+                    json_out)
+    for side in ("in_process", "service_1_client", "service_8_clients"):
+        r = res[side]
+        typer.echo(f"{side:>18}: {r['rows_per_s']:.2f} rows/s, request latency p50 {r['latency_p50_s']:.3f}s "
+                   f"p99 {r['latency_p99_s']:.3f}s ({r['requests']} requests)")
+    typer.echo(f"service vs in-process (1 client): {res['service_vs_in_process']:.2f}x")
+    typer.echo(f"batching gain ({clients} clients vs 1): {res['batching_gain']:.2f}x "
+               f"(mean {res['service_8_clients']['mean_rows_per_reward_call']} rows per reward call)")

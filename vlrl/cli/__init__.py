@@ -22,7 +22,7 @@ import typer
 
 import vlrl.methods
 from vlrl.bench import commands as bench
-from vlrl.cli import caption, data, demo, eval, models, reward, train
+from vlrl.cli import caption, data, demo, eval, models, reward, serve, train
 
 app = typer.Typer(
     name="vlrl",
@@ -37,6 +37,7 @@ app.add_typer(reward.app, name="reward", help="Score, smoke-test and guard capti
 app.add_typer(train.app, name="train", help="GRPO / PTST / SFT training from YAML recipes.")
 app.add_typer(eval.app, name="eval", help="Evaluations: Prism-style QA, arena, caption-QA, reasoning.")
 app.add_typer(bench.app, name="bench", help="Benchmarks that print side-by-side ratios.")
+app.add_typer(serve.app, name="serve", help="Serve a reward over HTTP for a fleet of trainers.")
 caption.register(app)
 demo.register(app)
 

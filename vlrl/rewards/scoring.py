@@ -6,7 +6,10 @@ guard fire on honest captions? Rows are ``{"id", "completion", ...}``; every oth
 dataset column and reaches the reward exactly as TRL would pass it (one list entry per row), so a
 row file is a faithful stand-in for a training batch.
 
-Rows are scored in batches (one reward call per batch, so a backend sees the whole batch at once).
+Rows are scored in batches (one reward call per batch, so a backend sees the whole batch at once),
+each through :func:`score_batch` as one training step: batch *k* of a file is step *k*, the step a
+reward such as caprl_qa seeds its draws from. ``vlrl serve reward`` scores its requests through the
+same function with the request's ``step``, so the two give the same rewards.
 A bad row — invalid JSON, no id, no completion, a missing required column, a reward that raised on
 it — gets a one-line error naming the file and line, and is written with ``reward: null`` and
 ``details.error``; the run goes on.
@@ -23,7 +26,7 @@ from typing import Any
 
 from vlrl.core.pipeline import atomic_open, iter_jsonl, json_line
 from vlrl.core.progress import request_bar
-from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, summarize_details
+from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, summarize_details
 
 logger = logging.getLogger(__name__)
 
@@ -99,13 +102,13 @@ def load_settings(
 # Rows
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     return obj
 
 
@@ -188,14 +191,42 @@ def _count_lines(path: str | Path) -> int:
         return sum(1 for line in fh if line.strip())
 
 
-def _score_batch(reward: Reward, rows: list[dict]) -> list[Score | Exception]:
-    """One reward call for the whole batch; if it raises, rows are retried one by one."""
+class StepState:
+    """What a reward reads of TRL's ``trainer_state``: the step its draws are seeded from."""
+
+    __slots__ = ("global_step",)
+
+    def __init__(self, global_step: int) -> None:
+        self.global_step = global_step
+
+
+def row_problem(row: dict, required: tuple[str, ...]) -> str | None:
+    """Why a row (already holding ``id`` and ``completion``) cannot be scored, else None: a text that
+    is not text, or a missing column the reward needs. One line naming the row."""
+    if not isinstance(row.get("completion"), (str, list, dict)):
+        return f"id {row.get('id')!r}: the text must be a string (got {type(row.get('completion')).__name__})"
+    if missing := [c for c in required if row.get(c) is None]:
+        return f"id {row.get('id')!r}: missing column(s) {', '.join(map(repr, missing))} needed by the reward"
+    return None
+
+
+def score_batch(reward: Reward, rows: list[dict], step: int) -> list[Score | Exception]:
+    """One reward call for the whole batch, as training step ``step``; if it raises, rows are retried
+    one by one (same step).
+
+    The call is the reward's own ``__call__`` as TRL makes it, with a ``trainer_state`` whose
+    ``global_step`` is ``step``, so a reward that seeds its draws from the step (caprl_qa) draws the
+    same here, in ``vlrl reward score`` (batch *k* is step *k*) and behind ``vlrl serve reward``
+    (the request's ``step``). Every key of a row but ``id``, ``completion`` and ``prompt`` is a
+    dataset column (``None`` where a row lacks it)."""
     texts = [completion_text(r["completion"]) for r in rows]
     keys = sorted({k for r in rows for k in r} - {"id", "completion", "prompt", "prompts", "_keys"})
     columns = {k: [r.get(k) for r in rows] for k in keys}
     prompts = [r.get("prompt") for r in rows] if any("prompt" in r for r in rows) else None
     try:
-        scores = reward.score(texts, prompts=prompts, **columns)
+        convo = [[{"role": "assistant", "content": t}] for t in texts]  # as vlrl's recipes make TRL pass them
+        values = reward(prompts=prompts, completions=convo, completion_ids=None, trainer_state=StepState(step), **columns)
+        scores = last_scores(reward) or [Score(v) for v in values]
         if len(scores) != len(rows):
             raise RuntimeError(f"reward returned {len(scores)} scores for {len(rows)} rows")
         return list(scores)
@@ -203,7 +234,7 @@ def _score_batch(reward: Reward, rows: list[dict]) -> list[Score | Exception]:
         if len(rows) == 1:
             return [e]
         logger.warning("reward failed on a batch of %d rows (%s); scoring them one by one", len(rows), e)
-        return [_score_batch(reward, [r])[0] for r in rows]
+        return [score_batch(reward, [r], step)[0] for r in rows]
 
 
 def score_rows_file(
@@ -236,16 +267,15 @@ def score_rows_file(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     scored: list[Score] = []
     n_errors = 0
+    steps = 0  # batch k is training step k (a reward that seeds its draws from the step: caprl_qa)
     pending: list[tuple[int, dict | None, str | None]] = []  # in input order, errors included
 
     def flush(fh) -> None:
-        nonlocal n_errors
+        nonlocal n_errors, steps
         good = [(ln, row) for ln, row, err in pending if err is None]
-        results = iter(_score_batch(reward, [row for _, row in good]) if good else [])
+        results = iter(score_batch(reward, [row for _, row in good], steps) if good else [])
         for lineno, row, err in pending:
             rec: dict[str, Any] = {"id": row.get("id") if row else None, **carried(row)}
-            if err is None and not isinstance(row["completion"], (str, list, dict)):
-                err = f"id {row['id']!r}: the text must be a string (got {type(row['completion']).__name__})"
             if err is None:
                 res = next(results)
                 if isinstance(res, Exception):
@@ -260,9 +290,10 @@ def score_rows_file(
                 n_errors += 1
                 logger.error("%s:%d: %s", input_path, lineno, err)
                 rec.update(line=lineno, reward=None, details={"error": err})
-            fh.write(json_line(_jsonable(rec)))
+            fh.write(json_line(jsonable(rec)))
         fh.flush()
         pending.clear()
+        steps += bool(good)
 
     n_good = 0
     with (
@@ -282,8 +313,8 @@ def score_rows_file(
                     err = f"id {row['id']!r}: not in {join_name} (no curated question for this image)"
                 else:
                     row = {**row, **extra}
-            if err is None and (missing := [c for c in required if row.get(c) is None]):
-                err = f"id {row['id']!r}: missing column(s) {', '.join(map(repr, missing))} needed by the reward"
+            if err is None:
+                err = row_problem(row, required)
             pending.append((lineno, row, err))
             n_good += err is None
             if n_good >= batch_size:

@@ -151,6 +151,7 @@ def report(metrics: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def one_line_errors() -> Iterator[None]:
     """A bad recipe or folder, or a run that stopped for lack of signal, ends as one line and an exit code."""
+    from vlrl.rewards.remote import RemoteRewardFailed
     from vlrl.training.recipe import RecipeError
     from vlrl.training.runstate import RunFailed
 
@@ -159,6 +160,6 @@ def one_line_errors() -> Iterator[None]:
     except RecipeError as e:
         sys.stderr.write(f"error: {e}\n")
         raise SystemExit(2) from None
-    except RunFailed as e:
+    except (RunFailed, RemoteRewardFailed) as e:
         sys.stderr.write(f"error: training stopped: {e}\n")
         raise SystemExit(1) from None

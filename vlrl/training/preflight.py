@@ -6,6 +6,7 @@ otherwise surface after a 7B policy has loaded (``wandb`` missing) or, worse, ne
 ``answerer`` makes every reward ``None``, every advantage 0, and the run "succeeds" having learnt
 nothing). Probes are cheap and bounded:
 
+* a ``remote`` reward's service answers ``GET /ready`` with 200 (:mod:`vlrl.rewards.remote`);
 * backends, through the one probe every job uses (:mod:`vlrl.core.backends.probe`): an ``hf:PATH``
   folder exists and its ``config.json`` loads (no weights are read); an ``openai:URL@MODEL``
   server's ``GET URL/models`` answers within a few seconds and lists MODEL;
@@ -156,7 +157,19 @@ def preflight(recipe, *, backends: bool = True) -> list[str]:
                 seen.add(spec)
                 if (why := probe_backend(spec)) is not None:
                     problems.append(f"{where}: rewards[{i}] ({r.name}) settings.{key}: {why}")
+            if r.name == "remote" and (why := remote_problem(r.settings)) is not None:
+                problems.append(f"{where}: rewards[{i}] (remote) settings.url: {why}")
     return problems
+
+
+def remote_problem(settings: dict[str, Any]) -> str | None:
+    """A ``remote`` reward's service must be ready (``GET /ready`` 200) before the policy loads."""
+    from vlrl.rewards.remote import RemoteReward
+
+    try:
+        return RemoteReward(**settings).probe()
+    except (TypeError, ValueError) as e:
+        return str(e)
 
 
 def check(recipe, *, backends: bool = True) -> None:

@@ -37,7 +37,13 @@ reward, e.g. hfrrf's ``format_ok`` and caprl_qa's ``qa_acc``, every guard's ``gu
 sample happens to see, because verl stacks every sample's extra info by the keys of the batch's
 first sample, across processes, whichever reward each sample used.
 
-Nothing escapes :func:`compute_score`: a reward that cannot be built (an unknown name, a setting it
+Remote rewards: ``reward: remote`` with ``settings: {url: ...}`` (or the :func:`remote` shortcut) sends
+each sample to a ``vlrl serve reward`` service (:mod:`vlrl.rewards.remote`), which batches the
+concurrent calls of verl's reward workers; the draw key is sent as the request's ``step``. A
+service that fails past the reward's ``failure_budget`` raises out of :func:`compute_score` (and
+:func:`compute_score_async`), so verl's step fails and training stops instead of scoring 0.0.
+
+Nothing else escapes :func:`compute_score`: a reward that cannot be built (an unknown name, a setting it
 does not take) or that fails on a sample scores 0.0 with ``applicable: 0.0`` and
 ``reward_failed: 1.0``, and the reason is logged once per reward. Rewards are built once per
 process per (name, settings) and reused, so a judge backend is not rebuilt per sample. See
@@ -203,6 +209,7 @@ def compute_score(
     """verl's per-sample signature. Never raises: a reward that cannot be built or fails scores 0.0."""
     from vlrl.rewards import Score
     from vlrl.rewards.base import last_scores
+    from vlrl.rewards.remote import RemoteRewardFailed
 
     keys = detail_keys()
     name = str(kw.get("reward") or (extra_info or {}).get("vlrl_reward") or "?")
@@ -220,6 +227,8 @@ def compute_score(
                         **_columns(reward, [ground_truth], [extra_info]), data_source=[data_source])
         scores = last_scores(reward) or [Score(v) for v in values]
         (score,) = scores
+    except RemoteRewardFailed:
+        raise  # the reward service is down past its failure budget: verl's step must fail, not score 0.0
     except Exception as e:  # noqa: BLE001 - verl would kill the whole step for one bad sample
         _warn_once(f"score:{name}:{e.__class__.__name__}", "reward %s failed on a %s sample: %s", name, data_source, e)
         return _to_dict(Score(None, {}), keys, failed=True)
@@ -243,6 +252,7 @@ def _named(reward_name: str):
 hfrrf = _named("hfrrf")
 caprl_qa = _named("caprl_qa")
 rubicap_rubric = _named("rubicap_rubric")
+remote = _named("remote")
 
 __all__ = ["DrawState", "caprl_qa", "compute_score", "compute_score_async", "detail_keys", "draw_key", "hfrrf", "plain",
-           "rubicap_rubric"]
+           "remote", "rubicap_rubric"]
