@@ -60,12 +60,18 @@ def bench_reward_cmd(
     questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
     rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question (measured beside the shipped recipe's N=1)."),
     grpo_steps: int = typer.Option(3, "--grpo-steps", min=0, help="Steps of the tiny GRPO recipe timed for the reward's share of a step (0: skip)."),
+    qa: str | None = typer.Option(None, "--qa", help='JSONL rows {"caption", "questions"} scored instead of the synthetic captions (`vlrl demo --bench-inputs DIR` writes the CapRL demo\'s, for its trained answerer).'),
+    setting: list[str] = typer.Option([], "--set", "-s", help="caprl_qa setting KEY=VALUE for both modes (e.g. prompt=shapes_answer); repeatable."),
 ) -> None:
     from vlrl.bench.reward import bench_reward
 
     def bench() -> dict[str, Any]:
+        from vlrl.core.pipeline import read_jsonl
+        from vlrl.rewards.scoring import parse_setting_pairs
+
+        rows = list(read_jsonl(qa)) if qa else None
         res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
-                           rounds=rounds)
+                           rounds=rounds, rows=rows, settings=parse_setting_pairs(setting))
         if grpo_steps > 0:
             from vlrl.bench.grpo_share import grpo_reward_share
 
@@ -82,6 +88,10 @@ def bench_reward_cmd(
         sr = block["spread_ratio"]
         typer.echo(f"{key} throughput ratio (exact/sample): {block['throughput_ratio']:.2f}x, spread ratio "
                    f"{'n/a' if sr is None else f'{sr:.3f}'}")
+        gap = block.get("exact_vs_sample") or {}
+        if gap.get("mean_gap") is not None:
+            typer.echo(f"{key} exact - sample reward per caption: mean {gap['mean_gap']:+.4f}, mean |gap| "
+                       f"{gap['mean_abs_gap']:.4f} at mean letter mass {gap['mean_letter_mass']:.3f}")
     for mode, g in (res.get("grpo_step_share") or {}).items():
         if isinstance(g, dict):
             typer.echo(f"tiny GRPO ({mode}): reward {g['reward_seconds']}s of {g['train_seconds']}s "

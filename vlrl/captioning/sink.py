@@ -37,6 +37,8 @@ from vlrl.core.sources import ImageSource
 
 CaptionJob = Any  # vlrl.captioning.job.CaptionJob, which imports this module (named, not imported)
 logger = logging.getLogger(__name__)
+FAILURES_KEPT = 20
+"""How many of a run's backend failures the manifest names with their reasons (all are counted)."""
 
 
 def model_name(spec: str) -> str:
@@ -106,6 +108,7 @@ class Sink:
         self.model_load_seconds = 0.0
         """Seconds spent opening backends during the loop: reported, and kept out of ``images_per_s``."""
         self.new = self.new_quarantined = self.failed = 0
+        self.failures: dict[str, str] = {}  # the first FAILURES_KEPT of this run, for the manifest
         self.models: set[str] = set()
         self._last_manifest = 0.0
         self.bar = None
@@ -181,7 +184,14 @@ class Sink:
         self._tick(1)
 
     def add_failure(self, item_id: str, error: str) -> None:
+        """A record the backend failed after its retries (an error, or a reply with no answer such as
+        empty content): counted toward the exit code and the breaker, its reason logged and kept in
+        the manifest's ``this_run.failures``, and left for the next run. Not quarantined: quarantine
+        is for inputs that can never succeed, and a rerun of a job whose server answered nothing
+        would otherwise exit 0 with those images missing."""
         self.failed += 1
+        if len(self.failures) < FAILURES_KEPT:
+            self.failures[item_id] = error
         self.guard.failed += 1
         logger.warning("backend failed on %s: %s (will retry on the next run)", item_id, error)
         self._tick(1)
@@ -231,6 +241,7 @@ class Sink:
                 "captioned": self.new,
                 "quarantined": self.new_quarantined,
                 "failed": self.failed,
+                "failures": dict(self.failures),  # image_id -> reason, the first FAILURES_KEPT
                 **self.health.as_dict(),
                 "seconds": round(elapsed, 3),
                 "model_load_seconds": round(self.model_load_seconds, 3),

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json
-from vlrl.training.completions import write_completions
+from vlrl.training.completions import printable, write_completions
 from vlrl.training.recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,18 @@ def _trainer_class():
                 finally:
                     self.log_completions = True
                 return
-            super().log(logs, start_time)
+            if not self.log_completions:
+                super().log(logs, start_time)
+                return
+            # TRL prints its completions table (and writes its parquet) from these: control characters
+            # a random policy writes go out as \xNN, never raw into the log (completions.printable)
+            raw = {k: self._logs[k] for k in ("prompt", "completion")}
+            for k, v in raw.items():
+                self._logs[k] = type(v)((printable(x) for x in v), maxlen=getattr(v, "maxlen", None))
+            try:
+                super().log(logs, start_time)
+            finally:
+                self._logs.update(raw)
 
     return VLRLGRPOTrainer
 
