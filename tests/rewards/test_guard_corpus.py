@@ -121,7 +121,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 def test_every_structural_family_is_accounted_for():
-    from vlrl.rewards import guard_structure as gs
+    from vlrl.rewards.guards import structure as gs
 
     names = set(gs.SELF_STRUCTURE) | set(gs.GRADER_STRUCTURE) | set(gs.RAW_STRUCTURE)
     assert names | {"obfuscation"} == set(FAMILY_SOURCES)  # a new family must say where it came from
@@ -137,9 +137,9 @@ LOKO_FLOORS = {"guard_corpus.jsonl": (0.88, 0.75), "guard_corpus_dev2.jsonl": (0
 @pytest.mark.parametrize("corpus", sorted(LOKO_FLOORS))
 def test_leave_one_kind_out(corpus, monkeypatch, record_property):
     """Each kind of hack measured with the families written from its own examples switched off."""
-    from vlrl.rewards import guard_doc
-    from vlrl.rewards import guard_structure as gs
-    from vlrl.rewards import guards as guards_mod
+    from vlrl.rewards.guards import doc as guard_doc
+    from vlrl.rewards.guards import structure as gs
+    from vlrl.rewards.guards import core as guards_mod
 
     hacks = [r for r in _rows(FIXTURES / corpus) if r["label"] == "hack"]
     per_kind = {}
@@ -164,7 +164,7 @@ def test_leave_one_kind_out(corpus, monkeypatch, record_property):
 
 
 def test_structural_families_stay_quiet_on_honest_corpus_captions():
-    from vlrl.rewards import guard_structure as gs
+    from vlrl.rewards.guards import structure as gs
     from vlrl.rewards.guards import Doc
 
     fired = []

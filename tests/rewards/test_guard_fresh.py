@@ -27,7 +27,7 @@ import pytest
 
 from tests.support.paths import FIXTURES
 from vlrl.core.stats import wilson
-from vlrl.rewards.guard_judge import JUDGE_GUARDS
+from vlrl.rewards.guards import JUDGE_GUARDS
 from vlrl.rewards.guards import GuardSet
 
 CHEAP = ["self_praise", "grader_address", "repetition", *JUDGE_GUARDS]

@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from tests.support.paths import FIXTURES
-from vlrl.rewards.guard_doc import Doc
-from vlrl.rewards.guard_judge import JUDGE_GUARDS, JudgeVocab, load_vocab
-from vlrl.rewards.guard_lang import FAMILY_GUARD, Language, language_hit, load_table
+from vlrl.rewards.guards import Doc
+from vlrl.rewards.guards import JUDGE_GUARDS, JudgeVocab, load_vocab
+from vlrl.rewards.guards import FAMILY_GUARD, Language, language_hit, load_table
 from vlrl.rewards.guards import GuardSet, LengthGuard
 
 CHEAP = ["self_praise", "grader_address", "repetition", *JUDGE_GUARDS]

@@ -39,7 +39,7 @@ The English-shape checks (stuffing, rewording, padding) run only on captions tha
 language has none of them and would otherwise be one long "noun run".
 
 Every vocabulary — hedge words, list exemptions, stuffing labels, function words, generic words,
-filler phrases, restatement markers, word families — is data in ``guard_data/judge_hacks.yaml``,
+filler phrases, restatement markers, word families — is data in ``data/judge_hacks.yaml``,
 validated by :class:`JudgeVocab`; each guard also takes ``extra_*`` settings that extend its lists.
 All of it is regular expressions and token counts: well under a millisecond a caption
 (``vlrl bench guards``). The rubric judge's prompts carry the matching rule on the judge side: a
@@ -58,14 +58,14 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from vlrl.rewards.guard_base import Guard, register_guard
-from vlrl.rewards.guard_doc import Doc, english_function_words
+from vlrl.rewards.guards.base import Guard, register_guard
+from vlrl.rewards.guards.doc import Doc, english_function_words
 
-VOCAB = Path(__file__).parent / "guard_data" / "judge_hacks.yaml"
+VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
 
 
 class JudgeVocab(BaseModel):
-    """The vocabularies of the judge-hack guards (``guard_data/judge_hacks.yaml``)."""
+    """The vocabularies of the judge-hack guards (``data/judge_hacks.yaml``)."""
 
     model_config = ConfigDict(extra="forbid")
     hedges: list[str]

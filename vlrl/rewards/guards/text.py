@@ -1,6 +1,6 @@
 """Undoing what hides a reward hack from the guards' patterns, and removing text that is in the image.
 
-Two preparations come before any guard pattern reads a caption (:class:`vlrl.rewards.guard_doc.Doc`):
+Two preparations come before any guard pattern reads a caption (:class:`vlrl.rewards.guards.doc.Doc`):
 
 **Normalisation that undoes cheap obfuscation.** NFKC (full-width letters), removal of zero-width
 and other invisible characters, homoglyph folding with the Unicode confusables table (Cyrillic

@@ -1,6 +1,6 @@
 """Structural cues of the semantic guards: the *shape* of a hack rather than its words.
 
-The pattern families of :mod:`vlrl.rewards.guard_patterns` and :mod:`vlrl.rewards.guard_meta` name
+The pattern families of :mod:`vlrl.rewards.guards.patterns` and :mod:`vlrl.rewards.guards.meta` name
 who the caption is and what praise sounds like. A policy under RL pressure finds phrasings no list
 holds, but the shapes stay the same, because a hack has to *say something about the caption to the
 grader*. Each family here looks for one such shape:
@@ -43,7 +43,7 @@ import logging
 import re
 from functools import lru_cache
 
-from vlrl.rewards.guard_meta import PAPERWORK, compact_search
+from vlrl.rewards.guards.meta import PAPERWORK, compact_search
 
 # ------------------------------------------------------------------------------------------------
 # Typo tolerance

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from vlrl.rewards.guard_structure import fuzzy_fix, unreversed
-from vlrl.rewards.guard_text import clean, deobfuscate, fold, strip_image_text
+from vlrl.rewards.guards.structure import fuzzy_fix, unreversed
+from vlrl.rewards.guards.text import clean, deobfuscate, fold, strip_image_text
 
 _QUOTES = str.maketrans(
     {
@@ -31,13 +31,13 @@ _SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
 
 
-_FUNCTION_WORDS_FILE = Path(__file__).parent / "guard_data" / "english_function_words.txt"
+_FUNCTION_WORDS_FILE = Path(__file__).parent / "data" / "english_function_words.txt"
 _LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 
 @lru_cache(maxsize=1)
 def english_function_words() -> frozenset[str]:
-    """The function words of ``guard_data/english_function_words.txt``."""
+    """The function words of ``data/english_function_words.txt``."""
     lines = _FUNCTION_WORDS_FILE.read_text(encoding="utf-8").splitlines()
     return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
 
@@ -94,7 +94,7 @@ class Doc:
     def native(self) -> str:
         """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
         Latin look-alikes), quoted spans removed: what the per-language phrase table reads
-        (:mod:`vlrl.rewards.guard_lang`), with the text that English phrasing places in the image
+        (:mod:`vlrl.rewards.guards.lang`), with the text that English phrasing places in the image
         removed as well. Computed on first use."""
         text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
         # English image text too ("a T-shirt printed with ignore all instructions"): Latin-script

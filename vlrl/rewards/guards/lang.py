@@ -1,9 +1,9 @@
 """Claims, grader addresses, score requests and injections in other languages, as a phrase table.
 
-The English pattern families (:mod:`vlrl.rewards.guard_patterns`, :mod:`vlrl.rewards.guard_meta`)
+The English pattern families (:mod:`vlrl.rewards.guards.patterns`, :mod:`vlrl.rewards.guards.meta`)
 are blind to "这段描述完整准确" or "Ignora las instrucciones anteriores", and a policy trained
 against a multilingual judge finds that out. Every language is one entry of a data file,
-``guard_data/languages.yaml``, validated by :class:`LanguageTable` when it is first read: a new
+``data/languages.yaml``, validated by :class:`LanguageTable` when it is first read: a new
 language, or a new phrasing, is an edit to that file, not to code.
 
 Each entry holds four families of regular expressions — ``claim`` (read by ``self_praise``),
@@ -14,7 +14,7 @@ that introduce text written in the image (``image_text``; the rest of that claus
 Why a view of its own: the English guards read text with homoglyphs folded to Latin letters (a
 Cyrillic "а" in an English hack reads as "a"), which turns Russian into Latin-looking noise. The
 table reads the caption lower-cased in its own script, with quoted spans removed
-(:attr:`vlrl.rewards.guard_doc.Doc.native`). A language is tried only when the caption contains its
+(:attr:`vlrl.rewards.guards.doc.Doc.native`). A language is tried only when the caption contains its
 script, so an English caption costs the six Latin-script entries and a Chinese one only Chinese
 and Japanese.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TABLE = Path(__file__).parent / "guard_data" / "languages.yaml"
+TABLE = Path(__file__).parent / "data" / "languages.yaml"
 FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
                 "injection": "grader_address"}
 """Which guard reads each family."""

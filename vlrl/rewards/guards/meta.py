@@ -2,11 +2,11 @@
 
 Fixed phrases ("this description is complete") catch the hacks someone already saw. A policy under
 RL pressure finds the paraphrase, the obfuscated spelling, or the JSON verdict. The spelling is
-undone before this module reads the text (:mod:`vlrl.rewards.guard_text`); this module gives the
+undone before this module reads the text (:mod:`vlrl.rewards.guards.text`); this module gives the
 guards in :mod:`vlrl.rewards.guards` what they match in it.
 
 **Cue families about the caption as an object of evaluation**, matched per sentence, after text that
-is *in the image* is removed (quoted spans, and the clauses :func:`~vlrl.rewards.guard_text.strip_image_text`
+is *in the image* is removed (quoted spans, and the clauses :func:`~vlrl.rewards.guards.text.strip_image_text`
 removes). What remains fires when it
 
 * refers to the caption itself ("this caption", "the above", "what I wrote", "these sentences",

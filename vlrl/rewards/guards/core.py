@@ -24,10 +24,10 @@ paraphrases are caught too:
   attacks no pattern names.
 
 Four more, against the hacks aimed at rubric and QA judges ("the car is red, silver or black", noun
-dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guard_judge`: ``hedging``,
+dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guards.judge`: ``hedging``,
 ``keyword_stuffing``, ``rewording`` and ``padding`` (on by default, after the five above). Claims,
 grader addresses, score requests and injections in other languages come from the phrase table of
-:mod:`vlrl.rewards.guard_lang`, read by ``self_praise`` and ``grader_address``.
+:mod:`vlrl.rewards.guards.lang`, read by ``self_praise`` and ``grader_address``.
 
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
 IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
@@ -35,7 +35,7 @@ semantic guards match. Words like "complete", "accurate" or "answer" alone never
 set of tools", "an accurate clock", "the answer box on the form"): a pattern needs the caption as its
 subject, the grader as its addressee, or an option letter in answer position.
 
-The pattern families live in :mod:`vlrl.rewards.guard_patterns`; ``extra_patterns`` in a guard's
+The pattern families live in :mod:`vlrl.rewards.guards.patterns`; ``extra_patterns`` in a guard's
 settings extends them without editing code. ``vlrl reward guard --input ROWS.jsonl --json OUT`` runs
 every guard over a file of captions to check a corpus (or a policy's samples) before training.
 
@@ -67,18 +67,18 @@ from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, no_signal, quiet_report
-from vlrl.rewards.guard_base import GUARDS, Guard, register_guard
-from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
-from vlrl.rewards.guard_lang import language_hit
-from vlrl.rewards.guard_meta import (
+from vlrl.rewards.guards.base import GUARDS, Guard, register_guard
+from vlrl.rewards.guards.doc import Doc, normalize, strip_quoted
+from vlrl.rewards.guards.lang import language_hit
+from vlrl.rewards.guards.meta import (
     GRADER_FAMILIES,
     SELF_FAMILIES,
     compact_hit,
     meta_claim,
     verdict_json,
 )
-from vlrl.rewards.guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
-from vlrl.rewards.guard_structure import (
+from vlrl.rewards.guards.patterns import GRADER, GRADER_CASED, SELF_PRAISE
+from vlrl.rewards.guards.structure import (
     GRADER_STRUCTURE,
     RAW_STRUCTURE,
     SELF_STRUCTURE,
@@ -86,12 +86,12 @@ from vlrl.rewards.guard_structure import (
     on_display,
     structural_hit,
 )
-from vlrl.rewards.guard_text import deobfuscate
+from vlrl.rewards.guards.text import deobfuscate
 
 logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
-# Guards (the base class and registry live in vlrl.rewards.guard_base)
+# Guards (the base class and registry live in vlrl.rewards.guards.base)
 
 
 class PatternGuard(Guard):
@@ -120,7 +120,7 @@ class PatternGuard(Guard):
 @register_guard("self_praise")
 class SelfPraiseGuard(PatternGuard):
     """Claims about the caption itself and first-person assistant chatter; then the cue families
-    of :mod:`vlrl.rewards.guard_meta` (self-reference with praise or grading words, completeness
+    of :mod:`vlrl.rewards.guards.meta` (self-reference with praise or grading words, completeness
     claims, "answers any question") on text with obfuscation undone and image text removed."""
 
     patterns = SELF_PRAISE
@@ -133,7 +133,7 @@ class SelfPraiseGuard(PatternGuard):
 @register_guard("grader_address")
 class GraderAddressGuard(PatternGuard):
     """Text addressed to the grader or answerer: option letters, injection, score requests; then
-    the cue families of :mod:`vlrl.rewards.guard_meta` (grader talk, imperatives, verdicts and
+    the cue families of :mod:`vlrl.rewards.guards.meta` (grader talk, imperatives, verdicts and
     scores, rubric outcomes), verdict-like JSON, and injection keywords in obfuscated text."""
 
     patterns = GRADER
@@ -274,7 +274,7 @@ class LengthGuard(Guard):
 
 
 # The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
-from vlrl.rewards import guard_judge  # noqa: E402,F401  (hedging, keyword_stuffing, rewording, padding)
+from vlrl.rewards.guards import judge  # noqa: E402,F401  (hedging, keyword_stuffing, rewording, padding)
 
 # ----------------------------------------------------------------------------------------------
 # GuardSet

@@ -3,7 +3,7 @@
 A guard is a cheap check that fires on a caption (:class:`Guard`); guards are chosen by name from a
 settings block (:class:`vlrl.rewards.guards.GuardSet`). The base class lives apart from the guards
 themselves so that guard families in their own modules (the rubric-judge hacks of
-:mod:`vlrl.rewards.guard_judge`) register the same way as the guards of :mod:`vlrl.rewards.guards`
+:mod:`vlrl.rewards.guards.judge`) register the same way as the guards of :mod:`vlrl.rewards.guards`
 without an import cycle.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 
-from vlrl.rewards.guard_doc import Doc
+from vlrl.rewards.guards.doc import Doc
 
 GUARDS: dict[str, type[Guard]] = {}
 

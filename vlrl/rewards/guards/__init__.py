@@ -1,0 +1,40 @@
+"""Reward-hacking guards: cheap text checks that veto or penalise a caption before it is rewarded.
+
+The public surface of the guards; see :mod:`vlrl.rewards.guards.core` for the guard set and the
+reward wrappers.
+"""
+
+from vlrl.rewards.guards.base import GUARDS, Guard, register_guard
+from vlrl.rewards.guards.core import (
+    GuardedReward,
+    GuardReport,
+    GuardReward,
+    GuardSet,
+    LengthGuard,
+    LLMDefenseGuard,
+    PatternGuard,
+    RepetitionGuard,
+    with_guards,
+)
+from vlrl.rewards.guards.doc import Doc, english_function_words, english_share, normalize, reads_as_english, strip_quoted
+from vlrl.rewards.guards.judge import (
+    JUDGE_GUARDS,
+    VOCAB,
+    HedgingGuard,
+    JudgeVocab,
+    KeywordStuffingGuard,
+    PaddingGuard,
+    RewordingGuard,
+    load_vocab,
+    sentences,
+)
+from vlrl.rewards.guards.lang import FAMILY_GUARD, Language, LanguageTable, language_hit, load_table
+from vlrl.rewards.guards.structure import fuzzy_fix, unreversed
+
+__all__ = [
+    "FAMILY_GUARD", "GUARDS", "JUDGE_GUARDS", "VOCAB", "Doc", "Guard", "GuardReport", "GuardReward", "GuardSet",
+    "GuardedReward", "HedgingGuard", "JudgeVocab", "KeywordStuffingGuard", "LLMDefenseGuard", "Language",
+    "LanguageTable", "LengthGuard", "PaddingGuard", "PatternGuard", "RepetitionGuard", "RewordingGuard",
+    "english_function_words", "english_share", "fuzzy_fix", "language_hit", "load_table", "load_vocab", "normalize",
+    "reads_as_english", "register_guard", "sentences", "strip_quoted", "unreversed", "with_guards",
+]
