@@ -410,12 +410,12 @@ def test_a_missing_dictionary_is_said_not_silent(monkeypatch, caplog):
     """Without pyspellchecker the typo repair degrades; that must be one warning, not a quiet drop in recall."""
     import sys
 
-    from vlrl.rewards.guards import structure as gs
+    from vlrl.rewards.guards import typos as gs
 
     monkeypatch.setitem(sys.modules, "spellchecker", None)  # import fails as if not installed
     gs._dictionary.cache_clear()
     try:
-        with caplog.at_level("WARNING", logger="vlrl.rewards.guards.structure"):
+        with caplog.at_level("WARNING", logger="vlrl.rewards.guards.typos"):
             assert gs._dictionary() is None
         assert any("pyspellchecker is not installed" in r.getMessage() for r in caplog.records)
     finally:

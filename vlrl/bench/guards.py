@@ -76,8 +76,7 @@ def _ms(seconds: list[float]) -> dict[str, float]:
 def bench_guards(input_path: str | None = None, n_captions: int = 2000, seed: int = 0, text_column: str = "caption",
                  settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Time the default cheap guard layer (or the one ``settings`` builds) caption by caption."""
-    from vlrl.rewards.guards import Doc
-    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.guards import Doc, GuardSet
 
     if n_captions < 1:
         raise ValueError("need at least one caption")

@@ -12,11 +12,17 @@ from vlrl.rewards.guards.core import (
     GuardSet,
     LengthGuard,
     LLMDefenseGuard,
-    PatternGuard,
     RepetitionGuard,
     with_guards,
 )
-from vlrl.rewards.guards.doc import Doc, english_function_words, english_share, normalize, reads_as_english, strip_quoted
+from vlrl.rewards.guards.doc import (
+    Doc,
+    english_function_words,
+    english_share,
+    normalize,
+    reads_as_english,
+    strip_quoted,
+)
 from vlrl.rewards.guards.judge import (
     JUDGE_GUARDS,
     VOCAB,
@@ -29,9 +35,13 @@ from vlrl.rewards.guards.judge import (
     sentences,
 )
 from vlrl.rewards.guards.lang import FAMILY_GUARD, Language, LanguageTable, language_hit, load_table
-from vlrl.rewards.guards.structure import fuzzy_fix, unreversed
+from vlrl.rewards.guards.semantic import GraderAddressGuard, PatternGuard, SelfPraiseGuard, TableGuard
+from vlrl.rewards.guards.table import Family, FamilyTable, families_of
+from vlrl.rewards.guards.table import load_table as load_family_table
+from vlrl.rewards.guards.typos import fuzzy_fix, unreversed
 
 __all__ = [
+    "Family", "FamilyTable", "GraderAddressGuard", "SelfPraiseGuard", "TableGuard", "families_of", "load_family_table",
     "FAMILY_GUARD", "GUARDS", "JUDGE_GUARDS", "VOCAB", "Doc", "Guard", "GuardReport", "GuardReward", "GuardSet",
     "GuardedReward", "HedgingGuard", "JudgeVocab", "KeywordStuffingGuard", "LLMDefenseGuard", "Language",
     "LanguageTable", "LengthGuard", "PaddingGuard", "PatternGuard", "RepetitionGuard", "RewordingGuard",

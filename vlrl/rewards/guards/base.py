@@ -9,10 +9,10 @@ without an import cycle.
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable
 
 from vlrl.rewards.guards.doc import Doc
+from vlrl.rewards.guards.table import CompiledFamily, Family, families_of
 
 GUARDS: dict[str, type[Guard]] = {}
 
@@ -26,8 +26,15 @@ def register_guard(name: str) -> Callable[[type[Guard]], type[Guard]]:
     return deco
 
 
-class Guard(abc.ABC):
-    """A check that fires on a caption. ``match`` returns the evidence (a snippet) or ``None``."""
+class Guard:
+    """A check that fires on a caption.
+
+    A guard reports *which family* fired (:meth:`check` returns ``(family, evidence)``), so the trainer
+    logs ``guard/<guard>/<family>``. Guards written in code implement :meth:`find`; the families of
+    ``data/families.yaml`` with ``detector: own`` name what they return. A guard written against the
+    older contract implements only :meth:`match` (the evidence, or ``None``) and reports one family,
+    its own name. Whatever the guard, user patterns (``extra_patterns``) extend any of its families
+    (:meth:`extend`)."""
 
     name = "guard"
     default = True
@@ -37,13 +44,70 @@ class Guard(abc.ABC):
 
     def __init__(self, penalty: float = 1.0) -> None:
         self.penalty = float(penalty)
+        self._user: list[CompiledFamily] = []
+        self._skip: frozenset[str] = frozenset()
 
-    @abc.abstractmethod
+    # -- families -----------------------------------------------------------------------------
+
+    @property
+    def family_names(self) -> list[str]:
+        """Every family this guard can report (its table rows, then user families)."""
+        names = [f.name for f in families_of(self.name)] or [self.name]
+        return [n for n in dict.fromkeys([*names, *(f.name for f in self._user)]) if n not in self._skip]
+
+    def extend(self, extra_patterns: dict[str, list[str]] | list[str] | None = None,
+               skip_families: list[str] | tuple[str, ...] = ()) -> None:
+        """Add user patterns to families (``{family: [regex, ...]}``; a plain list goes to the family
+        ``user``, on the ``lower`` view) and switch families off (``skip_families``)."""
+        known = {f.name: f for f in families_of(self.name)}
+        if unknown := set(skip_families) - set(known):
+            raise ValueError(f"guard {self.name!r}: unknown families {sorted(unknown)}; known: {sorted(known)}")
+        self._skip = frozenset(skip_families)
+        if not extra_patterns:
+            return
+        if not isinstance(extra_patterns, dict):
+            extra_patterns = {"user": list(extra_patterns)}
+        for family, patterns in extra_patterns.items():
+            if isinstance(patterns, str):
+                patterns = [patterns]
+            spec = known.get(family) or Family(name=family, guard=self.name, view="lower", about="user patterns",
+                                               patterns=list(patterns))
+            if family not in known and family != "user":
+                raise ValueError(f"guard {self.name!r}: extra_patterns for unknown family {family!r}; "
+                                 f"known: {sorted(known)} (or a plain list, for the family 'user')")
+            self.add_patterns(spec, list(patterns))
+
+    def add_patterns(self, spec: Family, patterns: list[str]) -> None:
+        """User patterns for ``spec``: a family of their own with the spec's view, scope and exemptions."""
+        user = spec.model_copy(update={"patterns": [], "requires": [], "detector": None, "options": {}})
+        self._user.append(CompiledFamily(user.model_copy(update={"patterns": patterns}), ()))
+
+    # -- checking -----------------------------------------------------------------------------
+
+    def find(self, doc: Doc) -> tuple[str, str] | None:
+        """``(family, evidence)`` from the guard's own logic, else ``None``."""
+        evidence = self.match(doc)
+        return (self.name, evidence) if evidence is not None else None
+
+    def check(self, doc: Doc) -> tuple[str, str] | None:
+        """``(family, evidence)`` when the guard fires on ``doc``, else ``None``."""
+        hit = self.find(doc)
+        if hit is not None and hit[0] not in self._skip:
+            return hit
+        for fam in self._user:
+            if fam.name not in self._skip and (evidence := fam.find(doc)) is not None:
+                return fam.name, evidence
+        return None
+
     def match(self, doc: Doc) -> str | None:
         """The evidence (a snippet of the caption) when the guard fires, else ``None``."""
+        if type(self).find is Guard.find:
+            raise NotImplementedError(f"guard {self.name!r} implements neither find nor match")
+        hit = self.check(doc)
+        return hit[1] if hit else None
 
     def fires(self, text: str) -> bool:
-        return self.match(Doc.of(text)) is not None
+        return self.check(Doc.of(text)) is not None
 
     def unjudged(self, doc: Doc) -> str | None:
         """Why the guard could not decide on ``doc`` (a judge that failed), or ``None``. A pattern

@@ -69,88 +69,12 @@ from vlrl.rewards import register_reward
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, no_signal, quiet_report
 from vlrl.rewards.guards.base import GUARDS, Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, normalize, strip_quoted
-from vlrl.rewards.guards.lang import language_hit
-from vlrl.rewards.guards.meta import (
-    GRADER_FAMILIES,
-    SELF_FAMILIES,
-    compact_hit,
-    meta_claim,
-    verdict_json,
-)
-from vlrl.rewards.guards.patterns import GRADER, GRADER_CASED, SELF_PRAISE
-from vlrl.rewards.guards.structure import (
-    GRADER_STRUCTURE,
-    RAW_STRUCTURE,
-    SELF_STRUCTURE,
-    compact_keywords,
-    on_display,
-    structural_hit,
-)
-from vlrl.rewards.guards.text import deobfuscate
+from vlrl.rewards.guards.semantic import PatternGuard, TableGuard  # registers self_praise, grader_address first
 
 logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
 # Guards (the base class and registry live in vlrl.rewards.guards.base)
-
-
-class PatternGuard(Guard):
-    """Fires when any pattern matches. ``patterns`` see lower-case unquoted text; ``case_patterns``
-    see unquoted text with case kept (option letters). ``extra_patterns`` extend the family."""
-
-    patterns: tuple[re.Pattern[str], ...] = ()
-    case_patterns: tuple[re.Pattern[str], ...] = ()
-
-    def __init__(self, penalty: float = 1.0, extra_patterns: Iterable[str] = ()) -> None:
-        super().__init__(penalty)
-        self._extra = tuple(re.compile(p, re.IGNORECASE) for p in extra_patterns)
-
-    def match(self, doc: Doc) -> str | None:
-        for pat in self.patterns + self._extra:
-            if m := pat.search(doc.lower):
-                return m.group(0)
-            if doc.obfuscated and (m := pat.search(doc.decoded)):
-                return m.group(0)
-        for pat in self.case_patterns:
-            if m := pat.search(doc.unquoted):
-                return m.group(0)
-        return None
-
-
-@register_guard("self_praise")
-class SelfPraiseGuard(PatternGuard):
-    """Claims about the caption itself and first-person assistant chatter; then the cue families
-    of :mod:`vlrl.rewards.guards.meta` (self-reference with praise or grading words, completeness
-    claims, "answers any question") on text with obfuscation undone and image text removed."""
-
-    patterns = SELF_PRAISE
-
-    def match(self, doc: Doc) -> str | None:
-        return (super().match(doc) or meta_claim(doc.meta, SELF_FAMILIES)
-                or structural_hit(doc.meta, SELF_STRUCTURE) or language_hit(doc.native, "self_praise"))
-
-
-@register_guard("grader_address")
-class GraderAddressGuard(PatternGuard):
-    """Text addressed to the grader or answerer: option letters, injection, score requests; then
-    the cue families of :mod:`vlrl.rewards.guards.meta` (grader talk, imperatives, verdicts and
-    scores, rubric outcomes), verdict-like JSON, and injection keywords in obfuscated text."""
-
-    patterns = GRADER
-    case_patterns = GRADER_CASED
-
-    def match(self, doc: Doc) -> str | None:
-        if hit := super().match(doc) or meta_claim(doc.meta, GRADER_FAMILIES):
-            return hit
-        for text in dict.fromkeys((doc.norm, deobfuscate(doc.norm)[0])):  # quoted keys can be obfuscated too
-            if (hit := verdict_json(text)) and not on_display(text.lower(), text.find(hit[:20])):
-                return f"verdict json: {hit}"
-        if hit := structural_hit(doc.meta, GRADER_STRUCTURE) or structural_hit(doc.shaped, RAW_STRUCTURE):
-            return hit
-        if doc.obfuscated and (hit := compact_hit(doc.decoded) or compact_keywords(doc.decoded)
-                               or compact_keywords(doc.lower)):
-            return f"obfuscated: {hit}"
-        return language_hit(doc.native, "grader_address")
 
 
 @register_guard("llm_defense")
@@ -224,20 +148,20 @@ class RepetitionGuard(Guard):
                         return f"{' '.join(unit)!r} x{r}"
         return None
 
-    def match(self, doc: Doc) -> str | None:
+    def find(self, doc: Doc) -> tuple[str, str] | None:
         w = doc.words
         if hit := self._tandem(w):
-            return hit
-        sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in re.split(r"(?<=[.!?;\n])\s+", doc.norm)]
+            return "loop", hit
+        sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in doc.units(doc.norm, "sentence")]
         counts = Counter(s for s in sentences if len(s) >= self.sentence_min_words)
         for sent, c in counts.items():
             if c > self.max_sentence_repeats:
-                return f"sentence {' '.join(sent)!r} x{c}"
+                return "same_sentence", f"sentence {' '.join(sent)!r} x{c}"
         if len(w) >= max(self.min_words, self.ngram + 1):
             grams = [tuple(w[i : i + self.ngram]) for i in range(len(w) - self.ngram + 1)]
             dup = len(grams) - len(set(grams))
             if dup / len(grams) > self.max_dup_ngram_frac:
-                return f"{dup}/{len(grams)} repeated {self.ngram}-grams"
+                return "repeated_ngrams", f"{dup}/{len(grams)} repeated {self.ngram}-grams"
         return None
 
 
@@ -264,17 +188,17 @@ class LengthGuard(Guard):
             return len(text.split())
         return len(_CJK.sub(" ", text).split()) + round(cjk / self.cjk_chars_per_word)
 
-    def match(self, doc: Doc) -> str | None:
+    def find(self, doc: Doc) -> tuple[str, str] | None:
         n = self.words(doc.raw)
         if self.min_words is not None and n < self.min_words:
-            return f"{n} words < {self.min_words}"
+            return "too_short", f"{n} words < {self.min_words}"
         if self.max_words is not None and n > self.max_words:
-            return f"{n} words > {self.max_words}"
+            return "too_long", f"{n} words > {self.max_words}"
         return None
 
 
 # The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
-from vlrl.rewards.guards import judge  # noqa: E402,F401  (hedging, keyword_stuffing, rewording, padding)
+from vlrl.rewards.guards import judge as _judge_guards  # noqa: E402,F401,I001  (hedging, keyword_stuffing, rewording, padding)
 
 # ----------------------------------------------------------------------------------------------
 # GuardSet
@@ -287,6 +211,8 @@ class GuardReport:
     evidence: dict[str, str] = field(default_factory=dict)
     unjudged: dict[str, str] = field(default_factory=dict)
     """Guards that could not decide (name → reason): the caption is not known to be clean."""
+    families: dict[str, str] = field(default_factory=dict)
+    """The family each fired guard named (guard → family)."""
 
 
 class GuardSet:
@@ -341,6 +267,8 @@ class GuardSet:
             if conf is False:
                 continue
             conf = dict(conf) if isinstance(conf, dict) else {}
+            user = {k: conf.pop(k) for k in ("extra_patterns", "skip_families") if k in conf
+                    and not issubclass(GUARDS[name], TableGuard)}
             if penalty is not None:
                 conf.setdefault("penalty", penalty)
             if name == "length":
@@ -349,9 +277,12 @@ class GuardSet:
                 if max_words is not None:
                     conf.setdefault("max_words", max_words)
             try:
-                guards.append(GUARDS[name](**conf))
+                guard = GUARDS[name](**conf)
             except TypeError as e:
                 raise ValueError(f"guard {name!r}: bad settings {conf} ({e})") from None
+            if user:
+                guard.extend(user.get("extra_patterns"), user.get("skip_families", ()))
+            guards.append(guard)
         return cls(guards)
 
     def evaluate_many(self, captions: list[str]) -> list[GuardReport]:
@@ -368,11 +299,12 @@ class GuardSet:
         evidence: dict[str, str] = {}
         unjudged: dict[str, str] = {}
         penalty = 0.0
+        families: dict[str, str] = {}
         for g in self.guards:
-            hit = g.match(doc)
+            hit = g.check(doc)
             if hit is not None:
                 fired.append(g.name)
-                evidence[g.name] = hit
+                families[g.name], evidence[g.name] = hit
                 penalty += g.penalty
             elif (why := g.unjudged(doc)) is not None:
                 unjudged[g.name] = why
@@ -380,10 +312,16 @@ class GuardSet:
         self.counts.update(fired)
         if fired:
             logger.debug("guards fired %s: %s", fired, evidence)
-        return GuardReport(fired, penalty, evidence, unjudged)
+        return GuardReport(fired, penalty, evidence, unjudged, families)
 
     def details(self, report: GuardReport) -> dict[str, float]:
-        out = {f"guard/{name}": float(name in report.fired) for name in self.names}
+        """``guard/<guard>`` and ``guard/<guard>/<family>`` (0 or 1 for every family of every guard in
+        the set, so a batch's mean is each family's firing rate), ``guard/any`` and ``guard/penalty``."""
+        out = {}
+        for g in self.guards:
+            out[f"guard/{g.name}"] = float(g.name in report.fired)
+            for family in g.family_names:
+                out[f"guard/{g.name}/{family}"] = float(report.families.get(g.name) == family)
         out["guard/any"] = float(bool(report.fired))
         out["guard/penalty"] = report.penalty
         return out

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from vlrl.rewards.guards.structure import fuzzy_fix, unreversed
-from vlrl.rewards.guards.text import clean, deobfuscate, fold, strip_image_text
+from vlrl.rewards.guards.text import clean, deobfuscate, fold, split, strip_image_text
+from vlrl.rewards.guards.typos import fuzzy_fix, unreversed
 
 _QUOTES = str.maketrans(
     {
@@ -89,6 +89,32 @@ class Doc:
     meta: str = ""  # what the meta-claim patterns read: today the same text as ``decoded`` (image text
     # is already removed from ``unquoted``), kept apart so the two can diverge without touching guards
     shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
+    _units: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def view(self, name: str) -> tuple[str, ...]:
+        """The texts a family with this ``view`` reads (see :mod:`vlrl.rewards.guards.table`)."""
+        if name == "lower":
+            return (self.lower, self.decoded) if self.obfuscated and self.decoded != self.lower else (self.lower,)
+        if name == "decoded":
+            return (self.meta,)
+        if name == "compact":
+            return self.compact
+        return (getattr(self, name),)
+
+    @cached_property
+    def compact(self) -> tuple[str, ...]:
+        """Obfuscated captions only: the decoded and the plain text with every separator removed
+        ("i-g-n-o-r-e p.r.e.v.i.o.u.s" reads "ignoreprevious"); nothing for a plain caption."""
+        if not self.obfuscated:
+            return ()
+        return tuple(dict.fromkeys(re.sub(r"[^a-z0-9/]", "", t.lower()) for t in (self.decoded, self.lower)))
+
+    def units(self, text: str, scope: str) -> list[str]:
+        """``text`` split by the one splitter, once per caption and scope."""
+        key = (scope, text)
+        if key not in self._units:
+            self._units[key] = split(text, scope)
+        return self._units[key]
 
     @cached_property
     def native(self) -> str:

@@ -150,4 +150,20 @@ def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | Non
     return None
 
 
-__all__ = ["FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+@lru_cache(maxsize=2048)
+def language_family_hit(native: str, family: str, path: str | Path = TABLE) -> str | None:
+    """The evidence of one family (``claim``, ``address``, ``score`` with the maximal score block, or
+    ``injection``) in whatever language of the table matches ``native``, else ``None``."""
+    for lang in _compiled(str(path)):
+        if not lang.applies(native):
+            continue
+        text = lang.strip_image_text(native)
+        pat = lang.families.get(family)
+        if pat is not None and (m := pat.search(text)):
+            return f"lang {lang.code} {family}: {m.group(0)[:80]}"
+        if family == "score" and lang.score_block is not None and (m := lang.score_block.search(text)):
+            return f"lang {lang.code} score: {m.group(0)[:80]}"
+    return None
+
+
+__all__ = ["language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]

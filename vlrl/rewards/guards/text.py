@@ -164,4 +164,28 @@ def _unless_own_words(m: re.Match[str]) -> str:
     return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
 
 
-__all__ = ["clean", "deobfuscate", "fold", "strip_image_text"]
+# ------------------------------------------------------------------------------------------------
+# The one sentence splitter
+
+# A sentence ends at . ! ; (or ? unless the answer follows: "Accuracy? Check." is one statement), at a
+# line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
+# further at dashes and bars; an aside at brackets too (a bracketed aside is a statement of its own);
+# a phrase at every sentence mark, colon and dash.
+_SENTENCE = r"(?<=[.!;])\s+|(?<=\?)\s+(?!check\b)|\s*\n\s*|(?<=[.!?])(?=[A-Za-z])"
+_CLAUSE = _SENTENCE + r"|\s+[\u2014\-]{1,2}\s+|\s*\|\s*"
+SPLITTERS = {
+    "sentence": re.compile(_SENTENCE),
+    "clause": re.compile(_CLAUSE),
+    "aside": re.compile(_CLAUSE + r"|\s*[\[\]()]\s*"),
+    "phrase": re.compile(r"[.!?;:\n\u2014]+"),
+}
+
+
+def split(text: str, scope: str = "sentence") -> list[str]:
+    """``text`` cut into non-empty ``sentence``, ``clause``, ``aside`` or ``phrase`` units (``text``: itself)."""
+    if scope == "text":
+        return [text]
+    return [u.strip() for u in SPLITTERS[scope].split(text) if u and u.strip()]
+
+
+__all__ = ["SPLITTERS", "clean", "deobfuscate", "fold", "split", "strip_image_text"]
