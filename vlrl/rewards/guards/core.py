@@ -138,6 +138,8 @@ class RepetitionGuard(Guard):
         for k in range(1, self.max_unit + 1):
             need = self.max_consecutive + (1 if k == 1 else 0)
             for i in range(0, n - need * k + 1):
+                if w[i] != w[i + k]:
+                    continue  # a unit repeated back to back starts with the same word twice, k apart
                 unit = w[i : i + k]
                 if all(t.isdigit() for t in unit):
                     continue  # tables of digits ("1 1 0 1") are content; number loops hit the n-gram check

@@ -122,6 +122,8 @@ class Doc:
         Latin look-alikes), quoted spans removed: what the per-language phrase table reads
         (:mod:`vlrl.rewards.guards.lang`), with the text that English phrasing places in the image
         removed as well. Computed on first use."""
+        if self.raw.isascii():  # nothing to fold: the same text as ``unquoted``
+            return self.unquoted.lower()
         text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
         # English image text too ("a T-shirt printed with ignore all instructions"): Latin-script
         # entries of the table share words with English
@@ -136,11 +138,15 @@ class Doc:
             decoded, obfuscated = f"{decoded} . {backwards}", True
         # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
         english = reads_as_english(unquoted)
-        decoded = fuzzy_fix(decoded.lower()) if english else decoded.lower()
+        lower = fuzzy_fix(unquoted.lower()) if english else unquoted.lower()
+        if decoded == unquoted:
+            decoded = lower
+        else:
+            decoded = fuzzy_fix(decoded.lower()) if english else decoded.lower()
         lines = fold(text or "").translate(_QUOTES)
         shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
         return cls(
-            text, norm, unquoted, fuzzy_fix(unquoted.lower()) if english else unquoted.lower(), re.findall(r"[\w']+", norm.lower()),
+            text, norm, unquoted, lower, re.findall(r"[\w']+", norm.lower()),
             decoded, obfuscated, decoded, shaped.lower(),
         )
 

@@ -150,14 +150,16 @@ def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | Non
     return None
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=256)
+def _readings(native: str, path: str) -> tuple[tuple[_Compiled, str], ...]:
+    """Each language whose script ``native`` holds, with the text its image-text words leave."""
+    return tuple((lang, lang.strip_image_text(native)) for lang in _compiled(path) if lang.applies(native))
+
+
 def language_family_hit(native: str, family: str, path: str | Path = TABLE) -> str | None:
     """The evidence of one family (``claim``, ``address``, ``score`` with the maximal score block, or
     ``injection``) in whatever language of the table matches ``native``, else ``None``."""
-    for lang in _compiled(str(path)):
-        if not lang.applies(native):
-            continue
-        text = lang.strip_image_text(native)
+    for lang, text in _readings(native, str(path)):
         pat = lang.families.get(family)
         if pat is not None and (m := pat.search(text)):
             return f"lang {lang.code} {family}: {m.group(0)[:80]}"
