@@ -139,10 +139,11 @@ class Doc:
         # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
         english = reads_as_english(unquoted)
         lower = fuzzy_fix(unquoted.lower()) if english else unquoted.lower()
-        if decoded == unquoted:
-            decoded = lower
+        if decoded != unquoted:  # (else the typo repair of ``lower`` serves both)
+            lower_decoded = decoded.lower()
+            decoded = fuzzy_fix(lower_decoded) if english else lower_decoded
         else:
-            decoded = fuzzy_fix(decoded.lower()) if english else decoded.lower()
+            decoded = lower
         lines = fold(text or "").translate(_QUOTES)
         shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
         return cls(

@@ -24,7 +24,7 @@ A *family* is one kind of hack a guard looks for. Each row of the table names it
 Patterns are written with named *fragments* (``{{praise}}``, ``{{subj}}``, ``{{words:4}}``): one
 vocabulary, written once, shared by every family that needs it. Users extend any family from the
 settings (``extra_patterns: {family: [regex, ...]}``); an extra pattern reads the family's view and
-scope and obeys its exemptions. The table is validated by :class:`FamilyTable` when first read, so a
+scope and obeys its ``requires`` and exemptions. The table is validated by :class:`FamilyTable` when first read, so a
 typo in a pattern or an unknown view fails at start-up, not mid-run.
 """
 

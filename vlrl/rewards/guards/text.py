@@ -171,7 +171,7 @@ def _unless_own_words(m: re.Match[str]) -> str:
 # line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
 # further at dashes and bars; an aside at brackets too (a bracketed aside is a statement of its own);
 # a phrase at every sentence mark, colon and dash.
-_SENTENCE = r"(?<=[.!;])\s+|(?<=\?)\s+(?!check\b)|\s*\n\s*|(?<=[.!?])(?=[A-Za-z])"
+_SENTENCE = r"(?<=[.!;])\s+|(?<=\?)\s+(?![Cc]heck\b)|\s*\n\s*|(?<=[.!?])(?=[A-Za-z])"
 _CLAUSE = _SENTENCE + r"|\s+[\u2014\-]{1,2}\s+|\s*\|\s*"
 SPLITTERS = {
     "sentence": re.compile(_SENTENCE),
