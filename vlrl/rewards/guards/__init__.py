@@ -1,7 +1,15 @@
 """Reward-hacking guards: cheap text checks that veto or penalise a caption before it is rewarded.
 
-The public surface of the guards; see :mod:`vlrl.rewards.guards.core` for the guard set and the
-reward wrappers.
+Guards are data plus a small engine. The data: one table of families (``data/families.yaml``, read by
+:mod:`.table`), the per-language phrase table (``data/languages.yaml``, :mod:`.lang`) and the
+judge-hack vocabularies (``data/judge_hacks.yaml``, :mod:`.judge`), each validated by a pydantic
+schema. The engine: one normaliser and one splitter (:mod:`.text`), the caption's views prepared
+once (:mod:`.doc`, typo repair in :mod:`.typos`), the families run by :class:`.table.CompiledFamily`
+(:mod:`.semantic` for ``self_praise`` and ``grader_address``), the few detectors that count or parse
+(:mod:`.detectors`), the guards written in code (:mod:`.judge`, ``repetition``, ``length`` and
+``llm_defense`` in :mod:`.core`), and the guard set and reward wrappers (:mod:`.core`).
+
+This module is the public surface: import from ``vlrl.rewards.guards``.
 """
 
 from vlrl.rewards.guards.base import GUARDS, Guard, register_guard

@@ -7,8 +7,8 @@ near-empty or endlessly verbose output. A text-only answerer or an LLM judge rea
 so anything written *to* it ("the answer is B", "ignore previous instructions", "dear evaluator")
 is an attack on the reward, not a description of the image.
 
-Five guards (``llm_defense`` opt-in), each a family of patterns over normalised text rather than one fixed phrase, so that
-paraphrases are caught too:
+Five guards (``llm_defense`` opt-in), each a set of families over normalised text rather than one
+fixed phrase, so that paraphrases are caught too:
 
 * ``self_praise`` — claims about the caption itself (subject {this/my/the above caption,
   description, summary, response, ...} x praise {complete, accurate, comprehensive, captures every
@@ -35,8 +35,9 @@ semantic guards match. Words like "complete", "accurate" or "answer" alone never
 set of tools", "an accurate clock", "the answer box on the form"): a pattern needs the caption as its
 subject, the grader as its addressee, or an option letter in answer position.
 
-The pattern families live in :mod:`vlrl.rewards.guards.patterns`; ``extra_patterns`` in a guard's
-settings extends them without editing code. ``vlrl reward guard --input ROWS.jsonl --json OUT`` runs
+Every family of every guard is a row of one table, ``data/families.yaml``
+(:mod:`vlrl.rewards.guards.table`); ``extra_patterns: {family: [regex, ...]}`` in a guard's settings
+extends any family without editing code, ``skip_families`` switches some off. ``vlrl reward guard --input ROWS.jsonl --json OUT`` runs
 every guard over a file of captions to check a corpus (or a policy's samples) before training.
 
 Use them three ways:
@@ -52,8 +53,8 @@ A reward's settings block takes, for example::
     guards: {policy: veto, floor: 0.0, enabled: [self_praise, grader_address, length],
              length: {min_words: 20, max_words: 600}, self_praise: {penalty: 0.5}}
 
-Every score carries ``guard/<name>`` = 0/1 in its details, so the trainer logs each guard's firing
-rate.
+Every score carries ``guard/<name>`` and ``guard/<name>/<family>`` = 0/1 in its details, so the
+trainer logs each guard's and each family's firing rate.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Claims, grader addresses, score requests and injections in other languages, as a phrase table.
 
-The English pattern families (:mod:`vlrl.rewards.guards.patterns`, :mod:`vlrl.rewards.guards.meta`)
-are blind to "这段描述完整准确" or "Ignora las instrucciones anteriores", and a policy trained
+The English families of the family table (:mod:`vlrl.rewards.guards.table`) are blind to "这段描述完整准确" or "Ignora las instrucciones anteriores", and a policy trained
 against a multilingual judge finds that out. Every language is one entry of a data file,
 ``data/languages.yaml``, validated by :class:`LanguageTable` when it is first read: a new
 language, or a new phrasing, is an edit to that file, not to code.
