@@ -171,12 +171,15 @@ def _unless_own_words(m: re.Match[str]) -> str:
 # line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
 # further at dashes and bars; an aside at brackets too (a bracketed aside is a statement of its own);
 # a phrase at every sentence mark, colon and dash.
-_SENTENCE = r"(?<=[.!;])\s+|(?<=\?)\s+(?![Cc]heck\b)|\s*\n\s*|(?<=[.!?])(?=[A-Za-z])"
-_CLAUSE = _SENTENCE + r"|\s+[\u2014\-]{1,2}\s+|\s*\|\s*"
+# Each cut either ends a unit after its mark (the ``end`` group stays with the unit) or only
+# separates; whitespace around a unit is stripped. Matching the cuts (rather than splitting at
+# lookbehind positions) lets the regex engine skip straight to the few characters a cut starts with.
+_SENTENCE = r"(?P<end>[.!;]|\?(?=\s+(?![Cc]heck\b)|[A-Za-z]))(?:\s+|(?=[A-Za-z]))|[ \t]*\n\s*"
+_CLAUSE = _SENTENCE + r"|\s+[\u2014\-]{1,2}\s+|\|\s*"
 SPLITTERS = {
     "sentence": re.compile(_SENTENCE),
     "clause": re.compile(_CLAUSE),
-    "aside": re.compile(_CLAUSE + r"|\s*[\[\]()]\s*"),
+    "aside": re.compile(_CLAUSE + r"|[\[\]()]\s*"),
     "phrase": re.compile(r"[.!?;:\n\u2014]+"),
 }
 
@@ -185,7 +188,16 @@ def split(text: str, scope: str = "sentence") -> list[str]:
     """``text`` cut into non-empty ``sentence``, ``clause``, ``aside`` or ``phrase`` units (``text``: itself)."""
     if scope == "text":
         return [text]
-    return [u.strip() for u in SPLITTERS[scope].split(text) if u and u.strip()]
+    cuts = SPLITTERS[scope]
+    if scope == "phrase":
+        pieces = cuts.split(text)
+    else:
+        pieces, start = [], 0
+        for m in cuts.finditer(text):
+            pieces.append(text[start:m.end("end") if m.group("end") else m.start()])
+            start = m.end()
+        pieces.append(text[start:])
+    return [u.strip() for u in pieces if u and u.strip()]
 
 
 __all__ = ["SPLITTERS", "clean", "deobfuscate", "fold", "split", "strip_image_text"]
