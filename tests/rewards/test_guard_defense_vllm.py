@@ -67,8 +67,9 @@ def test_llm_defense_prompt_parse_routing_and_cost_on_vllm(vllm_lm, tiny_lm, rec
 
     # prompt: the server read exactly the rendered rubric with the caption fenced, through the chat template
     tok = AutoTokenizer.from_pretrained(str(tiny_lm))
-    expected = sum(len(tok.apply_chat_template([{"role": "user", "content": render_defense_prompt(c)}],
-                                               add_generation_prompt=True, tokenize=True)) for c in distinct)
+    templated = [tok.apply_chat_template([{"role": "user", "content": render_defense_prompt(c)}],
+                                         add_generation_prompt=True, tokenize=False) for c in distinct]
+    expected = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in templated)
     assert stats["prompt_tokens"] == expected, (stats["prompt_tokens"], expected)
     assert all(c.split(".")[0] in render_defense_prompt(c) for c in distinct)
 

@@ -32,8 +32,8 @@ class Guard:
     A guard reports *which family* fired (:meth:`check` returns ``(family, evidence)``), so the trainer
     logs ``guard/<guard>/<family>``. Guards written in code implement :meth:`find`; the families of
     ``data/families.yaml`` with ``detector: own`` name what they return. A guard written against the
-    older contract implements only :meth:`match` (the evidence, or ``None``) and reports one family,
-    its own name. Whatever the guard, user patterns (``extra_patterns``) extend any of its families
+    older contract implements only :meth:`match` (the evidence, or ``None``) and reports one family:
+    its first row of the table (``llm_defense``: ``judged``), or its own name. Whatever the guard, user patterns (``extra_patterns``) extend any of its families
     (:meth:`extend`)."""
 
     name = "guard"
@@ -85,9 +85,12 @@ class Guard:
     # -- checking -----------------------------------------------------------------------------
 
     def find(self, doc: Doc) -> tuple[str, str] | None:
-        """``(family, evidence)`` from the guard's own logic, else ``None``."""
+        """``(family, evidence)`` from the guard's own logic, else ``None``. A guard that implements
+        only :meth:`match` reports its first family of the table (or its own name)."""
         evidence = self.match(doc)
-        return (self.name, evidence) if evidence is not None else None
+        if evidence is None:
+            return None
+        return self.family_names[0] if self.family_names else self.name, evidence
 
     def check(self, doc: Doc) -> tuple[str, str] | None:
         """``(family, evidence)`` when the guard fires on ``doc``, else ``None``."""
