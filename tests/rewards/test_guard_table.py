@@ -164,3 +164,36 @@ def test_the_views_a_family_reads():
     assert "stop" not in doc.view("lower")[0]  # quoted image text is content, never read as a claim
     cyrillic = Doc.of("Это описание полное и точное.")
     assert cyrillic.native.startswith("это")  # the caption's own script, not Latin look-alikes
+
+
+def test_gates_are_literals_every_match_holds():
+    from vlrl.rewards.guards.table import gate
+
+    assert gate([r"\bfoo(?:bar|baz)\b"]) == ("fooba",)  # the parser factors the common prefix out
+    assert set(gate([r"\b(?:red|blue)\s+car", r"lorry"])) == {"car", "lorry"}
+    assert set(gate([r"(?:alpha|beta)\s+x"])) == {"alpha", "beta"}
+    for no_gate in (r"a?b", r"(?=xyz)q", r"(?i:abc)", r"(?:abc|\d+)", r"[a-z]+"):
+        assert gate([no_gate]) is None, no_gate
+    assert gate([r"abc", r"\w+"]) is None  # one pattern without literals: no gate for the family
+
+
+def test_gated_families_find_what_ungated_ones_find():
+    """A gate only skips work: with every gate off, every family of the table fires on the same
+    captions (the development corpus and the regression phrasings)."""
+    import json
+
+    from tests.support.paths import FIXTURES
+
+    rows = [json.loads(line) for name in ("guard_corpus.jsonl", "guard_regressions.jsonl")
+            for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+    gated = GuardSet.from_settings(enabled=["self_praise", "grader_address"])
+    ungated = GuardSet.from_settings(enabled=["self_praise", "grader_address"])
+    assert any(f.gate for g in gated.guards for f in g._families)
+    for g in ungated.guards:
+        for f in g._families:
+            f.gate = None
+    for r in rows:
+        doc = Doc.of(r["caption"])
+        for a, b in zip(gated.guards, ungated.guards, strict=True):
+            for fa, fb in zip(a._families, b._families, strict=True):
+                assert (fa.find(doc) is None) == (fb.find(doc) is None), (fa.name, r["caption"])
