@@ -197,3 +197,11 @@ def test_gated_families_find_what_ungated_ones_find():
         for a, b in zip(gated.guards, ungated.guards, strict=True):
             for fa, fb in zip(a._families, b._families, strict=True):
                 assert (fa.find(doc) is None) == (fb.find(doc) is None), (fa.name, r["caption"])
+
+
+def test_skipping_a_family_of_a_guard_in_code_still_reports_its_next_family():
+    caption = "A car parked on a street; the car is red, silver or black, the door blue or green or grey."
+    full = GuardSet.from_settings(enabled=["hedging"]).evaluate(caption)
+    assert full.families == {"hedging": "alternatives"}
+    rest = GuardSet.from_settings(enabled=["hedging"], hedging={"skip_families": ["alternatives"]}).evaluate(caption)
+    assert rest.fired == ["hedging"] and rest.families["hedging"] != "alternatives"

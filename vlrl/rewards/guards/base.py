@@ -9,7 +9,7 @@ without an import cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from vlrl.rewards.guards.doc import Doc
 from vlrl.rewards.guards.table import CompiledFamily, Family, families_of
@@ -30,7 +30,7 @@ class Guard:
     """A check that fires on a caption.
 
     A guard reports *which family* fired (:meth:`check` returns ``(family, evidence)``), so the trainer
-    logs ``guard/<guard>/<family>``. Guards written in code implement :meth:`find`; the families of
+    logs ``guard/<guard>/<family>``. Guards written in code implement :meth:`hits` (or :meth:`find`); the families of
     ``data/families.yaml`` with ``detector: own`` name what they return. A guard written against the
     older contract implements only :meth:`match` (the evidence, or ``None``) and reports one family:
     its first row of the table (``llm_defense``: ``judged``), or its own name. Whatever the guard, user patterns (``extra_patterns``) extend any of its families
@@ -84,6 +84,13 @@ class Guard:
 
     # -- checking -----------------------------------------------------------------------------
 
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
+        """Every ``(family, evidence)`` the guard's own logic finds, in order, lazily. Guards written
+        in code yield one per family they see, so a family switched off (``skip_families``) hides
+        only itself: the next family the caption shows is still reported."""
+        if (hit := self.find(doc)) is not None:
+            yield hit
+
     def find(self, doc: Doc) -> tuple[str, str] | None:
         """``(family, evidence)`` from the guard's own logic, else ``None``. A guard that implements
         only :meth:`match` reports its first family of the table (or its own name)."""
@@ -94,9 +101,9 @@ class Guard:
 
     def check(self, doc: Doc) -> tuple[str, str] | None:
         """``(family, evidence)`` when the guard fires on ``doc``, else ``None``."""
-        hit = self.find(doc)
-        if hit is not None and hit[0] not in self._skip:
-            return hit
+        for hit in self.hits(doc):
+            if hit[0] not in self._skip:
+                return hit
         for fam in self._user:
             if fam.name not in self._skip and (evidence := fam.find(doc)) is not None:
                 return fam.name, evidence
@@ -104,8 +111,8 @@ class Guard:
 
     def match(self, doc: Doc) -> str | None:
         """The evidence (a snippet of the caption) when the guard fires, else ``None``."""
-        if type(self).find is Guard.find:
-            raise NotImplementedError(f"guard {self.name!r} implements neither find nor match")
+        if type(self).find is Guard.find and type(self).hits is Guard.hits:
+            raise NotImplementedError(f"guard {self.name!r} implements none of hits, find and match")
         hit = self.check(doc)
         return hit[1] if hit else None
 

@@ -62,7 +62,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,21 +151,21 @@ class RepetitionGuard(Guard):
                         return f"{' '.join(unit)!r} x{r}"
         return None
 
-    def find(self, doc: Doc) -> tuple[str, str] | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         w = doc.words
         if hit := self._tandem(w):
-            return "loop", hit
+            yield "loop", hit
         sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in doc.units(doc.norm, "sentence")]
         counts = Counter(s for s in sentences if len(s) >= self.sentence_min_words)
         for sent, c in counts.items():
             if c > self.max_sentence_repeats:
-                return "same_sentence", f"sentence {' '.join(sent)!r} x{c}"
+                yield "same_sentence", f"sentence {' '.join(sent)!r} x{c}"
         if len(w) >= max(self.min_words, self.ngram + 1):
             grams = [tuple(w[i : i + self.ngram]) for i in range(len(w) - self.ngram + 1)]
             dup = len(grams) - len(set(grams))
             if dup / len(grams) > self.max_dup_ngram_frac:
-                return "repeated_ngrams", f"{dup}/{len(grams)} repeated {self.ngram}-grams"
-        return None
+                yield "repeated_ngrams", f"{dup}/{len(grams)} repeated {self.ngram}-grams"
+        return
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -191,13 +191,13 @@ class LengthGuard(Guard):
             return len(text.split())
         return len(_CJK.sub(" ", text).split()) + round(cjk / self.cjk_chars_per_word)
 
-    def find(self, doc: Doc) -> tuple[str, str] | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         n = self.words(doc.raw)
         if self.min_words is not None and n < self.min_words:
-            return "too_short", f"{n} words < {self.min_words}"
+            yield "too_short", f"{n} words < {self.min_words}"
         if self.max_words is not None and n > self.max_words:
-            return "too_long", f"{n} words > {self.max_words}"
-        return None
+            yield "too_long", f"{n} words > {self.max_words}"
+        return
 
 
 # The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
