@@ -142,6 +142,10 @@ def test_a_list_of_extra_patterns_is_the_user_family_and_unknown_families_fail()
     assert "guard/hedging/user" in guards.details(report)
     with pytest.raises(ValueError, match="unknown family"):
         GuardSet.from_settings(enabled=["self_praise"], self_praise={"extra_patterns": {"nope": [MARK]}})
+    shouting = GuardSet.from_settings(enabled=["hedging"], hedging={"extra_patterns": [r"\bZORBLY\b"]})
+    assert shouting.evaluate(CAPTION).fired == ["hedging"]  # user patterns match whatever the case
+    with pytest.raises(ValueError, match="bad extra pattern"):
+        GuardSet.from_settings(enabled=["hedging"], hedging={"extra_patterns": ["(unclosed"]})
     with pytest.raises(ValueError, match="unknown families"):
         GuardSet.from_settings(enabled=["padding"], padding={"skip_families": ["nope"]})
 

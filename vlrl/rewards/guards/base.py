@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from vlrl.rewards.guards.doc import Doc
-from vlrl.rewards.guards.table import CompiledFamily, Family, families_of
+from vlrl.rewards.guards.table import CompiledFamily, Family, compile_pattern, families_of
 
 GUARDS: dict[str, type[Guard]] = {}
 
@@ -70,6 +70,10 @@ class Guard:
         for family, patterns in extra_patterns.items():
             if isinstance(patterns, str):
                 patterns = [patterns]
+            # user patterns match case-insensitively (the views are lower case, a user's words may not be)
+            patterns = [f"(?i:{p})" for p in patterns]
+            for p in patterns:
+                compile_pattern(p, {}, what=f"extra pattern of {self.name}/{family}")
             spec = known.get(family) or Family(name=family, guard=self.name, view="lower", about="user patterns",
                                                patterns=list(patterns))
             if family not in known and family != "user":
