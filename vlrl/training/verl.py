@@ -32,7 +32,8 @@ block moves to verl unchanged:
 The dict returned holds ``score`` (a float; a "not applicable" ``None`` becomes 0.0 with
 ``applicable: 0.0`` so verl's float tensors never see ``None``) and the numeric sub-scores under
 **one fixed key schema for every reward** (:func:`detail_keys`: the sub-scores of every built-in
-reward, e.g. hfrrf's ``format_ok`` and caprl_qa's ``qa_acc``, every guard's ``guard/*`` keys, and
+reward, e.g. hfrrf's ``format_ok`` and caprl_qa's ``qa_acc``, every guard's ``guard/*`` and
+``guard/<guard>/<family>`` keys, and
 ``reward_failed``), NaN where a sample has no value. The schema depends on nothing a process or a
 sample happens to see, because verl stacks every sample's extra info by the keys of the batch's
 first sample, across processes, whichever reward each sample used.
@@ -89,10 +90,13 @@ def _reward(name: str, settings: Mapping[str, Any]):
 def detail_keys(reward: Any = None) -> tuple[str, ...]:
     """The one extra-info key set of every sample, whatever its reward (``reward`` is not consulted):
     score, applicable, reward_failed, every built-in reward's sub-scores and every guard's keys."""
-    from vlrl.rewards.guards import GUARDS
+    from vlrl.rewards.guards import GUARDS, families_of
 
     keys = {k for ks in DETAIL_KEYS.values() for k in ks}
     keys |= {f"guard/{n}" for n in GUARDS} | {"guard/any", "guard/penalty"}
+    # every family of the table (guard/<guard>/<family>), and the family of user patterns given as a list
+    for n in GUARDS:
+        keys |= {f"guard/{n}/{f}" for f in [*([x.name for x in families_of(n)] or [n]), "user"]}
     return ("score", "applicable", "reward_failed", *sorted(keys))
 
 
