@@ -5,9 +5,9 @@ loop and the Ray driver (:mod:`vlrl.captioning.ray_engine`) commit through the s
 folder layout, the exactly-once store and the manifest's numbers are the same whichever ran.
 
 The manifest counts empty (whitespace-only) and truncated (``finish_reason == "length"``)
-captions, for this run and for the folder (carried from the previous manifest, so a ``kill -9``
-between two manifest writes can leave the folder's totals short by what was captioned since the
-last one; ``this_run`` is exact), and warns once when too many are (:mod:`vlrl.core.outputs`).
+captions, for this run and for the folder (the records on disk when the run started, counted by
+the store as it indexes them, plus this run's: exact after a ``kill -9`` too), and warns once when
+too many are (:mod:`vlrl.core.outputs`).
 
 The manifest's ``this_run.images_per_s`` is throughput: the seconds spent loading the model
 (``model_load_seconds``, loaded lazily once the first good image arrives) are reported on their own
@@ -115,10 +115,9 @@ class Sink:
         self._prepaid = 0  # captions the bar showed while in flight, not yet committed
         self._closed: dict[str, Any] | None = None
         self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
-        # empty and truncated captions: this run's, and the folder's carried from the last manifest
+        # empty and truncated captions: this run's, and the folder's counted from its records on disk
         self.health = OutputCounts("captions", f"--max-tokens (now {job.max_tokens})")
-        before = ((read_identity(self.manifest_path) or {}).get("counts") or {}) if self.started_work else {}
-        self.health_before = {k: int(before.get(k) or 0) for k in ("empty", "truncated")}
+        self.health_before = dict(self.store.existing)
         if self.started_work:
             self.write_manifest("running")
 
