@@ -11,7 +11,7 @@ import json
 import sys
 import textwrap
 
-from tests.core.test_video import make_video
+from tests.support.videos import make_video
 from tests.support.jobs import child_env
 from tests.support.long_commands import VLRL
 

@@ -14,7 +14,7 @@ from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixel
           retry_quarantined="Process images quarantined by earlier runs again.")
 def caption(
     images: str | None = typer.Option(None, "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
-    videos: str | None = typer.Option(None, "--videos", help="Folder of video files (mp4, webm, mkv, mov, avi, gif): frames sampled by Qwen's video rules (docs/captioning.md)."),
+    videos: str | None = typer.Option(None, "--videos", help="Folder of video files (mp4, webm, mkv, mov, avi, gif), .jsonl/.parquet manifest or save_to_disk dataset with a videos column (paths or bytes): frames sampled by Qwen's video rules (docs/captioning.md)."),
     model: list[str] = typer.Option(..., "--model", help="Backend spec: hf:PATH, openai:URL@MODEL or py:module:factory (docs/captioning.md); repeat for one per Ray worker."),
     out: Path = typer.Option(..., "--out", help="Output folder (captions/, manifest.json, quarantine.jsonl)."),
     prompt: str | None = typer.Option(None, "--prompt", help="Prompt text (jinja: {{ image_id }}, {{ meta.x }})."),
