@@ -11,9 +11,9 @@ import json
 import sys
 import textwrap
 
-from tests.support.videos import make_video
 from tests.support.jobs import child_env
 from tests.support.long_commands import VLRL
+from tests.support.videos import make_video
 
 
 def _folder(tmp_path):

@@ -126,7 +126,8 @@ class CaptionJob:
     def prompt_text(self) -> str:
         if self.prompt is not None:
             return self.prompt
-        path = Path(self.prompt_file) if self.prompt_file else DEFAULT_PROMPT_FILE
+        default = template_path("caption_video") if self.media == "video" else DEFAULT_PROMPT_FILE
+        path = Path(self.prompt_file) if self.prompt_file else default
         if not path.exists():
             raise FileNotFoundError(f"--prompt-file {path}: not found")
         return path.read_text(encoding="utf-8")

@@ -157,7 +157,7 @@ def adapt_row(rec: Any) -> Any:
 
 def prompt_text(prompt: Any) -> str | None:
     """The user's text of a row's prompt: a string, or chat messages (the last user turn), with the
-    ``<image>`` placeholder of the public layout removed (the image travels in its own column)."""
+    ``<image>`` / ``<video>`` placeholder of the public layout removed (the media travels in its own column)."""
     if isinstance(prompt, list):
         users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
         content = users[-1].get("content") if users else None
@@ -166,7 +166,7 @@ def prompt_text(prompt: Any) -> str | None:
         prompt = content
     if not isinstance(prompt, str):
         return None
-    text = prompt.replace("<image>", " ").strip()
+    text = prompt.replace("<image>", " ").replace("<video>", " ").strip()
     return " ".join(text.split(" ")).strip() or None
 
 

@@ -25,7 +25,9 @@ from vlrl.methods.options import (
 @long_job(image_flags=False, force="Start over: remove this shard's records, the dataset and stats first.",
           retry_quarantined="Process images quarantined by earlier runs again.")
 def qa_curate_cmd(
-    images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+    images: str | None = typer.Option(None, "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+    videos: str | None = typer.Option(None, "--videos", help="Video folder, or JSONL/parquet manifest or save_to_disk folder with a videos column: "
+                                                              "MCQs about each video, filtered with and without it (CapRL++)."),
     vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes the questions (and answers them with the image unless --filter-vlm)."),
     filter_vlm: str | None = typer.Option(None, "--filter-vlm", help="Backend spec of the (small) VLM that answers with the image in the filter; default: --vlm."),
     answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer (no image)."),
@@ -56,10 +58,12 @@ def qa_curate_cmd(
 
     cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max, chance_floor=chance_floor,
                        batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
-                       max_attempts=max_attempts,
+                       max_attempts=max_attempts, media="video" if videos else "image",
                        **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))
     with command_errors("data qa-curate"):
-        stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=job.force,
+        if (images is None) == (videos is None):
+            raise ValueError("give --images or --videos (one of them)")
+        stats = curate(images or videos, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=job.force,
                        retry_quarantined=job.retry_quarantined, max_consecutive_failures=job.max_consecutive_failures,
                        filter_vlm=filter_vlm)
     typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
