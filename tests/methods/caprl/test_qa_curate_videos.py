@@ -120,6 +120,7 @@ def _export_and_read_back(tmp_path):
     assert r["questions"] == r["reward_model"]["ground_truth"] and record_prompt(r) == "Please describe this video in detail."
     assert r["prompt"][0]["content"].startswith("<video>")
     assert r["videos"][0]["bytes"] == (tmp_path / "clips" / "r.mp4").read_bytes()
+    assert r["extra_info"] == {"index": r["extra_info"]["index"], "video_path": str((tmp_path / "clips" / "r.mp4").resolve())}
     clips = {it.image_id: it.open() for it in open_source(tmp_path / "public.parquet", media="video")}
     assert motion_of(clips["r.mp4"]) == "right" and motion_of(clips["l.webm"]) == "left"
     assert len(load_any_dataset(tmp_path / "public.parquet", media="video").load_image(0).frames) >= 4

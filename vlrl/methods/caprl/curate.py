@@ -379,9 +379,11 @@ def write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any
     q = {k: datasets.Value("string") for k in ("question", "answer")}
     cell = ({"bytes": datasets.Value("binary"), "path": datasets.Value("string")} if media == "video"
             else datasets.Image())
+    extra = {"video_path": datasets.Value("string")} if media == "video" else {}
     features = datasets.Features({
         "id": datasets.Value("string"),
         media: cell,
+        **extra,
         "questions": datasets.List({**q, "options": datasets.List(datasets.Value("string")),
                                     "visual_acc": datasets.Value("float64"), "text_acc": datasets.Value("float64")}),
     })
@@ -392,8 +394,11 @@ def write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any
             if not kept:
                 continue
             ref = refs[r["id"]]
-            data = ref.data if ref.data else resolve_under_root(ref.path, root, ref.id).read_bytes()
-            yield {"id": r["id"], media: {"bytes": data, "path": ref.path or r["id"]}, "questions": kept}
+            real = resolve_under_root(ref.path, root, ref.id) if not ref.data else None
+            data = ref.data if ref.data else real.read_bytes()
+            # a video's source file by absolute path: what a reward server reads (CapRL++'s video_path)
+            where = {"video_path": str(real) if real else None} if media == "video" else {}
+            yield {"id": r["id"], media: {"bytes": data, "path": ref.path or r["id"]}, "questions": kept, **where}
 
     # Streamed: rows go to Arrow shards a few at a time (WRITER_BATCH_ROWS), and nothing is read
     # back, so peak memory does not grow with the corpus (the paper keeps 75K images; a list of

@@ -123,8 +123,11 @@ def export_caprl(src: str, out: str | Path, *, prompt: str | None = None, data_s
                     logger.warning("export: row %s skipped: %s", rid, " ".join(str(e).split())[:200])
                     skipped += 1
                     continue
-                batch.append({"id": rid, media_key: [image] if video else image, "prompt": [{"role": "user", "content": prompt}],
-                              "data_source": data_source, "reward_model": {"ground_truth": truth}})
+                out_row = {"id": rid, media_key: [image] if video else image, "prompt": [{"role": "user", "content": prompt}],
+                           "data_source": data_source, "reward_model": {"ground_truth": truth}}
+                if video:  # CapRL++'s reward reads the video from extra_info.video_path (docs/verl.md)
+                    out_row["extra_info"] = {"index": written, "video_path": _video_path(source, row, image)}
+                batch.append(out_row)
                 written += 1
                 if len(batch) >= batch_rows:
                     flush(fh)
@@ -166,10 +169,17 @@ def _image_value(source: Any, i: int, row: dict[str, Any], *, inline: bool, load
     return {"bytes": raw, "path": None}
 
 
+def _video_path(source: Any, row: dict[str, Any], cell: dict[str, Any]) -> str | None:
+    """The video file a reward server reads: the row's ``video_path`` (``qa-curate --videos`` records
+    the source file), else the exported path (JSONL), else None (a video known only as bytes)."""
+    return row.get("video_path") or cell.get("path") or None
+
+
 def _schema(media_key: str = "image"):
     import pyarrow as pa
 
     cell = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    extra = [("extra_info", pa.struct([("index", pa.int64()), ("video_path", pa.string())]))] if media_key == "videos" else []
     return pa.schema([
         ("id", pa.string()),
         (media_key, pa.list_(cell) if media_key == "videos" else cell),
@@ -177,4 +187,5 @@ def _schema(media_key: str = "image"):
         ("data_source", pa.string()),
         ("reward_model", pa.struct([("ground_truth", pa.list_(pa.struct([
             ("question", pa.string()), ("choices", pa.list_(pa.string())), ("answer", pa.string())])))])),
+        *extra,
     ])
