@@ -218,7 +218,8 @@ def _smoke_other(reward_name: str, **options) -> None:
 def prism_cmd(
     captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner under test."),
     answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
-    bench: str = typer.Option(..., "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
+    bench: str | None = typer.Option(None, "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
+    videos: str | None = typer.Option(None, "--videos", help="Video benchmark (video Prism): JSONL file or dataset folder whose rows name a video (docs/prism.md)."),
     out: str = typer.Option(..., "--out", help="Output folder (results.json, predictions.jsonl, captions.jsonl, cache/)."),
     limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N questions."),
     caption_max_tokens: int = typer.Option(2048, "--caption-max-tokens", help="Caption length limit in tokens (captions that hit it are marked truncated)."),
@@ -235,6 +236,11 @@ def prism_cmd(
     job: JobFlags = JobFlags(),
 ) -> None:
     params = job.params(locals())
+    if videos is None:
+        params.pop("videos")  # an image run's identity is what it was before video Prism
+    if (bench is None) == (videos is None):
+        typer.echo("vlrl eval prism: give --bench or --videos (one of them)", err=True)
+        raise typer.Exit(2)
     from vlrl.methods.caprl.prism import evaluate_prism
 
     if preset is not None:  # resolved before the identity is taken: a preset run is its settings
@@ -247,7 +253,7 @@ def prism_cmd(
 
     res = job_command(
         "eval prism", out, params, lambda: evaluate_prism(
-            captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
+            captioner, answerer, bench or videos, out, limit=limit, media="video" if videos else "image", caption_max_tokens=caption_max_tokens,
             cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
             caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
             answer_temperature=answer_temperature, reason_max_tokens=reason_max_tokens, numeric_scales=numeric_scales,
