@@ -49,11 +49,11 @@ from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
 from vlrl.methods.caprl.prism_metrics import (  # the metrics live there; their names stay importable here
     QUESTION_TYPES,
-    _plain,
     anls,
     boxed_answer,
     exact_match,
     parse_number,
+    plain_answer,
     question_type,
     relaxed_accuracy,
     score_short,
@@ -382,7 +382,7 @@ def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None
                 letter = parse_letter(boxed, pres.letters)
                 out[i].append({"prediction": letter, "score": float(letter == pres.gold), "error": None, "raw": res.text})
                 continue
-            score = 1.0 if verified(boxed, golds) else score_short(_plain(boxed), golds, qtype, scales)
+            score = 1.0 if verified(boxed, golds) else score_short(plain_answer(boxed), golds, qtype, scales)
             out[i].append({"prediction": boxed, "score": score, "error": None, "raw": res.text})
         else:
             p = short_answer(res.text)

@@ -125,7 +125,7 @@ def boxed_answer(text: str) -> str | None:
     return None if boxed is None else boxed.strip()
 
 
-def _plain(boxed: str) -> str:
+def plain_answer(boxed: str) -> str:
     """A boxed LaTeX answer as plain text for the type's metric: a number's value (``\\frac{25}{2}``
     → ``12.5``, so relaxed accuracy applies), else the text without ``\\text{}`` wrappers."""
     value = math_number(boxed)
