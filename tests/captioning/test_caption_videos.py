@@ -81,3 +81,24 @@ def test_caption_videos_with_a_tiny_qwen_vl_in_process(tmp_path):
 def test_images_and_videos_are_one_or_the_other(tmp_path):
     res = _run(tmp_path, "--model", "py:x:y", "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "--images or --videos" in res.stderr
+
+
+def test_caption_videos_from_a_parquet_manifest_with_bytes_and_paths(tmp_path):
+    """CapRL++'s layout: a parquet `videos` column (bytes or a relative path); a path out of the
+    manifest's folder is quarantined with the reason, never opened."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = _folder(tmp_path)
+    outside = make_video(tmp_path / "outside.mp4", seconds=2.0)
+    table = pa.table({"id": ["inline", "path", "escape"],
+                      "videos": [[{"bytes": (src / "a.mp4").read_bytes(), "path": None}], [{"bytes": None, "path": "b.webm"}],
+                                 [{"bytes": None, "path": str(outside)}]]})
+    pq.write_table(table, src / "rows.parquet")
+    out = tmp_path / "out"
+    res = _run(tmp_path, "--videos", str(src / "rows.parquet"), "--model", _py_model(tmp_path), "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]
+    recs = {r["video_id"]: r for r in _records(out)}
+    assert recs["inline"]["caption"] == "6 frames over 3.0 s" and recs["path"]["frames"] == 4
+    quarantined = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+    assert [q.get("image_id") for q in quarantined] == ["escape"] and "escapes the dataset root" in json.dumps(quarantined)
