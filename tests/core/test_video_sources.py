@@ -93,3 +93,20 @@ def test_a_video_folder_reads_as_a_dataset(tmp_path):
     assert len(refs["a.mp4"].load(root=ds.root).frames) == 6
     with pytest.raises(ImageLoadError, match="escapes"):
         refs["link.mp4"].load(root=ds.root)
+
+
+def test_a_video_held_as_bytes_goes_to_an_openai_server_as_a_data_url(tmp_path):
+    """A clip decoded from a row's bytes has no file: the openai: wire sends the bytes themselves."""
+    import base64
+
+    from vlrl.core.backends.openai_wire import to_openai_messages
+    from vlrl.core.video import load_video, media_part
+
+    raw = make_video(tmp_path / "a.webm", codec="libvpx-vp9").read_bytes()
+    clip = load_video(raw, record="row-1")
+    (msg,) = to_openai_messages([{"role": "user", "content": [media_part(clip), {"type": "text", "text": "Describe."}]}])
+    url = msg["content"][0]["video_url"]["url"]
+    assert url.startswith("data:video/webm;base64,") and base64.b64decode(url.split(",", 1)[1]) == raw
+    on_disk = load_video(tmp_path / "a.webm")
+    (msg,) = to_openai_messages([{"role": "user", "content": [media_part(on_disk)]}])
+    assert base64.b64decode(msg["content"][0]["video_url"]["url"].split(",", 1)[1]) == raw

@@ -231,7 +231,7 @@ def evaluate_prism(
                 truncs = list(oc.truncations) if oc.truncations else [oc.truncated]
                 outcomes.append(Outcome.ok(k, {"image": k, "captions": caps, "truncations": truncs}))
             elif oc.reason.startswith("bad image: "):
-                outcomes.append(Outcome.fail(k, f"image: {oc.reason.removeprefix('bad image: ')}"))
+                outcomes.append(Outcome.fail(k, f"{media}: {oc.reason.removeprefix('bad image: ')}"))
             else:
                 errors[k] = f"captioner: {oc.reason}"
                 outcomes.append(Outcome.retry(k, errors[k]))
