@@ -102,3 +102,18 @@ def test_caption_videos_from_a_parquet_manifest_with_bytes_and_paths(tmp_path):
     assert recs["inline"]["caption"] == "6 frames over 3.0 s" and recs["path"]["frames"] == 4
     quarantined = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
     assert [q.get("image_id") for q in quarantined] == ["escape"] and "escapes the dataset root" in json.dumps(quarantined)
+
+
+def test_video_sampling_flags_choose_the_frames_and_are_part_of_the_job(tmp_path):
+    """--video-nframes / --video-fps are qwen-vl-utils' keys: the frames change, and a rerun with
+    other sampling into the same folder is another job (refused)."""
+    src, out = _folder(tmp_path), tmp_path / "out"
+    res = _run(tmp_path, "--videos", str(src), "--model", _py_model(tmp_path), "--out", str(out), "--no-progress",
+               "--video-nframes", "8")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert {r["video_id"]: r["frames"] for r in _records(out)} == {"a.mp4": 8, "b.webm": 8}
+    other = _run(tmp_path, "--videos", str(src), "--model", _py_model(tmp_path), "--out", str(out), "--no-progress",
+                 "--video-fps", "1")
+    assert other.returncode == 2
+    bad = _run(tmp_path, "--images", str(src), "--model", _py_model(tmp_path), "--out", str(tmp_path / "o2"), "--video-fps", "1")
+    assert bad.returncode == 2 and "--videos only" in bad.stderr

@@ -102,7 +102,10 @@ class CaptionJob:
     gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
     media: str = "image"
-    """``video``: ``images`` is a folder of video files (``vlrl caption --videos``)."""
+    """``video``: ``images`` is a source of videos (``vlrl caption --videos``)."""
+    video: dict[str, Any] = field(default_factory=dict)
+    """Videos: frame sampling in qwen-vl-utils' keys (``fps``, ``nframes``, ``min_pixels``,
+    ``max_pixels``, ``total_pixels``...; :class:`vlrl.core.video.VideoSpec`); empty: its defaults."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,7 +137,7 @@ class CaptionJob:
 
     def open_source(self) -> ImageSource:
         return open_source(self.images, self.source_type, split=self.split, image_column=self.image_column, id_column=self.id_column,
-                           media=self.media)
+                           media=self.media, video=self.video)
 
     def names(self) -> dict[str, str]:
         """File names in ``out``: shard jobs sharing a folder each get their own."""

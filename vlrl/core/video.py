@@ -59,6 +59,16 @@ class VideoSpec:
     max_seconds: float = 3 * 3600.0
     max_source_pixels: int = 8192 * 8192
 
+    def check(self) -> VideoSpec:
+        """Refuse settings no video could be sampled with (``ValueError`` naming the setting)."""
+        for name in ("fps", "nframes", "min_pixels", "max_pixels", "total_pixels"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"video {name} must be > 0, got {value}")
+        if self.min_frames < 1 or self.max_frames < self.min_frames:
+            raise ValueError(f"video frames: need 1 <= min_frames <= max_frames, got {self.min_frames}, {self.max_frames}")
+        return self
+
     def as_element(self) -> dict[str, Any]:
         """The qwen-vl-utils ``{"type": "video", ...}`` keys this spec sets."""
         out: dict[str, Any] = {"nframes": self.nframes} if self.nframes else {"fps": self.fps or 2.0}

@@ -174,10 +174,12 @@ def video_spec(data) -> Any:
 
     settings = dict(getattr(data, "video", None) or {})
     try:
-        return VideoSpec(**settings)
+        return VideoSpec(**settings).check()
     except TypeError as e:
         raise ValueError(f"data.video: {e} (keys: fps, nframes, min_frames, max_frames, min_pixels, max_pixels, "
                          "total_pixels, max_seconds, max_source_pixels)") from None
+    except ValueError as e:
+        raise ValueError(f"data.video: {e}") from None
 
 
 def _probe_image(path: str) -> None:

@@ -62,9 +62,10 @@ class ImageItem:
         """A video item's frames (:func:`vlrl.core.video.load_video_value`): a file under the same
         root rule as images (a symlink or path out of the source is refused, never opened), or the
         encoded bytes a manifest row or dataset row holds."""
-        from vlrl.core.video import load_video_value
+        from vlrl.core.video import VideoSpec, load_video_value
 
-        return load_video_value(self.payload(), root=root, record=self.image_id)
+        spec = VideoSpec(**self.locator["spec"]) if self.locator.get("spec") else None
+        return load_video_value(self.payload(), root=root, record=self.image_id, spec=spec)
 
 
 class ImageSource(abc.ABC):
@@ -89,6 +90,19 @@ class ImageSource(abc.ABC):
 
     def count(self) -> int | None:
         return None
+
+    media = "image"
+    video: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance by open_source, never mutated
+    """Video sources: how frames are sampled (qwen-vl-utils' keys, :class:`vlrl.core.video.VideoSpec`)."""
+
+    def video_marks(self, describe: bool = False) -> dict[str, Any]:
+        """What a video source adds to each locator (``media``, and the sampling ``spec`` any process
+        decodes with) and to its description (the job identity): nothing for images."""
+        if self.media != "video":
+            return {}
+        if describe:
+            return {"media": "video", **({"video": dict(self.video)} if self.video else {})}
+        return {"media": "video", **({"spec": dict(self.video)} if self.video else {})}
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.root}

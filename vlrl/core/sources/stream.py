@@ -82,7 +82,7 @@ class FolderSource(ImageSource):
 
     def iter_items(self, with_data: bool = True) -> Iterator[ImageItem]:
         root = os.path.abspath(self.root)
-        media = {"media": "video"} if self.media == "video" else {}
+        media = self.video_marks()
         for rel in self._walk():
             yield ImageItem(rel, {"kind": "file", "path": os.path.join(root, rel), "root": root, **media})
 
@@ -90,7 +90,7 @@ class FolderSource(ImageSource):
         return sum(1 for _ in self._walk())
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), **({"media": "video"} if self.media == "video" else {})}
+        return {**super().describe(), **self.video_marks(describe=True)}
 
 
 # -- manifest (jsonl / parquet) --------------------------------------------------------------------
@@ -157,10 +157,10 @@ class ManifestSource(ImageSource):
         return ImageItem(image_id, self._media(locator), data=data, meta=meta)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), **({"media": "video"} if self.media == "video" else {})}
+        return {**super().describe(), **self.video_marks(describe=True)}
 
     def _media(self, locator: dict[str, Any]) -> dict[str, Any]:
-        return {**locator, "media": "video"} if self.media == "video" and locator.get("kind") != "bad" else locator
+        return {**locator, **self.video_marks()} if locator.get("kind") != "bad" else locator
 
     def _iter_jsonl(self) -> Iterator[ImageItem]:
         n = 0
@@ -233,7 +233,7 @@ class HFDiskSource(ImageSource):
                                              self.media, self.root)
         id_col = self.id_column or _pick(ds.column_names, ID_COLUMNS, "id", self.root, required=False)
         ds = undecoded(ds)
-        media = {"media": "video"} if self.media == "video" else {}
+        media = self.video_marks()
         root = os.path.abspath(self.root)
         if not with_data:
             rest = [c for c in ds.column_names if c != img_col]
@@ -275,7 +275,7 @@ class HFDiskSource(ImageSource):
         return len(ds)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "split": self.split, **({"media": "video"} if self.media == "video" else {})}
+        return {**super().describe(), "split": self.split, **self.video_marks(describe=True)}
 
 
 
@@ -301,10 +301,15 @@ def detect_kind(path: str) -> str:
 
 
 def open_source(path: str | Path, kind: str | None = None, *, split: str | None = None, image_column: str | None = None, id_column: str | None = None,
-                media: str = "image") -> ImageSource:
-    """Open an image source (``media="video"``: a folder of video files); ``kind`` is detected from
-    the path when not given."""
-    path = str(path)
+                media: str = "image", video: dict[str, Any] | None = None) -> ImageSource:
+    """Open an image source (``media="video"``: videos, sampled by ``video``, qwen-vl-utils' keys of
+    :class:`vlrl.core.video.VideoSpec`); ``kind`` is detected from the path when not given."""
+    source = _open(str(path), kind, split, image_column, id_column, media)
+    source.video = dict(video or {}) if media == "video" else {}
+    return source
+
+
+def _open(path: str, kind: str | None, split: str | None, image_column: str | None, id_column: str | None, media: str) -> ImageSource:
     kind = kind or detect_kind(path)
     if media == "video" and kind == "wds":
         raise ValueError(f"--videos {path}: videos are read from a folder, a JSONL/parquet manifest or a save_to_disk dataset")
