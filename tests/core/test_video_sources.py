@@ -110,3 +110,21 @@ def test_a_video_held_as_bytes_goes_to_an_openai_server_as_a_data_url(tmp_path):
     on_disk = load_video(tmp_path / "a.webm")
     (msg,) = to_openai_messages([{"role": "user", "content": [media_part(on_disk)]}])
     assert base64.b64decode(msg["content"][0]["video_url"]["url"].split(",", 1)[1]) == raw
+
+
+def test_a_row_reread_by_its_locator_keeps_the_root_policy(tmp_path):
+    """The Ray driver lists rows without their media (``with_data=False``) and a worker re-reads each
+    by its locator: a path in the row still resolves inside the manifest's folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d, outside = _corpus(tmp_path)
+    raw = (d / "clips" / "a.mp4").read_bytes()
+    pq.write_table(pa.table({"id": ["in", "bytes", "out"],
+                             "videos": [[{"bytes": None, "path": "clips/b.webm"}], [{"bytes": raw, "path": None}],
+                                        [{"bytes": None, "path": str(outside)}]]}), d / "rows.parquet")
+    listed = list(open_source(d / "rows.parquet", media="video").iter_items(with_data=False))
+    assert all(it.data is None and it.locator["kind"] == "parquet" for it in listed)
+    got = _opened(listed)
+    assert len(got["in"].frames) == 4 and len(got["bytes"].frames) == 6
+    assert "escapes the dataset root" in got["out"]

@@ -55,6 +55,10 @@ class ImageItem:
             raise ImageLoadError(self.image_id, self.error)
         root = self.locator.get("root") if self.data is None else None
         if self.locator.get("media") == "video":
+            if root is None and self.data is None and self.locator.get("kind") in ("parquet", "hf"):
+                # a row re-read by its locator (a Ray worker) may hold a path: it stays in the data
+                # file's folder (a dataset folder's parent), as when the row was streamed
+                root = os.path.dirname(os.path.abspath(self.locator["path"]))
             return self._open_video(root)
         return load_image(self.payload(), root=root, record=self.image_id, max_pixels=max_pixels, **kwargs)
 
