@@ -30,11 +30,12 @@ def run_bench(name: str, bench: Callable[[], dict[str, Any]], json_out: str,
     return res
 
 
-@app.command("caption", help="Images/s of batched `vlrl caption` vs one-at-a-time generate, and peak RSS vs corpus size.")
+@app.command("caption", help="Images/s (--videos: videos/s) of batched `vlrl caption` vs one-at-a-time generate, and peak RSS vs corpus size.")
 def bench_caption_cmd(
     json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
     model: str | None = typer.Option(None, "--model", help="VLM folder (default: build the tiny Qwen2.5-VL)."),
-    images: int = typer.Option(64, "--images", help="Images in the small corpus (the large one has 10x)."),
+    images: int = typer.Option(64, "--images", help="Images (videos) in the small corpus (the large one has 10x)."),
+    videos: bool = typer.Option(False, "--videos", help="Caption generated video clips instead of images (vlrl caption --videos)."),
     batch_size: int = typer.Option(32, "--batch-size"),
     max_tokens: int = typer.Option(32, "--max-tokens"),
     threads: int | None = typer.Option(None, "--threads", help="OMP_NUM_THREADS for both sides (default: inherit)."),
@@ -42,12 +43,15 @@ def bench_caption_cmd(
     from vlrl.bench.caption import bench_caption
 
     res = run_bench("caption", lambda: bench_caption(model=model, n_images=images, batch_size=batch_size,
-                                                     max_tokens=max_tokens, threads=threads),
+                                                     max_tokens=max_tokens, threads=threads, media="video" if videos else "image"),
                     json_out, errors=(ValueError, RuntimeError))
-    typer.echo(f"batched (vlrl caption): {res['batched_images_per_s']:.2f} img/s")
-    typer.echo(f"single (plain generate): {res['single_images_per_s']:.2f} img/s")
+    unit, what = ("video/s", "videos") if videos else ("img/s", "images")
+    typer.echo(f"batched (vlrl caption): {res['batched_images_per_s']:.2f} {unit}")
+    typer.echo(f"single (plain generate): {res['single_images_per_s']:.2f} {unit}")
+    if videos:
+        typer.echo(f"prompt tokens per video: {res['batched_prompt_tokens']:.0f} batched, {res['single_prompt_tokens']:.0f} single")
     grow = res["peak_rss_mb_large"] / res["peak_rss_mb_small"] - 1
-    typer.echo(f"peak RSS: {res['peak_rss_mb_small']:.0f} MB small, {res['peak_rss_mb_large']:.0f} MB on 10x the images ({grow:+.1%})")
+    typer.echo(f"peak RSS: {res['peak_rss_mb_small']:.0f} MB small, {res['peak_rss_mb_large']:.0f} MB on 10x the {what} ({grow:+.1%})")
     typer.echo(f"speedup: {res['speedup']:.2f}x")
 
 

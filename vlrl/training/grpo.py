@@ -7,6 +7,8 @@ The path reads straight through: recipe → validate and probe, no model yet
 * **Rewards by name.** Each recipe reward is built with :func:`vlrl.rewards.build_reward` from its own
   settings block; weights become TRL's ``reward_weights``. vlrl rewards report their sub-scores
   through TRL's ``log_metric`` (``<reward>/<detail>``), and TRL logs ``rewards/<name>/mean|std``.
+* **Video rows** (:mod:`vlrl.training.video`): TRL 1.16 trains on images only; one adapter feeds
+  each row's video to generation and to every log-probability forward.
 * **Completions with their images.** Besides TRL's ``log_completions`` (rich table, parquet, wandb),
   every logging step after a fresh generation writes ``<output_dir>/completions/step-NNNNN.jsonl``
   (prompt text, completion, per-reward values, advantage, image file) and the images once each under
@@ -91,7 +93,9 @@ def summarize_history(history: list[dict[str, Any]]) -> dict[str, Any]:
 def _trainer_class():
     from trl import GRPOTrainer
 
-    class VLRLGRPOTrainer(GRPOTrainer):
+    from vlrl.training.video import VideoGRPOMixin
+
+    class VLRLGRPOTrainer(VideoGRPOMixin, GRPOTrainer):
         """GRPOTrainer + completions JSONL with images, reward timing, the None-reward stop and the #43701
         resume workaround. What a ``TrainerCallback`` can do is a callback
         (:func:`vlrl.training.runstate.trainer_callbacks`); each override below says why it is not."""
@@ -235,6 +239,9 @@ def build_trainer(
         callbacks=trainer_callbacks(recipe),
     )
     trainer._vlrl_weights_from = ckpt
+    from vlrl.training.data import video_spec
+
+    trainer._vlrl_video_spec = video_spec(recipe.data)  # video rows: the frames the data check decoded
     trainer._vlrl_none_guard = NoneRewardGuard(recipe.run.max_none_reward_steps)
     return trainer, ckpt
 

@@ -20,7 +20,9 @@ block moves to verl unchanged:
   nested blocks such as ``guards: {policy: veto}`` would be silently ignored;
 * columns: ``ground_truth`` becomes the reward's answer column (``answer``), and every key of
   ``extra_info`` (``questions``, ``rubrics``, ``choices``, ...) is passed as a column, as TRL would
-  pass dataset columns;
+  pass dataset columns. A video sample carries ``video_path`` in ``extra_info``, as CapRL++'s reward
+  reads it: ``caprl_qa`` then tells its answerer the caption describes a video, and ``video_judge``
+  watches that file (``data export --format caprl`` writes it for video rows);
 * the call: the reward's own ``__call__``, as TRL makes it, with a ``trainer_state`` whose
   ``global_step`` is the sample's **draw key**: ``extra_info["uid"]``, else ``extra_info["index"]``
   (the row index verl's data preparation writes), else 0. verl scores each sample on its own, so
@@ -74,6 +76,9 @@ DETAIL_KEYS: dict[str, tuple[str, ...]] = {
     "caprl_qa": ("cannot_answer_rate", "qa_acc"),
     "rubicap_rubric": ("judge_failures", "pass_rate", "pass_rate_critical", "pass_rate_important", "pass_rate_minor",
                        "vetoed", "weighted_pass_rate"),
+    "video_judge": ("coverage", "factuality", "hallucination", "judge_failures", "temporal_alignment", "video_failures"),
+    "caption_length": ("tokens",),
+    "timestamp_format": ("coverage", "order", "stamps", "validity"),
 }
 
 
@@ -257,6 +262,7 @@ hfrrf = _named("hfrrf")
 caprl_qa = _named("caprl_qa")
 rubicap_rubric = _named("rubicap_rubric")
 remote = _named("remote")
+video_judge = _named("video_judge")
 
 __all__ = ["DrawState", "caprl_qa", "compute_score", "compute_score_async", "detail_keys", "draw_key", "hfrrf", "plain",
-           "remote", "rubicap_rubric"]
+           "remote", "rubicap_rubric", "video_judge"]
