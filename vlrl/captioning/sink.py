@@ -117,7 +117,10 @@ class Sink:
         self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
         # empty and truncated captions: this run's, and the folder's carried from the last manifest
         self.health = OutputCounts("captions", f"--max-tokens (now {job.max_tokens})")
-        before = ((read_identity(self.manifest_path) or {}).get("counts") or {}) if self.started_work else {}
+        last = (read_identity(self.manifest_path) or {}) if self.started_work else {}
+        # a manifest left "running" was killed: records committed after its last write are not in
+        # its counts, so they are recounted from the records themselves
+        before = self.store.output_counts() if last.get("status") == "running" else (last.get("counts") or {})
         self.health_before = {k: int(before.get(k) or 0) for k in ("empty", "truncated")}
         if self.started_work:
             self.write_manifest("running")

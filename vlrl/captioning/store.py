@@ -95,6 +95,29 @@ class CaptionStore:
                     self._finalize(files["jsonl"])
             self._next_index = k + 1
 
+    def output_counts(self) -> dict[str, int]:
+        """Empty (whitespace-only) and truncated (``finish_reason == "length"``) captions among the
+        committed records, recounted from the parts in one streaming pass: what a run killed before
+        its last manifest write carries over (the manifest's own counts lag its records)."""
+        from vlrl.core.outputs import is_empty
+
+        counts = {"empty": 0, "truncated": 0}
+        for _, files in sorted(self._parts().items()):
+            if "jsonl" in files:
+                with JsonlStore(files["jsonl"], key_field=self.key_field) as js:
+                    rows = [(r.get("caption"), r.get("finish_reason")) for r in js]
+            else:
+                import pyarrow.parquet as pq
+
+                cols = [c for c in ("caption", "finish_reason") if c in pq.read_schema(files["parquet"]).names]
+                t = pq.read_table(files["parquet"], columns=cols)
+                caps = t.column("caption").to_pylist() if "caption" in cols else [None] * t.num_rows
+                ends = t.column("finish_reason").to_pylist() if "finish_reason" in cols else [None] * t.num_rows
+                rows = list(zip(caps, ends, strict=True))
+            counts["empty"] += sum(is_empty(c) for c, _ in rows)
+            counts["truncated"] += sum(f == "length" for _, f in rows)
+        return counts
+
     # -- writing ---------------------------------------------------------------------------------
     def _path(self, k: int, ext: str) -> Path:
         return self.folder / f"{self.prefix}-{k:05d}.{ext}"
