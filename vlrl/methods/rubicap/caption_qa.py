@@ -33,7 +33,7 @@ from vlrl.core.backends import Backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.core.stats import bootstrap_mean
-from vlrl.methods.rubicap.captioner import caption_counts, collect_captions
+from vlrl.methods.rubicap.captioner import bad_image_ids, caption_counts, collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
@@ -130,8 +130,8 @@ def run_caption_qa(
                   batch_size=batch_size, desc="caption-qa", progress_by="ask",
                   failure_log="{desc}: {label}: {reason}; will retry on the next run")
         results = aggregate(list(store), names, levels, items, caps)
-        for n, bad in _bad_inputs(out, names, caps).items():
-            results["captioners"][n]["bad_inputs"] = bad
+        for n, bad in bad_image_ids(out, names).items():
+            results["captioners"][n]["bad_inputs"] = len(bad - set(caps[n]))
         _count_failed(results, units, store, unit_key)
         results["settings"] = settings
         results["caption_counts"] = caption_counts(out, names)  # empty / truncated captions per captioner
@@ -143,25 +143,6 @@ def run_caption_qa(
     except Exception as e:  # a plot must never lose computed results
         logger.warning("caption-qa: could not draw the plot: %s", e)
     return results
-
-
-def _bad_inputs(out: Path, names: list[str], caps: dict[str, dict[str, str]]) -> dict[str, int]:
-    """Per captioner, its missing captions whose image could not be read (``bad image: ...`` in
-    ``caption_failures.jsonl``): the record's input problem, which no rerun fixes, so the exit code
-    does not count it as a backend failure (#24 finding 10); it stays in ``missing_captions``."""
-    bad = dict.fromkeys(names, 0)
-    path = out / "caption_failures.jsonl"
-    if not path.is_file():
-        return bad
-    store = JsonlStore(path, key_field="key")
-    try:
-        for rec in store:
-            n = rec.get("model")
-            if n in bad and rec.get("image_id") not in caps[n] and str(rec.get("reason", "")).startswith("bad image"):
-                bad[n] += 1
-    finally:
-        store.close()
-    return bad
 
 
 def _count_failed(results: dict[str, Any], units: list, store: JsonlStore, unit_key: Any) -> None:

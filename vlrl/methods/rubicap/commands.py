@@ -143,8 +143,16 @@ def arena_cmd(
     Console().print(results_table(results))
     typer.echo(f"results -> {out}/results.json")
     per = list(results.get("baselines", {}).values())
+    bad_inputs = sum(b.get("bad_inputs", 0) for b in per)
+    if bad_inputs:
+        typer.echo(f"vlrl eval arena: {bad_inputs} pair(s) left out because an image could not be read (counted as "
+                   "'bad_inputs' in results.json; caption_failures.jsonl says why)", err=True)
+    if bad_inputs and not any(b["pairs"] for b in per):
+        from vlrl.core.jobs import EXIT_FAILED
+
+        raise typer.Exit(EXIT_FAILED)
     _exit_for_failures("eval arena", sum(b["pairs"] for b in per),
-                       sum(b.get("missing_captions", 0) + b.get("judge_failures", 0) for b in per),
+                       sum(b.get("missing_captions", 0) - b.get("bad_inputs", 0) + b.get("judge_failures", 0) for b in per),
                        "pair(s) not judged: a caption is missing or the judge failed (results.json counts "
                        "'missing_captions' and 'judge_failures'); rerun the same command to retry them")
 
