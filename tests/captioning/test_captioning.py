@@ -176,6 +176,21 @@ def test_empty_and_truncated_captions_are_counted_and_warned_once(folder, tmp_pa
     assert ok["counts"]["empty"] == ok["counts"]["truncated"] == 0
 
 
+def test_a_resume_after_a_kill_counts_the_records_not_the_stale_manifest(folder, tmp_path):
+    """kill -9 lands between manifest writes (they are throttled), so a manifest left "running"
+    undercounts the empty and truncated captions committed after it (the kill -9 test saw 208 of
+    300). The resumed run counts the folder's records themselves, whatever the manifest said."""
+    out = tmp_path / "out"
+    job = CaptionJob(images=str(folder), models=["py:tests.support.photo_models:random_vlm"], out=out,
+                     progress=False, cache=False, max_tokens=8, batch_size=5)
+    run_caption(job)
+    m = json.loads((out / "manifest.json").read_text())
+    m["status"], m["counts"]["truncated"], m["counts"]["empty"] = "running", 1, 0  # as a kill leaves it
+    (out / "manifest.json").write_text(json.dumps(m))
+    m2 = run_caption(job)
+    assert m2["counts"] == {**m2["counts"], **_health(_captions(out))} and m2["counts"]["truncated"] > 1
+
+
 def test_the_empty_warning_comes_once_during_a_long_run(caplog):
     from vlrl.core.outputs import OutputCounts
 

@@ -423,3 +423,30 @@ def test_reward_score_and_reasoning_eval_preflight_their_backends(tmp_path):
     res = subprocess.run([VLRL, "eval", "reasoning", "--model", dead, "--bench", "builtin:tiny_math", "--out", str(tmp_path / "r")],
                          capture_output=True, text=True, env=child_env(), timeout=300)
     assert res.returncode == EXIT_USAGE and "not reachable" in res.stderr
+
+
+FULL = {"caption": "caption", "qa-curate": "data qa-curate", "teacher-captions": "data teacher-captions"}
+
+
+@pytest.mark.parametrize("first, second", [("caption", "teacher-captions"), ("qa-curate", "caption"),
+                                           ("caption", "qa-curate"), ("teacher-captions", "caption-qa")])
+def test_another_commands_out_is_refused_naming_that_command(tmp_path, first, second):
+    """Two different commands into one ``--out`` mix their files in one folder (``load_dataset(OUT)``
+    reads both; ``teacher-captions`` crashed on ``eval caption-qa``'s ``captions.jsonl``). The second
+    is refused (exit 2) with one line naming the command whose work the folder holds, even with
+    ``--force``, which would clear only the second command's own files."""
+    from tests.support.long_commands import COMMANDS, run
+
+    srv = FakeOpenAI(reply=__import__("tests.support.long_commands", fromlist=["answer"]).answer)
+    with srv:
+        first_argv = COMMANDS[first](tmp_path / "a", srv.spec())
+        out = first_argv[first_argv.index("--out") + 1]
+        assert run(first_argv, OPENAI_API_KEY="EMPTY").returncode == 0
+        before = sorted(p.relative_to(out) for p in Path(out).rglob("*"))
+        second_argv = COMMANDS[second](tmp_path / "b", srv.spec())
+        second_argv[second_argv.index("--out") + 1] = out
+        for extra in ([], ["--force"]):
+            res = run([*second_argv, *extra], OPENAI_API_KEY="EMPTY")
+            assert res.returncode == EXIT_USAGE, res.stderr[-2000:]
+            assert "Traceback" not in res.stderr and f"vlrl {FULL[first]}" in res.stderr
+    assert sorted(p.relative_to(out) for p in Path(out).rglob("*")) == before  # nothing of the second was written

@@ -256,6 +256,7 @@ class Job:
     def __enter__(self) -> Job:
         self.lock.acquire()
         try:
+            self._check_other_command()
             if self.force:
                 self._start_over()
             else:
@@ -275,6 +276,18 @@ class Job:
             base.OBSERVERS.append(self._on_results)
             pipeline.COMMIT_HOOKS.append(self._on_commit)
         return self
+
+    def _check_other_command(self) -> None:
+        """One command per ``--out``: a folder holding another command's work (its ``job*.json``
+        names it) is refused, even with ``--force`` (which clears only this command's own files), or
+        the two commands' files mix in one folder: ``load_dataset(OUT)`` reads both, and a file name
+        both use (``captions.jsonl``) is read by the other with the wrong columns."""
+        mine = f"vlrl {self.name}"
+        for f in sorted(self.out.glob("job*.json")):
+            other = (read_identity(f) or {}).get("command")
+            if isinstance(other, str) and other != mine:
+                raise JobMismatch(f"{self.out}: holds the work of another command ({other}, {f.name}); "
+                                  f"{mine} writes its own folder: use a new --out")
 
     def _other_shards(self) -> list[Path]:
         """The identity files of this job's other shards in ``out`` (and of an unsharded run)."""

@@ -152,3 +152,20 @@ def test_missing_captions_are_one_log_line_each(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records]
     mine = [m for m in lines if m.startswith("captioner base:")]
     assert len(mine) == 1 and mine[0].startswith("captioner base: 1.png:") and "connection refused" in mine[0]
+
+
+def test_an_unreadable_image_is_an_input_error_not_a_pair_to_retry(tmp_path):
+    """#24 finding 10 on `eval arena`: one image that cannot be read (the baseline cannot caption it)
+    is counted as 'bad_inputs', not as a failure that makes every rerun exit 3 "rerun to retry"."""
+    import json as _json
+
+    from tests.support.fake_openai import FakeOpenAI
+    from tests.support.long_commands import COMMANDS, answer, run
+
+    with FakeOpenAI(reply=answer) as srv:
+        argv = COMMANDS["arena"](tmp_path, srv.spec())
+        (tmp_path / "imgs" / "img1.png").write_bytes(b"<html>not an image</html>")
+        codes = [run(argv).returncode for _ in range(2)]
+    assert codes == [0, 0]
+    (base,) = _json.loads((tmp_path / "out" / "results.json").read_text())["baselines"].values()
+    assert base["bad_inputs"] == 1 and base["missing_captions"] == 1 and base["pairs"] == 3

@@ -190,3 +190,40 @@ def test_evaluation_asks_every_question_once_exactly_with_intervals(tmp_path):
     assert cell["questions_asked"] == 15 and cell["parse_failure_rate"] == 0.0
     lo, hi = cell["accuracy_ci95"]
     assert lo <= cell["accuracy"] <= hi
+
+
+def _photo_qa(tmp_path, bad: int):
+    """A QA file of 3 photos, ``bad`` of them unreadable (bytes that are no image): per-image input
+    problems, not the captioner's or the answerer's failures."""
+    d = tmp_path / "qa"
+    d.mkdir()
+    rows = []
+    for i, c in enumerate(COLOURS):
+        if i < bad:
+            (d / f"p{i}.png").write_bytes(b"<html>not an image</html>")
+        else:
+            Image.new("RGB", (32, 20), {"red": (220, 20, 20), "blue": (20, 20, 220), "green": (20, 200, 20)}[c]).save(
+                d / f"p{i}.png")
+        q = {"question": "Is the photo wide or tall?", "options": ["wide", "tall", "square", "round"], "answer": "A"}
+        rows.append({"image_id": f"p{i}", "image": f"p{i}.png", "questions": [q]})
+    (d / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d / "qa.jsonl"
+
+
+@pytest.mark.parametrize("bad, code", [(1, 0), (3, 1)])
+def test_an_unreadable_image_is_an_input_error_not_a_backend_failure(tmp_path, bad, code):
+    """#24 finding 10 on `eval caption-qa --captioner`: an image that cannot be opened is that record's
+    problem, counted apart from backend failures. It must not make every rerun exit 3 with "rerun the
+    same command to retry them" (nothing a rerun can fix); with no image readable nothing succeeded (1)."""
+    from tests.support.long_commands import run
+
+    qa = _photo_qa(tmp_path, bad)
+    argv = ["eval", "caption-qa", "--qa", str(qa), "--captioner", "py:tests.support.photo_models:captioner",
+            "--answerer", "py:tests.support.photo_models:reader", "--out", str(tmp_path / "out"), "--budgets", "50",
+            "--set", "rounds=1", "--set", "mode=sample"]
+    for _ in range(2):  # the rerun retries nothing and ends the same way
+        res = run(argv)
+        assert res.returncode == code, res.stderr[-2000:]
+    (r,) = json.loads((tmp_path / "out" / "results.json").read_text())["captioners"].values()
+    assert r["missing_captions"] == bad and r["bad_inputs"] == bad
+    assert "retry" not in res.stderr.split("caption-qa:")[-1] or code == 1

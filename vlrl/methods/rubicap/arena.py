@@ -51,7 +51,7 @@ from vlrl.core.stats import bootstrap_mean, sign_test, wilson
 from vlrl.judge import chat_structured, extract_final_json
 from vlrl.judge.fence import fence_caption
 from vlrl.judge.structured import InvalidOutput
-from vlrl.methods.rubicap.captioner import caption_counts, collect_captions
+from vlrl.methods.rubicap.captioner import bad_image_ids, caption_counts, collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
@@ -166,6 +166,12 @@ def run_arena(
             judgments,
         )
         results = score_arena(items, caps, cand_name, base_names, list(judgments))
+        # pairs left out because an image cannot be read: an input problem, not the backend's
+        unreadable = set().union(*bad_image_ids(out, names).values())
+        for b in base_names:
+            results["baselines"][b]["bad_inputs"] = sum(
+                it.image_id in unreadable and (it.image_id not in caps[cand_name] or it.image_id not in caps[b])
+                for it in items)
     finally:
         judgments.close()
     results["judge"] = judge if isinstance(judge, str) else f"<{type(judge).__name__} {judge.model}>"

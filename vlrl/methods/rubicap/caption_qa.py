@@ -33,7 +33,7 @@ from vlrl.core.backends import Backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.core.stats import bootstrap_mean
-from vlrl.methods.rubicap.captioner import caption_counts, collect_captions
+from vlrl.methods.rubicap.captioner import bad_image_ids, caption_counts, collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
@@ -130,6 +130,8 @@ def run_caption_qa(
                   batch_size=batch_size, desc="caption-qa", progress_by="ask",
                   failure_log="{desc}: {label}: {reason}; will retry on the next run")
         results = aggregate(list(store), names, levels, items, caps)
+        for n, bad in bad_image_ids(out, names).items():
+            results["captioners"][n]["bad_inputs"] = len(bad - set(caps[n]))
         _count_failed(results, units, store, unit_key)
         results["settings"] = settings
         results["caption_counts"] = caption_counts(out, names)  # empty / truncated captions per captioner

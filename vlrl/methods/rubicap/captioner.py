@@ -110,6 +110,24 @@ def collect_captions(
         failures.close()
 
 
+def bad_image_ids(out: Path, names: Sequence[str]) -> dict[str, set[str]]:
+    """Per captioner, the images its caption is missing for because the image could not be read
+    (``bad image: ...`` in ``caption_failures.jsonl``): the record's input problem, which no rerun
+    fixes, so the evaluations' exit codes do not count it as a backend failure (#24 finding 10)."""
+    bad: dict[str, set[str]] = {n: set() for n in names}
+    path = out / "caption_failures.jsonl"
+    if not path.is_file():
+        return bad
+    store = JsonlStore(path, key_field="key")
+    try:
+        for rec in store:
+            if rec.get("model") in bad and str(rec.get("reason", "")).startswith("bad image"):
+                bad[rec["model"]].add(rec.get("image_id"))
+    finally:
+        store.close()
+    return bad
+
+
 def caption_counts(out: Path, names: Sequence[str], limit_flag: str = "--caption-max-tokens") -> dict[str, dict[str, int]]:
     """Per captioner, how many of its captions in ``out/captions.jsonl`` are empty (whitespace only)
     or stopped at the length limit, with one warning per captioner over the share

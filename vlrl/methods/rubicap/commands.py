@@ -143,8 +143,16 @@ def arena_cmd(
     Console().print(results_table(results))
     typer.echo(f"results -> {out}/results.json")
     per = list(results.get("baselines", {}).values())
+    bad_inputs = sum(b.get("bad_inputs", 0) for b in per)
+    if bad_inputs:
+        typer.echo(f"vlrl eval arena: {bad_inputs} pair(s) left out because an image could not be read (counted as "
+                   "'bad_inputs' in results.json; caption_failures.jsonl says why)", err=True)
+    if bad_inputs and not any(b["pairs"] for b in per):
+        from vlrl.core.jobs import EXIT_FAILED
+
+        raise typer.Exit(EXIT_FAILED)
     _exit_for_failures("eval arena", sum(b["pairs"] for b in per),
-                       sum(b.get("missing_captions", 0) + b.get("judge_failures", 0) for b in per),
+                       sum(b.get("missing_captions", 0) - b.get("bad_inputs", 0) + b.get("judge_failures", 0) for b in per),
                        "pair(s) not judged: a caption is missing or the judge failed (results.json counts "
                        "'missing_captions' and 'judge_failures'); rerun the same command to retry them")
 
@@ -180,8 +188,20 @@ def caption_qa_cmd(
     typer.echo(f"results -> {out}/results.json, plot -> {out}/accuracy_vs_budget.png")
     per = [r for r in results["captioners"].values()]
     levels = [str(b) for b in results["budgets"]] + ["full"]
-    failed = sum(r[c].get("failed", 0) for r in per for c in levels) + sum(r["missing_captions"] * len(levels) for r in per)
-    _exit_for_failures("eval caption-qa", sum(r[c]["scored"] for r in per for c in levels), failed,
+    # a caption missing because its image cannot be read is that record's input problem (counted as
+    # 'bad_inputs'), not a failure a rerun can fix; it still leaves nothing scored when every image is bad
+    failed = sum(r[c].get("failed", 0) for r in per for c in levels) + sum(
+        (r["missing_captions"] - r.get("bad_inputs", 0)) * len(levels) for r in per)
+    scored = sum(r[c]["scored"] for r in per for c in levels)
+    bad_inputs = sum(r.get("bad_inputs", 0) for r in per)
+    if bad_inputs:
+        typer.echo(f"vlrl eval caption-qa: {bad_inputs} image(s) could not be read and are left out (counted as "
+                   "'bad_inputs' in results.json; caption_failures.jsonl says why)", err=True)
+    if bad_inputs and not scored and not failed:
+        from vlrl.core.jobs import EXIT_FAILED
+
+        raise typer.Exit(EXIT_FAILED)
+    _exit_for_failures("eval caption-qa", scored, failed,
                        "caption × budget unit(s) unscored because the answerer or captioner failed (counted as "
                        "'unscored' and 'missing_captions' in results.json); rerun the same command to retry them")
 
