@@ -128,3 +128,21 @@ def test_the_token_is_sent_and_never_shown(monkeypatch, caplog):
         with pytest.raises(RemoteRewardFailed, match="HTTP 401") as err:
             wrong(completions=["a"])
     assert secret not in str(err.value) and secret not in caplog.text
+
+
+def test_an_answer_cut_off_half_way_is_retried_and_never_a_zero(monkeypatch):
+    """A service killed while it writes its answer (fewer bytes than its Content-Length) is a failed
+    try like a dropped connection: retried, then the failure budget; verl never scores it 0.0."""
+    from vlrl.training import verl
+
+    waits = no_sleep(monkeypatch)
+    with app_server(build_app(ServeSettings(WORDS, {}))) as root, FaultProxy(root) as proxy:
+        proxy.script("cut")
+        reward = build_reward("remote", url=proxy.root, retries=2)
+        assert reward(completions=["one two three"]) == [3.0]
+        assert [s.action for s in proxy.posts()] == ["cut", "pass"] and len(waits) == 1
+        proxy.default = "cut"
+        with pytest.raises(RemoteRewardFailed, match="IncompleteRead"):
+            build_reward("remote", url=proxy.root, retries=1)(completions=["a"])
+        with pytest.raises(RemoteRewardFailed):
+            verl.compute_score("x", "a b", None, {}, reward="remote", settings={"url": proxy.root, "retries": 1})

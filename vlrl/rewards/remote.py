@@ -27,6 +27,7 @@ The verl adapter uses the same reward (``reward: remote`` in ``reward_kwargs``;
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -99,7 +100,8 @@ class RemoteClient:
             self.requests += 1
             try:
                 status, headers, raw = self._once(method, path, body)
-            except (OSError, TimeoutError) as e:  # refused, reset, timed out
+            except (OSError, TimeoutError, http.client.HTTPException) as e:
+                # refused, reset, timed out, or an answer cut off (a service killed while it wrote)
                 why = f"{type(e).__name__}: {e}"
             else:
                 if status == 200:
@@ -136,7 +138,7 @@ class RemoteClient:
                 return None
         except urllib.error.HTTPError as e:
             return redact(f"reward service {self.url} is not ready (HTTP {e.code}: {_detail(e.read())})")
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, http.client.HTTPException) as e:
             return redact(f"reward service {self.url} does not answer ({type(e).__name__}: {e})")
 
 
