@@ -146,3 +146,17 @@ def test_an_answer_cut_off_half_way_is_retried_and_never_a_zero(monkeypatch):
             build_reward("remote", url=proxy.root, retries=1)(completions=["a"])
         with pytest.raises(RemoteRewardFailed):
             verl.compute_score("x", "a b", None, {}, reward="remote", settings={"url": proxy.root, "retries": 1})
+
+
+def test_an_answer_that_is_not_the_documented_shape_fails_the_request(monkeypatch):
+    """A 200 whose results are not row objects (a proxy or another service on that port) is a failed
+    request: RemoteRewardFailed, never an AttributeError that verl would score 0.0."""
+    from vlrl.training import verl
+
+    no_sleep(monkeypatch)
+    with app_server(build_app(ServeSettings(WORDS, {}))) as root, FaultProxy(root) as proxy:
+        proxy.default = lambda answer: {"results": [7]}
+        with pytest.raises(RemoteRewardFailed, match="not the ones sent"):
+            build_reward("remote", url=proxy.root, retries=0)(completions=["a"])
+        with pytest.raises(RemoteRewardFailed):
+            verl.compute_score("x", "a b", None, {}, reward="remote", settings={"url": proxy.root, "retries": 0})

@@ -126,7 +126,8 @@ class RemoteClient:
     def score(self, rows: list[dict], step: int) -> list[dict]:
         answer = self.request("POST", "/v1/score", {"rows": rows, "step": int(step)})
         results = answer.get("results") if isinstance(answer, dict) else None
-        if not isinstance(results, list) or [r.get("id") for r in results] != [r["id"] for r in rows]:
+        if (not isinstance(results, list) or not all(isinstance(r, dict) for r in results)
+                or [r.get("id") for r in results] != [r["id"] for r in rows]):
             raise RemoteRewardFailed(f"reward service {redact(self.url)} answered rows that are not the ones sent")
         return results
 
