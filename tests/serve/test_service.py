@@ -281,3 +281,28 @@ def test_a_backend_that_dies_mid_run_turns_the_service_unready():
         metrics = get(root, "/metrics")[1]
     errors = [ln for ln in metrics.splitlines() if ln.startswith("vlrl_serve_backend_errors_total")]
     assert errors and float(errors[0].split()[-1]) >= 2  # the rows whose backend failed were counted
+
+
+def test_a_request_cancelled_mid_batch_does_not_fail_the_others_in_its_batch():
+    """A request whose client went away is cancelled (Ray Serve cancels a disconnected HTTP request;
+    uvicorn cancels what outlives its graceful-shutdown timeout) while its rows are being scored:
+    the other requests of that batch still get their own rows back."""
+    import asyncio
+
+    from vlrl.serve.service import RewardService
+
+    async def run() -> tuple[list, list]:
+        svc = RewardService(ServeSettings("tests.support.serve:slow_words", {"delay": "0.5"}, max_wait_ms=200))
+        svc.probe(True)
+        gone = asyncio.create_task(svc.score([{"id": "gone", "completion": "x y"}], 0))
+        kept = asyncio.create_task(svc.score([{"id": "kept", "completion": "x y z"}], 0))
+        await asyncio.sleep(0.35)  # both queued in one batch, which is running now
+        gone.cancel()
+        first = await asyncio.wait_for(kept, 30)
+        after = await asyncio.wait_for(svc.score([{"id": "next", "completion": "q"}], 0), 30)
+        svc.close()
+        return first, after
+
+    first, after = asyncio.run(run())
+    assert first == [{"id": "kept", "reward": 3.0, "details": {}, "error": None}]
+    assert after[0]["reward"] == 1.0

@@ -254,10 +254,12 @@ class RewardService:
             problem = await loop.run_in_executor(None, self.probe, True)
             if problem is not None:
                 for job in jobs:
-                    job.future.set_exception(Unavailable(f"reward backend not ready: {problem}"))
+                    if not job.future.done():
+                        job.future.set_exception(Unavailable(f"reward backend not ready: {problem}"))
                 return
         for job in jobs:
-            job.future.set_result(job.results)
+            if not job.future.done():  # a request cancelled meanwhile (its client went away) takes no answer
+                job.future.set_result(job.results)
 
     # -- shutdown ---------------------------------------------------------------------------------
 
