@@ -306,3 +306,30 @@ def test_a_request_cancelled_mid_batch_does_not_fail_the_others_in_its_batch():
     first, after = asyncio.run(run())
     assert first == [{"id": "kept", "reward": 3.0, "details": {}, "error": None}]
     assert after[0]["reward"] == 1.0
+
+
+def test_a_slow_re_probe_never_blocks_the_other_requests():
+    """A backend that accepts connections and never answers: the re-probe a /v1/score request
+    triggers waits out its timeout off the event loop, so /health (a liveness probe) and other
+    requests are answered meanwhile."""
+    import socket
+    import threading
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # connections are accepted by the kernel and never answered
+    spec = f"openai:http://127.0.0.1:{hole.getsockname()[1]}/v1@answerer"
+    app = build_app(ServeSettings("caprl_qa", {**CAPRL_SETTINGS, "answerer": spec}, reprobe_s=0.0))
+    with app_server(app) as root:
+        service = app.state.holder["service"]
+        answer: dict = {}
+        scorer = threading.Thread(target=lambda: answer.update(r=post(root, "/v1/score", {"rows": caprl_rows(2)})))
+        scorer.start()
+        while not service._probe_lock.locked() and scorer.is_alive():
+            scorer.join(0.01)
+        assert get(root, "/health")[0] == 200
+        assert service._probe_lock.locked(), "/health waited for the re-probe to end"
+        assert get(root, "/ready")[0] == 503  # a probe already running: its last verdict, at once
+        scorer.join(60)
+    hole.close()
+    assert answer["r"][0] == 503
