@@ -38,6 +38,11 @@ from vlrl.rewards.scoring import jsonable, row_problem, score_batch
 logger = logging.getLogger(__name__)
 
 
+ROW_ERROR = "_vlrl_row_error"
+"""A row key an endpoint's payload mapping sets when it cannot make a row of an item (its reason):
+that row gets this error and the others are scored."""
+
+
 class Unavailable(RuntimeError):
     """The service cannot score now (a backend is down, or it is draining): HTTP 503 with this reason."""
 
@@ -162,6 +167,8 @@ class RewardService:
                 out.append(f"row {i}: expected an object, got {type(row).__name__}")
             elif row.get("id") is None or not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
                 out.append(f"row {i}: missing 'id' (a string or integer)")
+            elif row.get(ROW_ERROR):
+                out.append(f"id {row['id']!r}: {row[ROW_ERROR]}")
             elif "completion" not in row:
                 out.append(f"id {row['id']!r}: missing 'completion'")
             else:
