@@ -167,3 +167,17 @@ def test_mixed_rewards_stack_with_one_key_set_and_their_own_settings():
     assert out[0]["score"] == pytest.approx(0.2)  # hfrrf got soft=True, not caprl_qa's answerer
     assert out[1]["applicable"] == 1.0 and not math.isnan(out[1]["qa_acc"]) and math.isnan(out[0]["qa_acc"])
     assert [o["reward_failed"] for o in out] == [0.0, 0.0, 1.0, 1.0]  # failures are samples, not exceptions
+
+
+def test_a_failed_remote_request_within_the_budget_is_marked_reward_failed(monkeypatch):
+    """verl's score tensor cannot hold None, so a request to the reward service that failed (within
+    its failure_budget) scores 0.0: it must say reward_failed, or it reads as a measured 0.0."""
+    from tests.support.servers import free_port
+    from vlrl.rewards.remote import RemoteRewardFailed
+
+    monkeypatch.setattr("vlrl.rewards.remote.pause", lambda s: None)
+    settings = {"url": f"http://127.0.0.1:{free_port()}", "retries": 0, "failure_budget": 1}  # nothing listens
+    out = va.compute_score("d", "A caption.", None, {"index": 0}, reward="remote", settings=settings)
+    assert out["score"] == 0.0 and out["applicable"] == 0.0 and out["reward_failed"] == 1.0
+    with pytest.raises(RemoteRewardFailed):  # past the budget: the step fails
+        va.compute_score("d", "A caption.", None, {"index": 0}, reward="remote", settings=settings)
