@@ -160,3 +160,19 @@ def test_an_answer_that_is_not_the_documented_shape_fails_the_request(monkeypatc
             build_reward("remote", url=proxy.root, retries=0)(completions=["a"])
         with pytest.raises(RemoteRewardFailed):
             verl.compute_score("x", "a b", None, {}, reward="remote", settings={"url": proxy.root, "retries": 0})
+
+
+def test_a_dataset_id_column_draws_as_in_process():
+    """A dataset with an ``id`` column (CapRL's published data has one, per image): in process caprl_qa
+    seeds its draws from it, so every rollout of one image is asked the same draws; through the
+    service the column must still reach the reward, not be taken as the row's id and dropped."""
+    rows = caprl_rows(12)
+    completions = [[{"role": "assistant", "content": r["completion"]}] for r in rows]
+    columns = {"questions": [QUESTION_BANK] * 12, "id": [f"img{i // 4}" for i in range(12)]}  # 3 images x 4 rollouts
+    local = build_reward("caprl_qa", **CAPRL_SETTINGS)
+    want = local(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0), **columns)
+    assert want != local(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0),
+                         questions=columns["questions"])  # the id column changes the draws: the check can fail
+    with app_server(build_app(ServeSettings("caprl_qa", dict(CAPRL_SETTINGS)))) as root:
+        remote = build_reward("remote", url=root)
+        assert remote(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0), **columns) == want
