@@ -333,3 +333,14 @@ def test_a_slow_re_probe_never_blocks_the_other_requests():
         scorer.join(60)
     hole.close()
     assert answer["r"][0] == 503
+
+
+def test_replicas_without_the_ray_engine_is_refused_not_ignored():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    vlrl = Path(sys.executable).parent / "vlrl"
+    proc = subprocess.run([str(vlrl), "serve", "reward", "-r", WORDS, "--replicas", "4", "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--replicas" in proc.stderr and "--engine ray" in proc.stderr
