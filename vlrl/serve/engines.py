@@ -7,8 +7,10 @@ of its own. Batching happens inside each replica, across the requests routed to 
 (``max_ongoing_requests`` is raised so that enough requests reach a replica to fill a batch).
 
 Graceful shutdown: uvicorn stops accepting connections on SIGTERM/SIGINT, lets in-flight requests
-finish, and the app's shutdown drains its queue (:meth:`RewardService.drain`); Ray Serve does the
-same per replica (``graceful_shutdown_timeout_s``) when ``serve.shutdown()`` runs.
+finish, and the app's shutdown drains its queue (:meth:`RewardService.drain`); under Ray Serve the
+application is deleted first, so each replica finishes the requests it holds
+(``graceful_shutdown_timeout_s``) while the proxy still answers them, and only then does
+``serve.shutdown()`` tear the proxy down.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ def run_ray(conf: ServeSettings, host: str, port: int, replicas: int, *, stop: t
         stop.wait()
     finally:
         logger.info("shutting down: draining the replicas")
+        # deleting the application first stops its replicas gracefully (each finishes the requests it
+        # holds, up to graceful_shutdown_timeout_s) while the proxy still answers them; serve.shutdown()
+        # alone tears the proxy down with requests in flight
+        serve.delete(APP_NAME)
         serve.shutdown()
         ray.shutdown()
 
