@@ -344,3 +344,21 @@ def test_replicas_without_the_ray_engine_is_refused_not_ignored():
     proc = subprocess.run([str(vlrl), "serve", "reward", "-r", WORDS, "--replicas", "4", "--port", str(free_port())],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--replicas" in proc.stderr and "--engine ray" in proc.stderr
+
+
+def test_sigterm_stops_the_local_engine_with_exit_code_0(tmp_path):
+    """SIGTERM is how systemd and Kubernetes stop a service: a clean drain is exit code 0, as the
+    command's help says, not a process killed by the signal."""
+    import signal
+    import sys
+    from pathlib import Path
+
+    from tests.support.servers import get_json, server_process
+
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", WORDS, "--port", str(port)]
+    root = f"http://127.0.0.1:{port}"
+    with server_process(cmd, dict(__import__("os").environ), tmp_path / "serve.log",
+                        lambda: get_json(root + "/health").get("status") == "up", "vlrl serve reward", 120) as proc:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

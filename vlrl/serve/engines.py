@@ -32,9 +32,13 @@ DEPLOYMENT = "RewardDeployment"
 
 
 def run_local(conf: ServeSettings, host: str, port: int, service: RewardService | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, then drain."""
+    """Serve until SIGINT/SIGTERM, then drain (exit code 0)."""
     import uvicorn
 
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn re-raises the signal it stopped on once it has drained, to the handler found before
+        # it: the default SIGTERM handler would then kill the process after a clean drain (exit -15)
+        signal.signal(signal.SIGTERM, lambda *_: logger.info("stopped on SIGTERM"))
     uvicorn.run(build_app(conf, service), host=host, port=port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=int(DRAIN_TIMEOUT_S))
 
