@@ -183,3 +183,39 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
         code = proc.wait(120)
     assert answer.get("r") == (200, {"results": [{"id": 1, "reward": 3.0, "details": {}, "error": None}]})
     assert code == 0
+
+
+def test_a_replica_log_line_never_holds_a_credential():
+    """Replicas are Ray worker processes, not the vlrl command: their log lines go to Ray's log files
+    and must pass the same redaction (here a reward that logs the key a server echoed)."""
+    import json
+    import shutil
+    import sys
+    import tempfile
+    import urllib.request
+    from pathlib import Path
+
+    from tests.support.servers import free_port, server_process
+
+    secret = "sk-replica-" + "w4" * 12
+    ray_tmp = Path(tempfile.mkdtemp(prefix="vr", dir="/tmp"))  # short: Ray's socket paths live below it
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", "tests.support.serve:echoing_words",
+           "--engine", "ray", "--port", str(port)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENAI_API_KEY=secret, RAY_TMPDIR=str(ray_tmp))
+    try:
+        with server_process(cmd, env, ray_tmp / "serve.log", lambda: get_json(root + "/health").get("status") == "up",
+                            "vlrl serve reward", 240) as proc:
+            wait_ready(root)
+            req = urllib.request.Request(root + "/v1/score", data=json.dumps({"rows": [{"id": 1, "completion": "a b"}]}).encode())
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert json.loads(r.read())["results"][0]["reward"] == 2.0
+            time.sleep(2)  # Ray flushes its worker logs
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+        logs = [f for f in ray_tmp.rglob("*") if f.is_file() and not f.is_symlink()]
+        assert not [f for f in logs if secret.encode() in f.read_bytes()]
+        assert any(b"invalid key ***" in f.read_bytes() for f in logs), "the replica's line was not logged at all"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -48,6 +48,11 @@ def ray_deployment(conf: ServeSettings, replicas: int, ray_actor_options: dict[s
     from ray import serve
 
     def build() -> Any:  # a plain function: Ray Serve calls it on each replica to build the app there
+        from vlrl.core.redact import install_log_redaction
+
+        # a replica is a Ray worker process, not the vlrl command: without this its log lines (a
+        # backend error echoing a key) reach Ray's log files unredacted
+        install_log_redaction()
         return build_app(conf)
 
     @serve.deployment(
