@@ -11,9 +11,9 @@ import json
 import sys
 import textwrap
 
-from tests.core.test_video import make_video
 from tests.support.jobs import child_env
 from tests.support.long_commands import VLRL
+from tests.support.videos import make_video
 
 
 def _folder(tmp_path):
@@ -81,3 +81,39 @@ def test_caption_videos_with_a_tiny_qwen_vl_in_process(tmp_path):
 def test_images_and_videos_are_one_or_the_other(tmp_path):
     res = _run(tmp_path, "--model", "py:x:y", "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "--images or --videos" in res.stderr
+
+
+def test_caption_videos_from_a_parquet_manifest_with_bytes_and_paths(tmp_path):
+    """CapRL++'s layout: a parquet `videos` column (bytes or a relative path); a path out of the
+    manifest's folder is quarantined with the reason, never opened."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = _folder(tmp_path)
+    outside = make_video(tmp_path / "outside.mp4", seconds=2.0)
+    table = pa.table({"id": ["inline", "path", "escape"],
+                      "videos": [[{"bytes": (src / "a.mp4").read_bytes(), "path": None}], [{"bytes": None, "path": "b.webm"}],
+                                 [{"bytes": None, "path": str(outside)}]]})
+    pq.write_table(table, src / "rows.parquet")
+    out = tmp_path / "out"
+    res = _run(tmp_path, "--videos", str(src / "rows.parquet"), "--model", _py_model(tmp_path), "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]
+    recs = {r["video_id"]: r for r in _records(out)}
+    assert recs["inline"]["caption"] == "6 frames over 3.0 s" and recs["path"]["frames"] == 4
+    quarantined = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+    assert [q.get("image_id") for q in quarantined] == ["escape"] and "escapes the dataset root" in json.dumps(quarantined)
+
+
+def test_video_sampling_flags_choose_the_frames_and_are_part_of_the_job(tmp_path):
+    """--video-nframes / --video-fps are qwen-vl-utils' keys: the frames change, and a rerun with
+    other sampling into the same folder is another job (refused)."""
+    src, out = _folder(tmp_path), tmp_path / "out"
+    res = _run(tmp_path, "--videos", str(src), "--model", _py_model(tmp_path), "--out", str(out), "--no-progress",
+               "--video-nframes", "8")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert {r["video_id"]: r["frames"] for r in _records(out)} == {"a.mp4": 8, "b.webm": 8}
+    other = _run(tmp_path, "--videos", str(src), "--model", _py_model(tmp_path), "--out", str(out), "--no-progress",
+                 "--video-fps", "1")
+    assert other.returncode == 2
+    bad = _run(tmp_path, "--images", str(src), "--model", _py_model(tmp_path), "--out", str(tmp_path / "o2"), "--video-fps", "1")
+    assert bad.returncode == 2 and "--videos only" in bad.stderr

@@ -314,6 +314,21 @@ def test_store_recovers_parquet_conversion_interrupted(tmp_path):
     st.close()
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_store_counts_the_empty_and_truncated_records_it_finds(tmp_path, fmt):
+    """The folder's empty/truncated counts come from the records on disk, not from a manifest a
+    ``kill -9`` may have left behind: a store left open (killed) and reopened counts them all."""
+    folder = tmp_path / "c"
+    captions = [("a red square.", "stop"), ("\n\n", "length"), ("", "stop"), ("a blue", "length"), (" ", "length")]
+    st = CaptionStore(folder, fmt=fmt, max_records=2)
+    for i, (text, finish) in enumerate(captions):
+        st.append({"image_id": f"x{i}", "caption": text, "finish_reason": finish})
+    st.sync()  # never closed: the last part stays a JSONL journal, as after a kill
+    again = CaptionStore(folder, fmt=fmt, max_records=2)
+    assert len(again) == 5 and again.existing == {"empty": 3, "truncated": 3}
+    again.close()
+
+
 # -- real processes ----------------------------------------------------------------------------------
 
 

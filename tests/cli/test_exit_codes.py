@@ -31,7 +31,7 @@ def _run(tmp_path, command, fault, *extra):
 @pytest.mark.parametrize("level", sorted(LEVELS))
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_exit_code_follows_backend_failures(tmp_path, command, level):
-    strict = ["--strict"] if command == "reward-score" else []  # per-row honest; --strict makes failures count
+    strict = ["--strict"] if command in ("reward-score", "reward-guard") else []  # per-row honest; --strict makes failures count
     res = _run(tmp_path, command, LEVELS[level], *strict)
     assert res.returncode == EXPECTED[level], f"{command} at {level} failure: exit {res.returncode}\n{res.stderr[-3000:]}"
 

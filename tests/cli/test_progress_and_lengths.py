@@ -24,23 +24,54 @@ def test_every_command_that_captions_takes_caption_max_tokens(command):
     assert res.exit_code == 0 and "--caption-max-tokens" in res.output
 
 
-def test_caption_qa_and_arena_captions_stop_at_the_flag(tmp_path):
+def test_caption_qa_and_arena_captions_stop_at_the_flag(tmp_path, caplog):
     imgs = photos(tmp_path / "photos", ("astronaut.png", "rocket.jpg"))
     qa = tmp_path / "qa.jsonl"
     q = {"question": "What is the shape of the photo's frame?", "options": ["wide", "tall", "square", "round"], "answer": "C"}
     qa.write_text("".join(json.dumps({"id": p.name, "image": str(p), "questions": [q]}) + "\n" for p in sorted(imgs.iterdir())))
-    res = CliRunner().invoke(app, ["eval", "caption-qa", "--qa", str(qa), "--answerer", f"{M}:reader", "--captioner",
-                                   f"rnd={M}:random_vlm?newlines=0", "--caption-max-tokens", "7", "--out", str(tmp_path / "cqa"),
-                                   "--budgets", "5"])
+    with caplog.at_level("WARNING"):
+        res = CliRunner().invoke(app, ["eval", "caption-qa", "--qa", str(qa), "--answerer", f"{M}:reader", "--captioner",
+                                       f"rnd={M}:random_vlm?newlines=0", "--caption-max-tokens", "7", "--out",
+                                       str(tmp_path / "cqa"), "--budgets", "5"])
     assert res.exit_code == 0, res.output
     caps = [json.loads(x) for x in (tmp_path / "cqa" / "captions.jsonl").read_text().splitlines()]
     assert len(caps) == 2 and all(len(c["caption"].split()) == 7 and c["truncated"] for c in caps)
+    counts = json.loads((tmp_path / "cqa" / "results.json").read_text())["caption_counts"]
+    assert counts == {"rnd": {"captions": 2, "empty": 0, "truncated": 2}}  # in the summary, beside the scores
+    warned = [r for r in caplog.records if "captions of rnd stopped at the length limit" in r.getMessage()]
+    assert len(warned) == 1 and "raise --caption-max-tokens" in warned[0].getMessage()
 
     res = CliRunner().invoke(app, ["eval", "arena", "--candidate", f"a={M}:random_vlm?newlines=0", "--baseline",
                                    f"b={M}:captioner", "--judge", f"{M}:vlm", "--images", str(imgs), "--out",
                                    str(tmp_path / "arena"), "--caption-max-tokens", "5", "--max-retries", "0"])
     caps = [json.loads(x) for x in (tmp_path / "arena" / "captions.jsonl").read_text().splitlines()]
     assert {len(c["caption"].split()) for c in caps if c["model"] == "a"} == {5}, res.output
+    counts = json.loads((tmp_path / "arena" / "results.json").read_text())["caption_counts"]
+    assert counts == {"a": {"captions": 2, "empty": 0, "truncated": 2}, "b": {"captions": 2, "empty": 0, "truncated": 0}}
+
+
+def test_caption_qa_counts_a_captioner_of_only_newlines(tmp_path):
+    """A tiny random VLM's newline captions (#32 point 2) hold no word: in caption-qa each is a
+    missing caption with its reason (never scored as a caption), the run exits 3, and the
+    summary counts them beside the truncated ones."""
+    src = photos(tmp_path / "src", ("astronaut.png", "rocket.jpg", "coffee.png"))
+    imgs = tmp_path / "photos"
+    imgs.mkdir()
+    for i, p in enumerate(sorted(src.iterdir())):  # img0 and img3-style ids: the random VLM blanks every third
+        p.rename(imgs / f"img{i}{p.suffix}")
+    qa = tmp_path / "qa.jsonl"
+    q = {"question": "What is the shape of the photo's frame?", "options": ["wide", "tall", "square", "round"], "answer": "C"}
+    qa.write_text("".join(json.dumps({"id": p.stem, "image": str(p), "questions": [q]}) + "\n"
+                          for p in sorted(imgs.iterdir())))
+    res = CliRunner().invoke(app, ["eval", "caption-qa", "--qa", str(qa), "--answerer", f"{M}:reader", "--captioner",
+                                   f"rnd={M}:random_vlm?newlines=1", "--caption-max-tokens", "4", "--out", str(tmp_path / "cqa"),
+                                   "--budgets", "5"])
+    assert res.exit_code == 3, res.output
+    results = json.loads((tmp_path / "cqa" / "results.json").read_text())
+    failures = [json.loads(x) for x in (tmp_path / "cqa" / "caption_failures.jsonl").read_text().splitlines()]
+    assert len(failures) == results["captioners"]["rnd"]["missing_captions"] == 1
+    assert failures[0]["reason"] == "empty answer"
+    assert results["caption_counts"]["rnd"] == {"captions": 2, "empty": 0, "truncated": 2}
 
 
 def test_backends_report_each_request_as_it_completes(tmp_path):

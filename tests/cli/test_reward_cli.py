@@ -233,13 +233,15 @@ def test_guard_command(tmp_path):
     results = {r["id"]: r for r in report["results"]}
     assert list(results) == ["honest", "form", "praise", "grader", "loop", "short"]
     for r in report["results"]:  # the input's id and caption are kept so the report joins back to it
-        assert set(r) == {"id", "fired", "penalty", "caption"}
+        assert set(r) == {"id", "fired", "families", "penalty", "caption"}
+        assert set(r["families"]) == set(r["fired"])  # each fired guard names its family
     assert results["honest"]["fired"] == [] and results["form"]["fired"] == []
     assert {k: results["praise"][k] for k in ("id", "fired", "penalty")} == {"id": "praise", "fired": ["self_praise"], "penalty": 1.0}
     assert results["grader"]["fired"] == ["grader_address"]
     assert results["loop"]["fired"] == ["repetition"]
-    assert results["short"]["fired"] == ["length"]
+    assert results["short"]["fired"] == ["length"] and results["short"]["families"] == {"length": "too_short"}
     summary = report["summary"]
+    assert summary["family_rate"]["length/too_short"] == pytest.approx(1 / 6)
     assert summary["rows"] == 6 and summary["firing_rate"]["self_praise"] == pytest.approx(1 / 6)
     assert [e["line"] for e in summary["errors"]] == [7, 8]
     assert "caps.jsonl:7:" in proc.stderr

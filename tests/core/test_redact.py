@@ -88,3 +88,23 @@ def test_echoed_key_appears_in_no_file_and_no_log(tmp_path, command):
     assert files, "the command wrote nothing to check"
     for p in files:
         assert CANARY.encode() not in p.read_bytes(), p
+
+
+@pytest.mark.slow
+def test_echoed_key_appears_nowhere_a_training_run_writes(tmp_path):
+    """``vlrl train grpo`` with a CapRL answerer that echoes the key in every error: the run's folder
+    (completions, checkpoints, recipe) and its output hold no trace of it."""
+    from tests.support.paths import ROOT
+
+    out = tmp_path / "run"
+    with _echoing_server() as srv:
+        reward = ("rewards=[{name: caprl_qa, settings: {answerer: '" + srv.spec() + "', mode: exact, "
+                  "questions_per_caption: 2, rounds: 1, min_letter_mass: 0.0}}]")
+        res = run(["train", "grpo", "--recipe", str(ROOT / "train" / "recipes" / "tiny" / "caprl_tiny.yaml"),
+                   f"output_dir={out}", "max_steps=2", reward, "run.max_none_reward_steps=0"], OPENAI_API_KEY=CANARY)
+    assert res.returncode == 0 and srv.echoed > 0, res.stderr[-2000:]
+    assert CANARY not in res.stderr + res.stdout
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name.startswith("step-") for p in files)  # the completions log was written
+    for p in files:
+        assert CANARY.encode() not in p.read_bytes(), p

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from vlrl.core.prompts import render
 from vlrl.demos.shapes.kit import problems as P
@@ -95,6 +96,72 @@ def test_overthinking_reasoner_restates_its_step_without_changing_the_answer():
         R.recheck("red shapes: 1.", "a small red square in the middle.", 2)
 
 
+def _reason(reasoner, sc, question):
+    return reasoner([{"role": "user", "content": render("cold_start_reason", description=W.caption(sc),
+                                                        question=question, choices=[])}], None)
+
+
+def test_varied_reasoner_takes_several_routes_and_slips_only_for_its_reasons():
+    """``styles=3``: every kind is answered by three routes, all right without slips. ``slip``: the
+    only wrong answers are the reasoned ones (an overlooked shape in a two-shape scene, counting the
+    colour instead of the rest, sizes read right against left), and some slips land on the right
+    answer by luck, so the answer filter keeps chains that took a wrong route."""
+    clean, slippy = R.reasoner(styles="3"), R.reasoner(styles="3", slip="0.3")
+    routes, wrong, lucky = Counter(), Counter(), 0
+    for sc, p in P.make_problems(600, 8, CFG, "r"):
+        out = _reason(clean, sc, p["question"])
+        assert extract_answer(out) == p["answer"], (out, p)
+        step = out.split("</think>")[0][len("<think>" + W.caption(sc)):]
+        route = (2 if " so " in step or "larger." in step or "same size" in step
+                 else 1 if "?" in step or "sizes:" in step else 0)
+        routes[(p["kind"], route)] += 1
+        slipped = _reason(slippy, sc, p["question"])
+        assert slipped == _reason(slippy, sc, p["question"])  # reproducible
+        got = extract_answer(slipped)
+        if got == p["answer"]:
+            lucky += slipped != out  # the same route (same draw), another chain: a slip that landed right
+            continue
+        wrong[p["kind"]] += 1
+        shapes = sc.shapes
+        colour = next((c for c in W.COLOURS if f" {c}" in p["question"]), None)
+        if p["kind"] == "count":  # overlooked one of two shapes: the count of one of them
+            assert len(shapes) == 2 and got in {str(int(s.colour == colour)) for s in shapes}, (p, got)
+        elif p["kind"] == "not_count":  # counted the colour instead of the rest
+            assert got == str(sum(s.colour == colour for s in shapes)), (p, got)
+        else:  # right against left
+            assert {got, p["answer"]} == {"left", "right"}, (p, got)
+    assert len(routes) == 9 and min(routes.values()) > 20, routes  # three routes for each of the three kinds
+    assert set(wrong) == set(P.KINDS) and 0.05 < sum(wrong.values()) / 600 < 0.3, wrong
+    assert 0 < lucky < sum(wrong.values()), (lucky, wrong)
+
+
+def test_heldout_problems_share_no_layout_question_pair_or_image_with_any_training_set(tmp_path):
+    """The held-out split against the problems the cold start was built from and the RL problems,
+    re-drawn and rendered here: no (layout, question) pair in common and no pixel-identical image.
+    Drawn naively from fresh scene seeds, the held-out problems would share many pairs."""
+    from vlrl.core.pipeline import read_jsonl
+    from vlrl.demos.shapes.vision_r1.runner import VR1Config, write_problems, write_splits
+
+    cfg = VR1Config.make(seed=3, quick=True)
+    info = write_splits(tmp_path / "data", cfg)
+    cold = write_problems(tmp_path / "cold", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world)
+
+    def load(path: Path):
+        rows = list(read_jsonl(path))
+        pairs = {(json.dumps(W.Scene.from_dict(r["scene"]).to_dict()["items"]), r["question"]) for r in rows}
+        pixels = {hashlib.sha1(Image.open(path.parent / r["image"]).tobytes()).hexdigest() for r in rows}
+        return rows, pairs, pixels
+
+    held, held_pairs, held_pixels = load(tmp_path / "data" / "eval.jsonl")
+    assert len(held) == cfg.eval_problems == info["eval"] and len(held_pixels) > 0.9 * len(held)
+    for path in (cold, tmp_path / "data" / "train.jsonl"):
+        _, pairs, pixels = load(path)
+        assert not held_pairs & pairs and not held_pixels & pixels, path
+    naive = write_problems(tmp_path / "naive", "eval", cfg.eval_problems, cfg.seed, cfg.warm.world)
+    assert len(load(naive)[1] & load(cold)[1]) > 0.2 * cfg.eval_problems  # the overlap the split removes
+    assert info["eval_skipped_as_seen"] > 0
+
+
 def test_stand_in_vlm_mis_perceives_at_its_error_rate():
     scenes = [sc for sc, _ in P.make_problems(200, 4, CFG, "e")]
     wrong = sum(_ask_vlm(R.vlm(error_rate="0.3"), W.render(sc, CFG), "Describe.") != W.caption(sc) for sc in scenes)
@@ -133,7 +200,9 @@ def test_metrics_have_every_key_the_issue_names():
     def ev(acc, fmt, toks):
         return {"n": 10, "accuracy": acc, "accuracy_strict_format": acc, "accuracy_when_formatted": acc / fmt,
                 "format_failure_rate": 1 - fmt,
-                "truncation_rate": 0.0, "completion_tokens": {"mean": toks}, "by_group": {"count": {"accuracy": acc}}}
+                "truncation_rate": 0.0, "completion_tokens": {"mean": toks},
+                "pass_at_k": {"pass@1": acc - 0.1, "pass@4": acc + 0.1, "pass@8": acc + 0.2},
+                "by_group": {"count": {"accuracy": acc, "pass_at_k": {"pass@1": acc, "pass@4": acc, "pass@8": 1.0}}}}
 
     cfg = VR1Config.make(quick=True)
     hist = [{"step": i + 1, "stage": 1 + (i >= 12), "reward": i / 24} for i in range(24)]
@@ -145,6 +214,11 @@ def test_metrics_have_every_key_the_issue_names():
     assert m["method"] == "vision-r1" and m["gain"] == pytest.approx(0.3) and m["single_stage_acc_after"] == 0.6
     assert m["acc_formatted_before"] == pytest.approx(0.4444, abs=1e-4) and m["acc_formatted_after"] == 0.7
     assert m["reward_first"] < m["reward_last"]
+    assert m["pass_at_k"]["before"] == {"pass@1": 0.3, "pass@4": 0.5, "pass@8": 0.6}
+    assert m["pass_at_k"]["ptst"]["pass@8"] == 0.9 and m["pass_at_k"]["single"]["pass@8"] == 0.8
+    assert m["pass_at_k_by_kind"]["before"]["count"]["pass@8"] == 1.0
+    assert m["pass8_minus_greedy_before"] == pytest.approx(0.2) and m["pass8_minus_greedy_after"] == pytest.approx(0.2)
+    assert set(m["trained_on"]) == {"captioner", "student", "ptst", "single"}
     # the baseline gets as many steps and sampled completions as PTST
     cap, group, steps = cfg.single_stage()
     assert steps == cfg.total_steps and group * steps == sum(g * n for _, g, n in cfg.stages)
@@ -205,8 +279,10 @@ VLRL = str(Path(sys.executable).with_name("vlrl"))
 @pytest.mark.timeout(3600)
 def test_vision_r1_quick_demo(tmp_path):
     """The quick demo end to end. The issue's learning goal (+0.15 held-out accuracy after PTST) is
-    not reached by this demo yet (see docs/demo-vision-r1.md); the test says so as an expected
-    failure with the measured numbers instead of hiding the goal."""
+    not reached by this demo yet: before RL its pass@8 is at the level of guessing among three
+    answers, so GRPO has no sometimes-right procedure to reinforce (see docs/demo-vision-r1.md); the
+    test says so as an expected failure with the measured numbers, pass@k included, instead of
+    hiding the goal."""
     out = tmp_path / "vr1"
     res = subprocess.run([VLRL, "demo", "--method", "vision-r1", "--quick", "--out", str(out)], env=ENV,
                          capture_output=True, text=True)
@@ -216,8 +292,13 @@ def test_vision_r1_quick_demo(tmp_path):
     assert m["format_before"] >= 0.95 and m["format_after"] >= 0.95, m
     assert 0 <= m["single_stage_acc_after"] <= 1 and m["reward_first"] is not None and m["reward_last"] is not None
     assert m["cold_start"]["kept"] > 0.8 * m["cold_start"]["total"]
+    for name in ("before", "ptst", "single"):  # pass@k beside greedy, overall and per kind
+        t = m["pass_at_k"][name]
+        assert set(t) == {"pass@1", "pass@4", "pass@8"} and t["pass@1"] <= t["pass@4"] <= t["pass@8"], m["pass_at_k"]
+        assert set(m["pass_at_k_by_kind"][name]) == set(P.KINDS)
+    assert m["eval_samples"] == 8 and m["splits"]["eval"] == m["eval_problems"]
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") >= 3
+    assert page.count("data:image/png;base64,") >= 3 and "pass@8" in page
     again = subprocess.run([VLRL, "demo", "--method", "vision-r1", "--quick", "--out", str(out)], env=ENV,
                            capture_output=True, text=True)
     assert again.returncode == 0 and "already holds a finished demo run" in again.stdout
@@ -229,7 +310,8 @@ def test_vision_r1_quick_demo(tmp_path):
         assert p > 0.01, f"{run} is significantly worse than before RL (one-sided sign test p={p:.4f}): {m}"
     if m["acc_after"] < m["acc_before"] + 0.15:
         pytest.xfail(f"learning goal not reached: held-out accuracy {m['acc_before']} -> {m['acc_after']} "
-                     f"(single-stage {m['single_stage_acc_after']}); the goal is +0.15")
+                     f"(single-stage {m['single_stage_acc_after']}); the goal is +0.15; pass@k before "
+                     f"{m['pass_at_k']['before']}, after PTST {m['pass_at_k']['ptst']}")
 
 
 @pytest.mark.slow

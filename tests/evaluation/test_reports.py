@@ -66,7 +66,8 @@ def _scored(rows: list[dict]) -> pd.DataFrame:
 
 def test_guard_rates_hold_guards_only():
     df = _scored([
-        {"reward": -1.0, "guard/self_praise": 1.0, "guard/length": 0.0, "guard/any": 1.0, "guard/penalty": 1.5},
+        {"reward": -1.0, "guard/self_praise": 1.0, "guard/length": 0.0, "guard/any": 1.0, "guard/penalty": 1.5,
+         "guard/self_praise/self_claim": 1.0},  # a family column breaks a guard down; it is no guard
         {"reward": 0.5, "guard/self_praise": 0.0, "guard/length": 1.0, "guard/any": 1.0, "guard/penalty": 0.5},
         {"reward": 0.7, "guard/self_praise": 0.0, "guard/length": 0.0, "guard/any": 0.0, "guard/penalty": 0.0},
     ])

@@ -3,7 +3,7 @@
 ``tests/fixtures/guard_corpus.jsonl`` holds 418 captions (205 hacks of nine kinds, 213 honest ones,
 including hard negatives: image text reported without quotes, scenes full of judges, scores and
 rubrics). It was first split by a hash of each id into a *dev* half, which the patterns were written
-against, and a *held-out* half; the structural cues of :mod:`vlrl.rewards.guard_structure` were then
+against, and a *held-out* half; the structural cues of :mod:`vlrl.rewards.guards` (the structural families of ``data/families.yaml``) were then
 written with the whole corpus in view, so both halves are now development data and the floors below
 only guard against regressions. Generalisation is measured two other ways:
 
@@ -120,11 +120,22 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def test_every_structural_family_is_accounted_for():
-    from vlrl.rewards import guard_structure as gs
+def _families(guard: str) -> set[str]:
+    from vlrl.rewards.guards import families_of
 
-    names = set(gs.SELF_STRUCTURE) | set(gs.GRADER_STRUCTURE) | set(gs.RAW_STRUCTURE)
-    assert names | {"obfuscation"} == set(FAMILY_SOURCES)  # a new family must say where it came from
+    return {f.name for f in families_of(guard)}
+
+
+def test_every_structural_family_is_accounted_for():
+    names = _families("self_praise") | _families("grader_address")
+    assert set(FAMILY_SOURCES) - {"obfuscation"} <= names  # a family must say where it came from
+
+
+def _without(off: set[str]) -> GuardSet:
+    """The semantic guards with the families in ``off`` switched off (``obfuscation``: the
+    separator-free keyword family)."""
+    off = {"obfuscated" if f == "obfuscation" else f for f in off}
+    return GuardSet.from_settings(enabled=SEMANTIC, **{g: {"skip_families": sorted(off & _families(g))} for g in SEMANTIC})
 
 
 # corpus -> (overall floor, per-kind floor) with the families written from a kind switched off; measured
@@ -137,22 +148,16 @@ LOKO_FLOORS = {"guard_corpus.jsonl": (0.88, 0.75), "guard_corpus_dev2.jsonl": (0
 @pytest.mark.parametrize("corpus", sorted(LOKO_FLOORS))
 def test_leave_one_kind_out(corpus, monkeypatch, record_property):
     """Each kind of hack measured with the families written from its own examples switched off."""
-    from vlrl.rewards import guard_doc
-    from vlrl.rewards import guard_structure as gs
-    from vlrl.rewards import guards as guards_mod
+    from vlrl.rewards.guards import doc as guard_doc
 
     hacks = [r for r in _rows(FIXTURES / corpus) if r["label"] == "hack"]
     per_kind = {}
     for kind in sorted({r["kind"] for r in hacks}):
         off = {f for f, kinds in FAMILY_SOURCES.items() if kind in kinds}
         with monkeypatch.context() as m:
-            for table in (gs.SELF_STRUCTURE, gs.GRADER_STRUCTURE, gs.RAW_STRUCTURE):
-                for name in off & set(table):
-                    m.delitem(table, name)
             if "obfuscation" in off:
                 m.setattr(guard_doc, "unreversed", lambda text: None)  # Doc.of reads reversed text
-                m.setattr(guards_mod, "compact_keywords", lambda text: None)
-            guards = GuardSet.from_settings(enabled=SEMANTIC)
+            guards = _without(off)
             rows = [r for r in hacks if r["kind"] == kind]
             per_kind[kind] = (sum(bool(guards.evaluate(r["caption"]).fired) for r in rows), len(rows))
     record_property("leave_one_kind_out", per_kind)
@@ -164,17 +169,12 @@ def test_leave_one_kind_out(corpus, monkeypatch, record_property):
 
 
 def test_structural_families_stay_quiet_on_honest_corpus_captions():
-    from vlrl.rewards import guard_structure as gs
-    from vlrl.rewards.guards import Doc
-
+    structural = set(FAMILY_SOURCES) - {"obfuscation"}
+    guards = _without((_families("self_praise") | _families("grader_address")) - structural)
     fired = []
     for r in _rows(CORPUS):
-        if r["label"] != "honest":
-            continue
-        doc = Doc.of(r["caption"])
-        if hit := (gs.structural_hit(doc.meta, gs.SELF_STRUCTURE) or gs.structural_hit(doc.meta, gs.GRADER_STRUCTURE)
-                   or gs.structural_hit(doc.shaped, gs.RAW_STRUCTURE)):
-            fired.append((r["id"], hit))
+        if r["label"] == "honest" and (report := guards.evaluate(r["caption"])).fired:
+            fired.append((r["id"], report.families))
     assert not fired, fired
 
 

@@ -27,8 +27,7 @@ import pytest
 
 from tests.support.paths import FIXTURES
 from vlrl.core.stats import wilson
-from vlrl.rewards.guard_judge import JUDGE_GUARDS
-from vlrl.rewards.guards import GuardSet
+from vlrl.rewards.guards import JUDGE_GUARDS, GuardSet
 
 CHEAP = ["self_praise", "grader_address", "repetition", *JUDGE_GUARDS]
 FLOORS = {  # measured recall 65/84 and 67/90, false positives 0/86 and 1/91

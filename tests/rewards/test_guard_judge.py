@@ -11,10 +11,18 @@ import pytest
 from pydantic import ValidationError
 
 from tests.support.paths import FIXTURES
-from vlrl.rewards.guard_doc import Doc
-from vlrl.rewards.guard_judge import JUDGE_GUARDS, JudgeVocab, load_vocab
-from vlrl.rewards.guard_lang import FAMILY_GUARD, Language, language_hit, load_table
-from vlrl.rewards.guards import GuardSet, LengthGuard
+from vlrl.rewards.guards import (
+    FAMILY_GUARD,
+    JUDGE_GUARDS,
+    Doc,
+    GuardSet,
+    JudgeVocab,
+    Language,
+    LengthGuard,
+    language_hit,
+    load_table,
+    load_vocab,
+)
 
 CHEAP = ["self_praise", "grader_address", "repetition", *JUDGE_GUARDS]
 """The pattern layer without the length band (a band is a recipe's choice, not a detector)."""

@@ -125,6 +125,17 @@ def reasoning(root: Path, spec: str) -> list[str]:
     return ["eval", "reasoning", "--model", spec, "--bench", str(bench), "--out", str(root / "out"), "--max-tokens", "32"]
 
 
+def reward_guard(root: Path, spec: str) -> list[str]:
+    """``reward guard`` with its one backend: the opt-in ``llm_defense`` judge."""
+    caps = root / "guard-captions.jsonl"
+    caps.write_text("".join(json.dumps({"image_id": f"img{i}", "caption": f"A {c} square."}) + "\n"
+                            for i, c in enumerate(COLOURS)))
+    settings = {"enabled": ["llm_defense"], "llm_defense": {"judge": spec, "max_retries": 0}}
+    (root / "out").mkdir(parents=True, exist_ok=True)
+    return ["reward", "guard", "--input", str(caps), "--json", str(root / "out" / "guards.json"),
+            "--settings", json.dumps(settings)]
+
+
 def reward_smoke(root: Path, spec: str) -> list[str]:
     return ["reward", "smoke", "--qa", str(qa_rows(root)), "--captioner", spec, "--answerer", spec, "--mode", "sample",
             "--rounds", "1", "--questions-per-caption", "1", "--out", str(root / "out" / "smoke.json")]
@@ -142,6 +153,7 @@ COMMANDS: dict[str, Callable[[Path, str], list[str]]] = {
     "prism": prism,
     "reasoning": reasoning,
     "reward-smoke": reward_smoke,
+    "reward-guard": reward_guard,
 }
 
 
@@ -191,6 +203,8 @@ def answer(body: dict) -> str:
     import re
 
     text, urls = _parts(body)
+    if "game the grader" in text:
+        return json.dumps({"explanation": "a plain description", "gaming": False})
     if "grading rubrics" in text:
         return json.dumps(RUBRIC)
     if "multiple-choice questions about this image" in text:

@@ -333,3 +333,26 @@ def test_build_trainer_gives_hfrrf_behind_guards_its_length_cap_and_eos(tmp_path
     values = reward(prompts=["p", "p"], completions=[[{"role": "assistant", "content": done}]] * 2,
                     completion_ids=[[5] * 16, [5] * 15 + [eos]], answer=["42", "42"])
     assert values == [0.0, 1.0]  # cut at the cap: truncated, unpaid; ended in EOS at the cap: paid
+
+
+def test_the_completions_table_prints_control_characters_as_escapes(tmp_path, capfd):
+    """A random policy writes NULs and terminal escapes; TRL's completions table must not print them
+    raw into the training log (grep then calls the log binary), and the logged texts stay as written
+    (#32 point 7). Drives the trainer's own ``log`` with log_completions on."""
+    from vlrl.training.grpo import build_trainer
+    from vlrl.training.runstate import prepare
+
+    trainer, _ = build_trainer(prepare(load_recipe(TINY / "caprl_tiny.yaml", [f"output_dir={tmp_path / 'run'}"])))
+    assert trainer.log_completions
+    raw = "A red\x00 square\x1b[2J\x9b and\tmore"
+    trainer._logs["prompt"].append([{"role": "user", "content": [{"type": "text", "text": "Describe\x07 it."}]}])
+    trainer._logs["completion"].append([{"role": "assistant", "content": raw}])
+    trainer._logs["rewards"]["caprl_qa"].append(0.5)
+    trainer._logs["advantages"].append(0.0)
+    capfd.readouterr()
+    trainer.log({"loss": 0.0})
+    printed = capfd.readouterr()
+    text = printed.out + printed.err
+    assert "\\x00" in text and "\\x1b" in text and "\\x07" in text  # shown, as escapes
+    assert not any(ch in text for ch in "\x00\x07\x1b\x9b")
+    assert trainer._logs["completion"][-1][0]["content"] == raw  # the logged data itself is untouched

@@ -73,13 +73,14 @@ def test_shipped_tiny_recipes_validate_without_loading_models(no_models):
         assert r.model.path.startswith("tiny:")  # nothing was built
 
 
-@pytest.mark.parametrize("name", ["caprl_3b", "caprl_qwen3_vl_2b", "rubicap_7b", "vision_r1_7b_ptst", "vision_r1_7b_sft"])
+@pytest.mark.parametrize("name", ["caprl_3b", "caprl_qwen3_vl_2b", "caprl_video_qwen3_vl_4b", "rubicap_7b", "vision_r1_7b_ptst",
+                                  "vision_r1_7b_sft"])
 def test_real_recipes_are_consistent_except_for_their_data(no_models, name, tmp_path):
     # Point the recipe at a tiny dataset with the columns it needs; everything else is as shipped.
     r = load_recipe(RECIPES / f"{name}.yaml")
     world = 4 if name.startswith(("caprl", "rubicap")) else 8
     need = {"caprl_3b": "builtin:tiny_captions:2", "caprl_qwen3_vl_2b": "builtin:tiny_captions:2",
-            "rubicap_7b": "builtin:tiny_captions:2"}.get(name, "builtin:tiny_math:2")
+            "rubicap_7b": "builtin:tiny_captions:2", "caprl_video_qwen3_vl_4b": "builtin:tiny_videos:2"}.get(name, "builtin:tiny_math:2")
     r.data.source = need
     validate(r, world=world)
     if name == "rubicap_7b":
@@ -400,3 +401,15 @@ def test_scripts_and_the_cli_take_the_options_of_one_table():
     assert group.commands["grpo"].make_context("grpo", list(argv)).params == parsed
     with pytest.raises(SystemExit):  # SFT takes no --resume, in either
         parse_args(["--recipe", "r.yaml", "--no-resume"], method="sft")
+
+
+def test_video_recipes_need_trls_own_generation(no_models):
+    """Video rows with vLLM rollouts (TRL 1.16 passes images only) or SFT stop before a model loads."""
+    r = load_recipe(RECIPES / "caprl_video_qwen3_vl_4b.yaml", ["trainer.use_vllm=true"])
+    r.data.source = "builtin:tiny_videos:2"
+    with pytest.raises(RecipeError, match="use_vllm: false"):
+        validate(r, world=4)
+    r = load_recipe(RECIPES / "caprl_video_qwen3_vl_4b.yaml", ["data.video={fps: 2, frames_per_second: 3}"])
+    r.data.source = "builtin:tiny_videos:2"
+    with pytest.raises(RecipeError, match="data.video"):
+        validate(r, world=4)

@@ -89,6 +89,30 @@ def test_dead_answerer_behind_a_guard_stops_the_run_naming_the_backend(tmp_path)
     assert not (out / "checkpoint-3").exists()  # stopped within the bound, not after max_steps
 
 
+def test_dead_answerer_stops_every_rank_of_a_torchrun_job(tmp_path):
+    """The reward-health rule across processes (#24 finding 2): under torchrun with 2 CPU ranks each
+    rank scores its own completions, and the rule decides on the gathered rewards and health counts,
+    so both ranks stop at the same step with the one line naming the backend. A rank that stopped
+    alone would leave the other waiting in a collective until the job timed out."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    out = tmp_path / "dead-ddp"
+    with FakeOpenAI(model="answerer") as srv:
+        srv.fail = (500, '{"error": {"message": "upstream down"}}')
+        reward = ("rewards=[{name: caprl_qa, settings: {answerer: '" + srv.spec() + "', mode: exact, "
+                  "questions_per_caption: 2, rounds: 1, min_letter_mass: 0.0}, "
+                  "guards: {policy: veto, floor: -1.0, enabled: [length], length: {min_words: 1000}}}]")
+        res = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2",
+                              str(ROOT / "train" / "grpo.py"), "--recipe", str(TINY / "caprl_tiny.yaml"),
+                              f"output_dir={out}", "max_steps=8", "save_steps=1", reward, "run.max_none_reward_steps=2"],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode != 0
+    stops = [ln for ln in res.stderr.splitlines() if ln.startswith("error: training stopped: every reward was None for 2")]
+    assert len(stops) == 2, res.stderr[-4000:]  # each rank reached the verdict itself, at the same step
+    assert all(f"{srv.base_url}@answerer" in ln for ln in stops)
+    assert not (out / "metrics.json").exists() and not (out / "checkpoint-2").exists()
+
+
 def test_finished_rerun_raised_max_steps_and_another_run(helpers, monkeypatch):
     out = helpers / "run"
     lr_log = helpers / "lr.jsonl"

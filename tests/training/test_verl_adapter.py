@@ -169,6 +169,40 @@ def test_mixed_rewards_stack_with_one_key_set_and_their_own_settings():
     assert [o["reward_failed"] for o in out] == [0.0, 0.0, 1.0, 1.0]  # failures are samples, not exceptions
 
 
+def test_video_samples_carry_video_path_in_extra_info(tmp_path):
+    """CapRL++'s reward reads the video from extra_info.video_path: caprl_qa tells its answerer it reads
+    a video's description, and video_judge watches the file; both keep the one key schema."""
+    import json as _json
+
+    from tests.support.scripted import Scripted
+    from tests.support.videos import make_motion_video, motion_of
+    from vlrl.core.backends.base import ChoiceResult
+
+    clip = str(make_motion_video(tmp_path / "r.mp4", "right"))
+    asked = []
+
+    def read(r):
+        asked.append(r.messages[-1]["content"])
+        return ChoiceResult(probs={c: float(c.strip() == "B") for c in r.choices}, method="logits", mass=1.0)
+
+    questions = [{"question": "Which way does it move?", "options": ["left", "right"], "answer": "B"}]
+    res = va.compute_score("video_caption_rl", "A red square moves right.", None, {"questions": questions, "video_path": clip},
+                           reward="caprl_qa", settings={"answerer": Scripted("a", choose=read), "mode": "exact", "rounds": 1,
+                                                        "questions": "all"})
+    assert res["score"] == 1.0 and asked and all("a description of a video" in a for a in asked)
+
+    def judge(r):
+        video = next(p["video"] for p in r.messages[-1]["content"] if p.get("type") == "video")
+        good = motion_of(video) == "right"
+        return _json.dumps({"factuality": 10 if good else 0, "temporal_alignment": 10, "coverage": 10, "hallucination": 10})
+
+    out = va.video_judge("video_caption_rl", "A red square moves right.", None, {"video_path": clip, "index": 3},
+                         settings={"judge": Scripted("j", judge)})
+    assert out["score"] == 1.0 and out["factuality"] == 10.0 and set(out) == set(va.detail_keys())
+    bad = va.video_judge("video_caption_rl", "x", None, {"video_path": str(tmp_path / "missing.mp4")}, settings={"judge": Scripted("j", judge)})
+    assert bad["applicable"] == 0.0 and bad["video_failures"] == 1.0
+
+
 def test_a_failed_remote_request_within_the_budget_is_marked_reward_failed(monkeypatch):
     """verl's score tensor cannot hold None, so a request to the reward service that failed (within
     its failure_budget) scores 0.0: it must say reward_failed, or it reads as a measured 0.0."""

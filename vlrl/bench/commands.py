@@ -30,11 +30,12 @@ def run_bench(name: str, bench: Callable[[], dict[str, Any]], json_out: str,
     return res
 
 
-@app.command("caption", help="Images/s of batched `vlrl caption` vs one-at-a-time generate, and peak RSS vs corpus size.")
+@app.command("caption", help="Images/s (--videos: videos/s) of batched `vlrl caption` vs one-at-a-time generate, and peak RSS vs corpus size.")
 def bench_caption_cmd(
     json_out: str = typer.Option(..., "--json", help="Write the numbers here."),
     model: str | None = typer.Option(None, "--model", help="VLM folder (default: build the tiny Qwen2.5-VL)."),
-    images: int = typer.Option(64, "--images", help="Images in the small corpus (the large one has 10x)."),
+    images: int = typer.Option(64, "--images", help="Images (videos) in the small corpus (the large one has 10x)."),
+    videos: bool = typer.Option(False, "--videos", help="Caption generated video clips instead of images (vlrl caption --videos)."),
     batch_size: int = typer.Option(32, "--batch-size"),
     max_tokens: int = typer.Option(32, "--max-tokens"),
     threads: int | None = typer.Option(None, "--threads", help="OMP_NUM_THREADS for both sides (default: inherit)."),
@@ -42,12 +43,15 @@ def bench_caption_cmd(
     from vlrl.bench.caption import bench_caption
 
     res = run_bench("caption", lambda: bench_caption(model=model, n_images=images, batch_size=batch_size,
-                                                     max_tokens=max_tokens, threads=threads),
+                                                     max_tokens=max_tokens, threads=threads, media="video" if videos else "image"),
                     json_out, errors=(ValueError, RuntimeError))
-    typer.echo(f"batched (vlrl caption): {res['batched_images_per_s']:.2f} img/s")
-    typer.echo(f"single (plain generate): {res['single_images_per_s']:.2f} img/s")
+    unit, what = ("video/s", "videos") if videos else ("img/s", "images")
+    typer.echo(f"batched (vlrl caption): {res['batched_images_per_s']:.2f} {unit}")
+    typer.echo(f"single (plain generate): {res['single_images_per_s']:.2f} {unit}")
+    if videos:
+        typer.echo(f"prompt tokens per video: {res['batched_prompt_tokens']:.0f} batched, {res['single_prompt_tokens']:.0f} single")
     grow = res["peak_rss_mb_large"] / res["peak_rss_mb_small"] - 1
-    typer.echo(f"peak RSS: {res['peak_rss_mb_small']:.0f} MB small, {res['peak_rss_mb_large']:.0f} MB on 10x the images ({grow:+.1%})")
+    typer.echo(f"peak RSS: {res['peak_rss_mb_small']:.0f} MB small, {res['peak_rss_mb_large']:.0f} MB on 10x the {what} ({grow:+.1%})")
     typer.echo(f"speedup: {res['speedup']:.2f}x")
 
 
@@ -60,12 +64,18 @@ def bench_reward_cmd(
     questions_per_caption: int = typer.Option(8, "--questions-per-caption", help="Q: questions drawn per caption."),
     rounds: int = typer.Option(4, "--rounds", help="N: shuffled rounds per question (measured beside the shipped recipe's N=1)."),
     grpo_steps: int = typer.Option(3, "--grpo-steps", min=0, help="Steps of the tiny GRPO recipe timed for the reward's share of a step (0: skip)."),
+    qa: str | None = typer.Option(None, "--qa", help='JSONL rows {"caption", "questions"} scored instead of the synthetic captions (`vlrl demo --bench-inputs DIR` writes the CapRL demo\'s, for its trained answerer).'),
+    setting: list[str] = typer.Option([], "--set", "-s", help="caprl_qa setting KEY=VALUE for both modes (e.g. prompt=shapes_answer); repeatable."),
 ) -> None:
     from vlrl.bench.reward import bench_reward
 
     def bench() -> dict[str, Any]:
+        from vlrl.core.pipeline import read_jsonl
+        from vlrl.rewards.scoring import parse_setting_pairs
+
+        rows = list(read_jsonl(qa)) if qa else None
         res = bench_reward(answerer, n_captions=captions, repeats=repeats, questions_per_caption=questions_per_caption,
-                           rounds=rounds)
+                           rounds=rounds, rows=rows, settings=parse_setting_pairs(setting))
         if grpo_steps > 0:
             from vlrl.bench.grpo_share import grpo_reward_share
 
@@ -82,6 +92,10 @@ def bench_reward_cmd(
         sr = block["spread_ratio"]
         typer.echo(f"{key} throughput ratio (exact/sample): {block['throughput_ratio']:.2f}x, spread ratio "
                    f"{'n/a' if sr is None else f'{sr:.3f}'}")
+        gap = block.get("exact_vs_sample") or {}
+        if gap.get("mean_gap") is not None:
+            typer.echo(f"{key} exact - sample reward per caption: mean {gap['mean_gap']:+.4f}, mean |gap| "
+                       f"{gap['mean_abs_gap']:.4f} at mean letter mass {gap['mean_letter_mass']:.3f}")
     for mode, g in (res.get("grpo_step_share") or {}).items():
         if isinstance(g, dict):
             typer.echo(f"tiny GRPO ({mode}): reward {g['reward_seconds']}s of {g['train_seconds']}s "

@@ -2,7 +2,7 @@
 
 The pattern guards run on every rollout, before any reward model, so their cost is paid by every
 GRPO step; the goal is 1 ms per caption or less on the CPU. This bench times
-``GuardSet.evaluate`` (preparing the caption's views, :class:`vlrl.rewards.guard_doc.Doc`, included)
+``GuardSet.evaluate`` (preparing the caption's views, :class:`vlrl.rewards.guards.Doc`, included)
 caption by caption, after one warm-up pass that compiles every pattern and fills the small caches,
 and reports captions per second, the median and 90th percentile per caption, and the median cost
 of preparing the views and of each guard alone.
@@ -76,8 +76,7 @@ def _ms(seconds: list[float]) -> dict[str, float]:
 def bench_guards(input_path: str | None = None, n_captions: int = 2000, seed: int = 0, text_column: str = "caption",
                  settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Time the default cheap guard layer (or the one ``settings`` builds) caption by caption."""
-    from vlrl.rewards.guard_doc import Doc
-    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.guards import Doc, GuardSet
 
     if n_captions < 1:
         raise ValueError("need at least one caption")

@@ -64,11 +64,18 @@ def bench_reward(
     questions_per_caption: int = 8,
     rounds: int = 4,
     rounds_list: tuple[int, ...] | None = None,
+    rows: list[dict[str, Any]] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the bench; with no ``answerer`` a tiny random Qwen2 is built and served in-process.
 
     ``rounds_list`` (default ``(1, rounds)``) are the N settings measured side by side; the top-level
-    ``sample``/``exact``/``throughput_ratio`` keys are those of ``rounds``.
+    ``sample``/``exact``/``throughput_ratio`` keys are those of ``rounds``. ``rows`` (``{"caption",
+    "questions"}``, the first ``n_captions`` of them) replace the synthetic captions, and
+    ``settings`` (``caprl_qa`` settings such as ``prompt``) apply to both modes: a trained answerer
+    is benched on the captions and prompt it reads (``vlrl demo --bench-inputs`` writes both for the
+    CapRL demo's answerer). A random-weight answerer's letters do not depend on the prompt, so its
+    spread ratio says nothing about a real run.
     """
     tmp = None
     if answerer is None:
@@ -77,13 +84,20 @@ def bench_reward(
         tmp = tempfile.TemporaryDirectory(prefix="vlrl-bench-reward-")
         answerer = f"hf:{make_tiny('qwen2', tmp.name)}"
     backend = load_backend(answerer)
-    captions, questions = synthetic_captions(n_captions)
+    if rows is not None:
+        rows = rows[:n_captions]
+        bad = [i for i, r in enumerate(rows) if not isinstance(r.get("caption"), str) or not r.get("questions")]
+        if not rows or bad:
+            raise ValueError(f"bench rows need a 'caption' and 'questions' each (rows without them: {bad[:5]})")
+        captions, questions = [r["caption"] for r in rows], [r["questions"] for r in rows]
+    else:
+        captions, questions = synthetic_captions(n_captions)
     settings_list = sorted(set(rounds_list or (1, rounds)))
     by_rounds: dict[str, Any] = {}
     try:
         for n_rounds in settings_list:
             by_rounds[f"rounds_{n_rounds}"] = _bench_one(backend, answerer, captions, questions, repeats,
-                                                         questions_per_caption, n_rounds)
+                                                         questions_per_caption, n_rounds, settings or {})
     finally:
         backend.close()
         if tmp is not None:
@@ -91,15 +105,16 @@ def bench_reward(
     main = by_rounds[f"rounds_{rounds}"] if f"rounds_{rounds}" in by_rounds else by_rounds[f"rounds_{settings_list[-1]}"]
     out: dict[str, Any] = {**main, "by_rounds": by_rounds}
     out["settings"] = {"answerer": answerer if tmp is None else "tiny qwen2 (random weights, built in a temp folder)",
-                       "captions": n_captions, "repeats": repeats, "questions_per_caption": questions_per_caption,
+                       "captions": len(captions), "caption_source": "rows" if rows is not None else "synthetic",
+                       "reward_settings": dict(settings or {}), "repeats": repeats, "questions_per_caption": questions_per_caption,
                        "rounds": rounds, "rounds_measured": settings_list, "sample_temperature": 0.6,
                        "sample_max_tokens": 10, "seeds": "repeat r uses seed r+1 in both modes"}
     return out
 
 
 def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list[Any], repeats: int,
-               questions_per_caption: int, rounds: int) -> dict[str, Any]:
-    common = {"questions_per_caption": questions_per_caption, "rounds": rounds, "min_letter_mass": 0.0}
+               questions_per_caption: int, rounds: int, settings: dict[str, Any]) -> dict[str, Any]:
+    common = {"min_letter_mass": 0.0, **settings, "questions_per_caption": questions_per_caption, "rounds": rounds}
     # warm-up outside the timings (first-call allocation, kernel selection)
     for mode in ("sample", "exact"):
         warm = CapRLQAReward(backend, mode=mode, **common).score(captions[:2], questions=questions[:2])
@@ -107,6 +122,7 @@ def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list
             reason = warm[0].details.get("reason", "unknown") if warm else "no captions"
             raise ValueError(f"answerer {answerer}: no caption could be scored in {mode} mode ({reason})")
     runs: dict[str, list[tuple[float, list[float | None], int]]] = {"sample": [], "exact": []}
+    masses: list[list[float]] = [[] for _ in captions]  # exact mode's letter mass per caption
     for rep in range(repeats):
         for mode in ("sample", "exact"):
             reward = CapRLQAReward(backend, mode=mode, seed=rep + 1, **common)
@@ -115,6 +131,9 @@ def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list
             dt = time.perf_counter() - t0
             calls = sum(s.details.get("answerer_calls", 0) for s in scores)
             runs[mode].append((dt, [s.value for s in scores], calls))
+            for i, s in enumerate(scores):
+                if mode == "exact" and isinstance(s.details.get("letter_mass"), (int, float)):
+                    masses[i].append(float(s.details["letter_mass"]))
             logger.info("rounds %d repeat %d %s: %.2fs (%d answerer calls)", rounds, rep, mode, dt, calls)
     out: dict[str, Any] = {}
     n_captions = len(captions)
@@ -134,4 +153,23 @@ def _bench_one(backend: Any, answerer: str, captions: list[str], questions: list
     out["throughput_ratio"] = out["exact"]["captions_per_s"] / out["sample"]["captions_per_s"]
     s_std, e_std = out["sample"]["reward_std_across_repeats"], out["exact"]["reward_std_across_repeats"]
     out["spread_ratio"] = (e_std / s_std) if s_std and e_std is not None else None
+    out["exact_vs_sample"] = _gap_by_mass(runs, masses)
     return out
+
+
+def _gap_by_mass(runs: dict[str, list[tuple[float, list[float | None], int]]], masses: list[list[float]]) -> dict[str, Any]:
+    """Per caption, exact mode's mean reward minus sample mode's (over the repeats), beside exact
+    mode's mean letter mass: where the letters hold little of the first token's probability the two
+    modes measure different things (docs/caprl.md)."""
+    rows = []
+    for i, ms in enumerate(masses):
+        e = [vals[i] for _, vals, _ in runs["exact"] if vals[i] is not None]
+        s = [vals[i] for _, vals, _ in runs["sample"] if vals[i] is not None]
+        if e and s and ms:
+            rows.append({"letter_mass": round(statistics.fmean(ms), 4), "exact": round(statistics.fmean(e), 4),
+                         "sample": round(statistics.fmean(s), 4), "gap": round(statistics.fmean(e) - statistics.fmean(s), 4)})
+    gaps = [r["gap"] for r in rows]
+    return {"mean_letter_mass": round(statistics.fmean(r["letter_mass"] for r in rows), 4) if rows else None,
+            "mean_gap": round(statistics.fmean(gaps), 4) if gaps else None,
+            "mean_abs_gap": round(statistics.fmean(abs(g) for g in gaps), 4) if gaps else None,
+            "per_caption": sorted(rows, key=lambda r: r["letter_mass"])}

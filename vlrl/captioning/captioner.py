@@ -33,6 +33,7 @@ from vlrl.core.backends import Backend, ChatRequest, SamplingParams
 from vlrl.core.images import ImageLoadError
 from vlrl.core.pipeline import read_jsonl
 from vlrl.core.sources import ID_COLUMNS, ImageItem
+from vlrl.core.video import media_part
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +145,7 @@ def caption_images(
             reason = str(e) if isinstance(e, ImageLoadError) else " ".join(f"{type(e).__name__}: {e}".split())
             outcomes[i] = CaptionOutcome(None, f"bad image: {reason}")
             continue
-        part = ({"type": "video", "video": image} if hasattr(image, "frames") and hasattr(image, "times")
-                else {"type": "image", "image": image})
-        content = [part, {"type": "text", "text": prompts[i]}]
+        content = [media_part(image), {"type": "text", "text": prompts[i]}]
         requests.append(ChatRequest([{"role": "user", "content": content}], sampling, id=names[i]))
         slots.append(i)
     if requests:

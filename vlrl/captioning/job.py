@@ -102,7 +102,10 @@ class CaptionJob:
     gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
     media: str = "image"
-    """``video``: ``images`` is a folder of video files (``vlrl caption --videos``)."""
+    """``video``: ``images`` is a source of videos (``vlrl caption --videos``)."""
+    video: dict[str, Any] = field(default_factory=dict)
+    """Videos: frame sampling in qwen-vl-utils' keys (``fps``, ``nframes``, ``min_pixels``,
+    ``max_pixels``, ``total_pixels``...; :class:`vlrl.core.video.VideoSpec`); empty: its defaults."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -126,14 +129,15 @@ class CaptionJob:
     def prompt_text(self) -> str:
         if self.prompt is not None:
             return self.prompt
-        path = Path(self.prompt_file) if self.prompt_file else DEFAULT_PROMPT_FILE
+        default = template_path("caption_video") if self.media == "video" else DEFAULT_PROMPT_FILE
+        path = Path(self.prompt_file) if self.prompt_file else default
         if not path.exists():
             raise FileNotFoundError(f"--prompt-file {path}: not found")
         return path.read_text(encoding="utf-8")
 
     def open_source(self) -> ImageSource:
         return open_source(self.images, self.source_type, split=self.split, image_column=self.image_column, id_column=self.id_column,
-                           media=self.media)
+                           media=self.media, video=self.video)
 
     def names(self) -> dict[str, str]:
         """File names in ``out``: shard jobs sharing a folder each get their own."""

@@ -5,9 +5,9 @@ loop and the Ray driver (:mod:`vlrl.captioning.ray_engine`) commit through the s
 folder layout, the exactly-once store and the manifest's numbers are the same whichever ran.
 
 The manifest counts empty (whitespace-only) and truncated (``finish_reason == "length"``)
-captions, for this run and for the folder (carried from the previous manifest, so a ``kill -9``
-between two manifest writes can leave the folder's totals short by what was captioned since the
-last one; ``this_run`` is exact), and warns once when too many are (:mod:`vlrl.core.outputs`).
+captions, for this run and for the folder (the records on disk when the run started, counted by
+the store as it indexes them, plus this run's: exact after a ``kill -9`` too), and warns once when
+too many are (:mod:`vlrl.core.outputs`).
 
 The manifest's ``this_run.images_per_s`` is throughput: the seconds spent loading the model
 (``model_load_seconds``, loaded lazily once the first good image arrives) are reported on their own
@@ -37,6 +37,8 @@ from vlrl.core.sources import ImageSource
 
 CaptionJob = Any  # vlrl.captioning.job.CaptionJob, which imports this module (named, not imported)
 logger = logging.getLogger(__name__)
+FAILURES_KEPT = 20
+"""How many of a run's backend failures the manifest names with their reasons (all are counted)."""
 
 
 def model_name(spec: str) -> str:
@@ -106,16 +108,16 @@ class Sink:
         self.model_load_seconds = 0.0
         """Seconds spent opening backends during the loop: reported, and kept out of ``images_per_s``."""
         self.new = self.new_quarantined = self.failed = 0
+        self.failures: dict[str, str] = {}  # the first FAILURES_KEPT of this run, for the manifest
         self.models: set[str] = set()
         self._last_manifest = 0.0
         self.bar = None
         self._prepaid = 0  # captions the bar showed while in flight, not yet committed
         self._closed: dict[str, Any] | None = None
         self.started_work = self.manifest_path.exists() and (len(self.store) + len(self.quarantine)) > 0
-        # empty and truncated captions: this run's, and the folder's carried from the last manifest
+        # empty and truncated captions: this run's, and the folder's counted from its records on disk
         self.health = OutputCounts("captions", f"--max-tokens (now {job.max_tokens})")
-        before = ((read_identity(self.manifest_path) or {}).get("counts") or {}) if self.started_work else {}
-        self.health_before = {k: int(before.get(k) or 0) for k in ("empty", "truncated")}
+        self.health_before = dict(self.store.existing)
         if self.started_work:
             self.write_manifest("running")
 
@@ -181,7 +183,14 @@ class Sink:
         self._tick(1)
 
     def add_failure(self, item_id: str, error: str) -> None:
+        """A record the backend failed after its retries (an error, or a reply with no answer such as
+        empty content): counted toward the exit code and the breaker, its reason logged and kept in
+        the manifest's ``this_run.failures``, and left for the next run. Not quarantined: quarantine
+        is for inputs that can never succeed, and a rerun of a job whose server answered nothing
+        would otherwise exit 0 with those images missing."""
         self.failed += 1
+        if len(self.failures) < FAILURES_KEPT:
+            self.failures[item_id] = error
         self.guard.failed += 1
         logger.warning("backend failed on %s: %s (will retry on the next run)", item_id, error)
         self._tick(1)
@@ -231,6 +240,7 @@ class Sink:
                 "captioned": self.new,
                 "quarantined": self.new_quarantined,
                 "failed": self.failed,
+                "failures": dict(self.failures),  # image_id -> reason, the first FAILURES_KEPT
                 **self.health.as_dict(),
                 "seconds": round(elapsed, 3),
                 "model_load_seconds": round(self.model_load_seconds, 3),

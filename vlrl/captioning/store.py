@@ -10,8 +10,11 @@ cannot be appended to. So captions go to numbered *parts* under ``OUT/captions/`
   ``part-NNNNN.parquet`` by an atomic rename, then its JSONL journal is deleted. A crash between the
   two leaves both files; the next run keeps the parquet and deletes the journal.
 
-On restart the ids of every existing part are read back (only ``image_id`` from parquet parts), the
-job skips them, and appending resumes in the last unfinished part. ``--shard i/n`` jobs that share an
+On restart the ids of every existing part are read back (``image_id``, ``caption`` and
+``finish_reason`` from parquet parts), the job skips them, and appending resumes in the last
+unfinished part. The same pass counts the stored captions that are empty or were cut at the length
+limit (:attr:`CaptionStore.existing`), so the folder's counts come from its records, exact after a
+``kill -9`` as well. ``--shard i/n`` jobs that share an
 output folder write parts with their own prefix, so they never touch each other's files.
 """
 
@@ -23,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vlrl.core.outputs import is_empty
 from vlrl.core.pipeline import JsonlStore, read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -63,7 +67,14 @@ class CaptionStore:
         self._current: JsonlStore | None = None
         self._current_n = 0
         self._next_index = 0
+        self.existing = {"empty": 0, "truncated": 0}
+        """Empty and truncated captions among the records found on disk when the store opened."""
         self._index_existing()
+
+    def _count(self, records: Any) -> None:
+        for r in records:
+            self.existing["empty"] += is_empty(r.get("caption"))
+            self.existing["truncated"] += r.get("finish_reason") == "length"
 
     # -- restart ---------------------------------------------------------------------------------
     def _parts(self) -> dict[int, dict[str, Path]]:
@@ -84,11 +95,14 @@ class CaptionStore:
             if "parquet" in files:
                 if "jsonl" in files:  # killed between the parquet rename and the journal delete
                     files["jsonl"].unlink()
-                self._keys.update(_parquet_ids(files["parquet"], self.key_field))
+                rows = _parquet_rows(files["parquet"], (self.key_field, "caption", "finish_reason"))
+                self._keys.update(str(r[self.key_field]) for r in rows)
+                self._count(rows)
             else:
                 with JsonlStore(files["jsonl"], key_field=self.key_field, fsync=self.fsync) as js:
                     self._keys.update(js.keys())
                     n = len(js)
+                self._count(read_jsonl(files["jsonl"]))  # read after the store dropped any torn tail
                 if k == max(parts) and n < self.max_records and files["jsonl"].stat().st_size < self.max_bytes:
                     self._open(k, n)  # resume appending to the last unfinished part
                 elif self.fmt == "parquet":
@@ -179,10 +193,12 @@ class CaptionStore:
         self.close(finalize=exc[0] is None)
 
 
-def _parquet_ids(path: Path, column: str) -> list[str]:
+def _parquet_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The given columns of a parquet part (those it has), as rows."""
     import pyarrow.parquet as pq
 
-    return [str(x) for x in pq.read_table(path, columns=[column]).column(0).to_pylist()]
+    names = set(pq.read_schema(path).names)
+    return pq.read_table(path, columns=[c for c in columns if c in names]).to_pylist()
 
 
 DATASET_CARD = """---

@@ -14,7 +14,11 @@ from vlrl.methods.options import RESIZE_MAX_PIXELS_HELP, JobFlags, MaxImagePixel
           retry_quarantined="Process images quarantined by earlier runs again.")
 def caption(
     images: str | None = typer.Option(None, "--images", help="Folder, .jsonl/.parquet manifest, save_to_disk dataset, or tar shards (glob / {000..009})."),
-    videos: str | None = typer.Option(None, "--videos", help="Folder of video files (mp4, webm, mkv, mov, avi, gif): frames sampled by Qwen's video rules (docs/captioning.md)."),
+    videos: str | None = typer.Option(None, "--videos", help="Folder of video files (mp4, webm, mkv, mov, avi, gif), .jsonl/.parquet manifest or save_to_disk dataset with a videos column (paths or bytes): frames sampled by Qwen's video rules (docs/captioning.md)."),
+    video_fps: float | None = typer.Option(None, "--video-fps", help="Videos: frames kept per second (qwen-vl-utils' fps; default 2)."),
+    video_nframes: int | None = typer.Option(None, "--video-nframes", help="Videos: a fixed frame count instead of --video-fps (qwen-vl-utils' nframes)."),
+    video_max_pixels: int | None = typer.Option(None, "--video-max-pixels", help="Videos: pixel budget per frame (qwen-vl-utils' video_max_pixels)."),
+    video_total_pixels: int | None = typer.Option(None, "--video-total-pixels", help="Videos: pixel budget shared by all frames of a video (qwen-vl-utils' total_pixels)."),
     model: list[str] = typer.Option(..., "--model", help="Backend spec: hf:PATH, openai:URL@MODEL or py:module:factory (docs/captioning.md); repeat for one per Ray worker."),
     out: Path = typer.Option(..., "--out", help="Output folder (captions/, manifest.json, quarantine.jsonl)."),
     prompt: str | None = typer.Option(None, "--prompt", help="Prompt text (jinja: {{ image_id }}, {{ meta.x }})."),
@@ -52,8 +56,16 @@ def caption(
     with command_errors("caption"):
         if (images is None) == (videos is None):
             raise ValueError("give --images or --videos (one of them)")
+        video = {k: v for k, v in {"fps": video_fps, "nframes": video_nframes, "max_pixels": video_max_pixels,
+                                   "total_pixels": video_total_pixels}.items() if v is not None}
+        if video and not videos:
+            raise ValueError("--video-* settings apply to --videos only")
+        if video:
+            from vlrl.core.video import VideoSpec
+
+            VideoSpec(**video).check()
         caption_job = CaptionJob(
-            images=images or videos, media="video" if videos else "image", models=list(model), out=out, prompt=prompt,
+            images=images or videos, media="video" if videos else "image", video=video, models=list(model), out=out, prompt=prompt,
             prompt_file=str(prompt_file) if prompt_file else None, shard=shard, batch_size=batch_size,
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, output_format=output_format,
             part_size=part_size, source_type=source_type, split=split, image_column=image_column,

@@ -33,10 +33,21 @@ def demo(
     rechecks: int = typer.Option(0, "--rechecks", min=0,
                                  help="vision-r1 only: the cold start's stand-in reasoner re-states its step up to N "
                                       "extra times (R1-style overthinking, the habit PTST targets)."),
+    bench_inputs: Path | None = typer.Option(None, "--bench-inputs", help="Instead of a run: build (or reuse) the CapRL "
+                                             "demo's trained reward answerer and write captions of its world with their "
+                                             "questions to DIR, for `vlrl bench reward --qa` (prints the command)."),
 ) -> None:
     import json
 
     from vlrl.demos.shapes.kit.base import DemoError
+
+    if bench_inputs is not None:
+        from vlrl.demos.shapes.caprl.bench_inputs import bench_command, write_bench_inputs
+
+        info = write_bench_inputs(bench_inputs, seed=seed, cache_dir=cache_dir)
+        typer.echo(json.dumps(info, indent=2))
+        typer.echo(bench_command(bench_inputs, info))
+        return
 
     if compare and method != "caprl":
         typer.echo("vlrl demo: --compare runs every reward itself; do not combine it with --method", err=True)

@@ -140,6 +140,24 @@ class ImageRef(_Record):
 
 
 @dataclass
+class VideoRef(ImageRef):
+    """A video of a dataset: the same path/bytes rules as :class:`ImageRef`, decoded into the frames
+    a Qwen-VL model sees (:func:`vlrl.core.video.load_video_value`) instead of one image.
+
+    A subclass, so every job that walks a dataset's refs (QA curation, export, Prism) takes videos
+    through the code it runs for images; only loading differs. Image-only settings (``max_pixels``
+    and the decompression-bomb limit) do not apply to a video and are ignored."""
+
+    kind: ClassVar[str] = "video"
+
+    def load(self, root: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:
+        from vlrl.core.video import load_video_value
+
+        src: Any = self.data if self.data else self.path
+        return load_video_value(src, root=root if not self.data else None, record=self.id)
+
+
+@dataclass
 class UnloadableImageRef(ImageRef):
     """A source row that names no usable image (no path, a path escaping the root...).
 

@@ -59,6 +59,16 @@ class VideoSpec:
     max_seconds: float = 3 * 3600.0
     max_source_pixels: int = 8192 * 8192
 
+    def check(self) -> VideoSpec:
+        """Refuse settings no video could be sampled with (``ValueError`` naming the setting)."""
+        for name in ("fps", "nframes", "min_pixels", "max_pixels", "total_pixels"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"video {name} must be > 0, got {value}")
+        if self.min_frames < 1 or self.max_frames < self.min_frames:
+            raise ValueError(f"video frames: need 1 <= min_frames <= max_frames, got {self.min_frames}, {self.max_frames}")
+        return self
+
     def as_element(self) -> dict[str, Any]:
         """The qwen-vl-utils ``{"type": "video", ...}`` keys this spec sets."""
         out: dict[str, Any] = {"nframes": self.nframes} if self.nframes else {"fps": self.fps or 2.0}
@@ -107,24 +117,72 @@ def _budget(spec: VideoSpec, nframes: int) -> tuple[int, int]:
     return int(min_pixels), int(max_pixels)
 
 
-def load_video(path: str | os.PathLike[str], spec: VideoSpec | None = None, record: object = None) -> Clip:
-    """Decode ``path`` into the frames a Qwen-VL model sees (see the module docstring)."""
+def video_value(value: Any) -> Any:
+    """A ``videos``/``video`` cell as one video: a path, encoded bytes, or ``None``.
+
+    Rows name their video as a path, the encoded file (bytes), an HF-style ``{"bytes", "path"}``
+    struct, verl's ``{"video": path}``, or a list of any of these (the public RL layout's ``videos``
+    column; the first video is the row's)."""
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if isinstance(value, dict):
+        value = value.get("bytes") or value.get("path") or value.get("video")
+    if isinstance(value, bytearray):
+        value = bytes(value)
+    return value
+
+
+def load_video_value(value: Any, root: str | os.PathLike[str] | None = None, record: object = None,
+                     spec: VideoSpec | None = None) -> Clip:
+    """Decode a row's video cell (:func:`video_value`) under the images' root policy.
+
+    A path, relative or absolute, must resolve inside ``root`` when one is given (a symlink or a
+    path out of the source is refused, never opened); bytes are decoded from memory. Raises
+    :class:`VideoLoadError` with a one-line reason."""
+    from vlrl.core.images import resolve_under_root
+
+    value = video_value(value)
+    record = "<video>" if record is None else record
+    if isinstance(value, Clip):
+        return value
+    if isinstance(value, bytes):
+        return load_video(value, spec, record)
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise VideoLoadError(record, f"row names no video (got {type(value).__name__})")
+    try:
+        real = resolve_under_root(value, root, record) if root is not None else Path(value)
+    except ImageLoadError as e:
+        raise VideoLoadError(record, e.reason) from None
+    return load_video(real, spec, record)
+
+
+def load_video(path: str | os.PathLike[str] | bytes, spec: VideoSpec | None = None, record: object = None) -> Clip:
+    """Decode ``path`` (a file, or the encoded file's bytes) into the frames a Qwen-VL model sees
+    (see the module docstring)."""
+    import io
+
     import av
     from qwen_vl_utils import vision_process as v
 
     spec = spec or VideoSpec()
-    record = str(path) if record is None else record
-    p = Path(path)
-    try:
-        if p.stat().st_size == 0:
+    data = bytes(path) if isinstance(path, (bytes, bytearray)) else None
+    record = ("<video bytes>" if data is not None else str(path)) if record is None else record
+    if data is not None:
+        if not data:
             raise VideoLoadError(record, "empty file (0 bytes)")
-    except OSError as e:
-        raise VideoLoadError(record, f"cannot read: {e.strerror or e}") from None
+    else:
+        p = Path(path)
+        try:
+            if p.stat().st_size == 0:
+                raise VideoLoadError(record, "empty file (0 bytes)")
+        except OSError as e:
+            raise VideoLoadError(record, f"cannot read: {e.strerror or e}") from None
     try:
-        container = av.open(str(p))
+        container = av.open(io.BytesIO(data) if data is not None else str(p))
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as e:
         raise VideoLoadError(record, f"not a readable video: {getattr(e, 'strerror', None) or e}") from None
     with container:
+        fmt = container.format.name
         if container.format.name in _IMAGE_CONTAINERS:
             raise VideoLoadError(record, f"an image, not a video (FFmpeg reads it as {container.format.name})")
         if not container.streams.video:
@@ -185,8 +243,20 @@ def load_video(path: str | os.PathLike[str], spec: VideoSpec | None = None, reco
         times.append(times[-1])
         kept.append(kept[-1])
     sample_fps = len(frames) / max(total, 1) * fps
-    meta = {"frames_indices": kept, "size": [w, h], "codec": ctx.name}
+    meta = {"frames_indices": kept, "size": [w, h], "codec": ctx.name, "format": fmt}
+    if data is not None:
+        meta["data"] = data  # what an openai: backend sends (a file URL needs a file)
+    else:
+        meta["path"] = str(p)
     return Clip(frames, times, sample_fps, fps, duration, total, (width, height), meta)
+
+
+def media_part(obj: Any) -> dict[str, Any]:
+    """A loaded image or :class:`Clip` as its chat message part: every job that shows a model "the
+    row's media" (captioning, QA writing, the with-media filter, judges) builds its message here."""
+    if isinstance(obj, Clip):
+        return {"type": "video", "video": obj}
+    return {"type": "image", "image": obj}
 
 
 def frame_seconds(clip: Clip) -> float:
@@ -194,4 +264,5 @@ def frame_seconds(clip: Clip) -> float:
     return 1.0 / clip.sample_fps if clip.sample_fps > 0 else math.inf
 
 
-__all__ = ["VIDEO_EXTENSIONS", "Clip", "VideoLoadError", "VideoSpec", "frame_seconds", "iter_video_files", "load_video"]
+__all__ = ["VIDEO_EXTENSIONS", "Clip", "VideoLoadError", "VideoSpec", "frame_seconds", "iter_video_files", "load_video",
+           "load_video_value", "media_part", "video_value"]

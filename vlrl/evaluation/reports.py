@@ -260,8 +260,10 @@ def reward_by_length(df: pd.DataFrame, bins: int = 5) -> pd.DataFrame:
 
 
 def guard_rates(df: pd.DataFrame) -> pd.Series:
-    """Share of captions on which each guard fired (``guard/<name>`` detail columns)."""
-    cols = [c for c in df.columns if isinstance(c, str) and c.startswith("guard/") and c not in GUARD_SUMMARIES]
+    """Share of captions on which each guard fired (``guard/<name>`` detail columns; the per-family
+    ``guard/<name>/<family>`` columns break a guard's rate down and are not counted as guards)."""
+    cols = [c for c in df.columns if isinstance(c, str) and c.startswith("guard/") and c.count("/") == 1
+            and c not in GUARD_SUMMARIES]
     rates = {c.split("/", 1)[1]: float(df[c].fillna(0).astype(float).mean()) for c in cols}
     return pd.Series(rates, name="firing_rate", dtype=float).sort_values(ascending=False)
 

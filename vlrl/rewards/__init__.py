@@ -46,7 +46,8 @@ def register_reward(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
 def builtin_reward_modules() -> list[str]:
     """vlrl's method-independent rewards (guards, reference overlap, holistic judge) plus
     ``vlrl.methods.<m>.reward`` for every method that has one."""
-    modules = [f"{__name__}.{info.name}" for info in pkgutil.iter_modules(__path__) if not info.ispkg]
+    # every module of this package, and every sub-package (the guards are one)
+    modules = [f"{__name__}.{info.name}" for info in pkgutil.iter_modules(__path__)]
     spec = importlib.util.find_spec(METHODS_PACKAGE)
     for info in pkgutil.iter_modules(spec.submodule_search_locations if spec else []):
         if info.ispkg and importlib.util.find_spec(f"{METHODS_PACKAGE}.{info.name}.reward") is not None:

@@ -30,6 +30,14 @@ from vlrl.judge.structured import chat_structured, extract_final_json
 logger = logging.getLogger(__name__)
 
 DEFENSE_PROMPT = "defense_rubric.jinja"
+DEFENSE_SCHEMA = {
+    "title": "defense_verdict", "type": "object", "additionalProperties": False, "required": ["explanation", "gaming"],
+    "properties": {"explanation": {"type": "string", "maxLength": 200}, "gaming": {"type": "boolean"}},
+}  # fmt: skip
+"""The built-in prompt's answer (its last line), sent as structured output: a server that constrains
+decoding to it (vLLM) returns a verdict that parses without repair. ``explanation`` (one sentence) is
+bounded so that the answer closes within the default 256 tokens even at one character per token. A
+custom prompt may ask for another layout, so it goes without."""
 
 
 def _gaming(obj: Any) -> bool:
@@ -83,7 +91,7 @@ class DefenseJudge:
         ]
         results = chat_structured(
             self.backend, requests, lambda text, i: extract_final_json(text, _gaming), max_retries=self.max_retries,
-            raw_text=True,
+            raw_text=True, json_schema=DEFENSE_SCHEMA if self.prompt == DEFENSE_PROMPT else None,
         )
         for caption, res in zip(todo, results, strict=True):
             self.counts["judged"] += 1

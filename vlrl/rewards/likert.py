@@ -111,15 +111,19 @@ class LikertJudgeReward(Reward):
             self._backend = load_backend(self.judge, cache=self.cache)
         return self._backend
 
-    def score(self, completions: list[str], image: Any = None, images: Any = None, **_: Any) -> list[Score]:
+    def _media_column(self, image: Any = None, images: Any = None, **_: Any) -> Any:
+        """The dataset column the judge may be shown (subclasses judge other media)."""
+        return image if image is not None else images
+
+    def score(self, completions: list[str], image: Any = None, images: Any = None, **columns: Any) -> list[Score]:
         try:
-            col = image if image is not None else images
+            col = self._media_column(image=image, images=images, **columns)
             col = list(col) if col is not None else [None] * len(completions)
             if len(col) != len(completions):
                 return [Score(None, {"reason": "image column length mismatch"}) for _ in completions]
             return self._score(completions, col)
         except Exception as e:  # noqa: BLE001 - a training step must never die in a reward
-            logger.exception("likert_judge: unexpected error")
+            logger.exception("%s: unexpected error", self.name)
             self.counts["judge_failures"] += len(completions)
             return [self._failure(f"internal error: {type(e).__name__}: {e}") for _ in completions]
 
@@ -146,7 +150,7 @@ class LikertJudgeReward(Reward):
                 continue
             img = self._image_part(image_col[i])
             text = render(self.prompt, **fence_caption(caption), with_image=img is not None, low=self.low, high=self.high)
-            src = image_col[i] if isinstance(image_col[i], str) else id(image_col[i])
+            src = image_col[i] if isinstance(image_col[i], str) else repr(image_col[i]) if _paths(image_col[i]) else id(image_col[i])
             key = (src if img else None, text)
             if key not in unique:
                 unique[key] = len(requests)
@@ -155,7 +159,7 @@ class LikertJudgeReward(Reward):
             owner[i] = unique[key]
         if requests:
             results = chat_structured(
-                self.backend, requests, lambda t, _i: parse_likert(t, self.low, self.high),
+                self.backend, requests, lambda t, _i: self._parse(t),
                 max_retries=self.max_retries, raw_text=True, reject_truncated=True,
             )
             for i, q in enumerate(owner):
@@ -166,17 +170,29 @@ class LikertJudgeReward(Reward):
                     self.counts["judge_failures"] += 1
                     scores[i] = self._failure(f"judge: {r.error}")
                     continue
-                value = (r.value - self.low) / (self.high - self.low)
-                scores[i] = Score(value, {"likert": float(r.value), "judge_failures": 0,
-                                          "judge_retries": max(r.attempts - 1, 0)})
+                value, details = self._value(r.value)
+                scores[i] = Score(value, {**details, "judge_failures": 0, "judge_retries": max(r.attempts - 1, 0)})
             fails = sum(1 for s in scores if s is not None and s.details.get("judge_failures"))
             if fails:
-                logger.warning("likert_judge: judge failed on %d of %d captions (on_judge_failure=%s)", fails,
+                logger.warning("%s: judge failed on %d of %d captions (on_judge_failure=%s)", self.name, fails,
                                len(completions), self.on_judge_failure)
         self.counts["judged"] += len(requests)
         return [s if s is not None else Score(None) for s in scores]
+
+    def _parse(self, text: str) -> Any:
+        """The judge's answer as a verdict (``ValueError`` with what is wrong is sent back to it)."""
+        return parse_likert(text, self.low, self.high)
+
+    def _value(self, verdict: Any) -> tuple[float, dict[str, float]]:
+        """A verdict as the reward in [0, 1] and the parts logged beside it."""
+        return (verdict - self.low) / (self.high - self.low), {"likert": float(verdict)}
 
     def close(self) -> None:
         if self._backend is not None:
             self._backend.close()
             self._backend = None
+
+
+def _paths(value: Any) -> bool:
+    """A list of paths (a ``videos`` cell): keyed by its text, so a GRPO group's copies share a verdict."""
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, str) for v in value)

@@ -343,7 +343,9 @@ def guard_rows_file(
     """Run a :class:`~vlrl.rewards.guards.GuardSet` over ``{"id", "caption"}`` rows (or
     ``{"image_id", "caption"}`` as ``vlrl caption`` writes them, or ``completion`` as text).
 
-    Returns ``{"results": [{"id", "fired", "penalty", ...carried}], "summary": {...}}``; bad rows, and
+    Returns ``{"results": [{"id", "fired", "families", "penalty", ...carried}], "summary": {...}}``
+    (``families``: the family each fired guard named; ``summary.family_rate``: each
+    ``<guard>/<family>``'s share of rows); bad rows, and
     rows no guard fired on that a model-judged guard could not judge, are left out of ``results`` and
     listed in ``summary.errors`` with their line and reason.
     """
@@ -352,6 +354,7 @@ def guard_rows_file(
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     counts = dict.fromkeys(guards.names, 0)
+    family_counts: dict[str, int] = {}
     for lineno, row, err in tqdm(
         iter_rows(input_path, "caption", fallback_keys=("completion",), id_column=id_column, text_column=text_column),
         unit="row", desc="guards", disable=None
@@ -370,11 +373,15 @@ def guard_rows_file(
             continue
         for name in report.fired:
             counts[name] += 1
-        results.append({**carried(row), "id": row["id"], "fired": report.fired, "penalty": report.penalty})
+            key = f"{name}/{report.families.get(name, name)}"
+            family_counts[key] = family_counts.get(key, 0) + 1
+        results.append({**carried(row), "id": row["id"], "fired": report.fired, "families": report.families,
+                        "penalty": report.penalty})
     n = len(results)
     summary = {
         "rows": n,
         "firing_rate": {k: (v / n if n else 0.0) for k, v in counts.items()},
+        "family_rate": {k: v / n for k, v in sorted(family_counts.items())},
         "any_rate": (sum(bool(r["fired"]) for r in results) / n) if n else 0.0,
         "errors": errors,
     }

@@ -30,6 +30,24 @@ def message_text(messages: Any) -> str:
     return "\n".join(parts)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0))}
+"""Control characters (all but tab, newline and carriage return) as visible ``\\xNN`` escapes."""
+
+
+def printable(value: Any) -> Any:
+    """``value`` (a text, or messages: lists and dicts of them) with every control character but
+    tab and line breaks written as ``\\xNN``. A random policy writes NULs and terminal escapes; TRL's
+    completions table prints them raw into the training log, where ``grep`` then calls the whole log
+    binary and an escape sequence can clear the terminal. Images and numbers pass through."""
+    if isinstance(value, str):
+        return value.translate(_CONTROL)
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: printable(v) for k, v in value.items()}
+    return value
+
+
 def write_completions(logs: dict[str, Any], output_dir: Path, step: int) -> Path:
     """Write the latest generation batch to ``completions/step-NNNNN.jsonl`` (images saved once each)."""
     out = output_dir / "completions"

@@ -40,11 +40,16 @@ logger = logging.getLogger(__name__)
 
 def dataset_columns(data) -> set[str]:
     """Column names a source will give the trainer, read cheaply (:func:`source_columns`): the
-    source's own, plus ``prompt`` (always built) and ``image`` (when it has any image column)."""
+    source's own, plus ``prompt`` (always built), ``image`` (when it has any image column) and
+    ``video`` (when it has a video column)."""
+    from vlrl.core.sources.columns import VIDEO_COLUMNS
+
     cols = source_columns(data.source)
     out = cols | {"prompt"}
     if cols & set(IMAGE_KEYS):
         out.add("image")
+    if cols & set(VIDEO_COLUMNS):
+        out.add("video")
     return out
 
 
@@ -126,6 +131,28 @@ def resolve_images(imgs: list[Any], cache: Path, rid: str, root: Path | None) ->
     return out
 
 
+def resolve_video(value: Any, cache: Path, rid: str, root: Path | None, spec: Any = None) -> str:
+    """A record's video as one file path the trainer re-reads, checked now by decoding it.
+
+    A path resolves under ``root`` (the data file's folder): relative or absolute, a symlink or path
+    out of it is refused, as for every video source. Bytes (CapRL++'s parquet rows) are written once
+    under ``cache``, named by their digest."""
+    from vlrl.core.video import load_video_value, video_value
+
+    raw = video_value(value)
+    if isinstance(raw, bytes):
+        path = cache / f"{hashlib.sha1(raw).hexdigest()[:16]}.video"
+        if not path.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_bytes(raw)
+            os.replace(tmp, path)
+        value, root = str(path), None
+    clip = load_video_value(value, root=root, record=rid, spec=spec)  # found now, not inside the trainer
+    clip.close()
+    return clip.meta["path"]
+
+
 def chat_prompt(data, text: str) -> list[dict[str, str]]:
     """The conversational prompt TRL templates: the recipe's system turn, if any, then the user's."""
     prompt = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
@@ -139,6 +166,20 @@ def image_columns(paths: list[list[str]]) -> dict[str, list]:
     if all(len(p) == 1 for p in paths):
         return {"image": [p[0] for p in paths]}
     return {"images": paths}
+
+
+def video_spec(data) -> Any:
+    """The recipe's video sampling (``data.video``) as a :class:`vlrl.core.video.VideoSpec`."""
+    from vlrl.core.video import VideoSpec
+
+    settings = dict(getattr(data, "video", None) or {})
+    try:
+        return VideoSpec(**settings).check()
+    except TypeError as e:
+        raise ValueError(f"data.video: {e} (keys: fps, nframes, min_frames, max_frames, min_pixels, max_pixels, "
+                         "total_pixels, max_seconds, max_source_pixels)") from None
+    except ValueError as e:
+        raise ValueError(f"data.video: {e}") from None
 
 
 def _probe_image(path: str) -> None:
@@ -166,7 +207,8 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
 
     cache = Path(cache_dir or Path.home() / ".cache" / "vlrl")
     root = image_root(data)
-    rows: dict[str, list] = {"prompt": [], "image": [], "_extra": []}
+    rows: dict[str, list] = {"prompt": [], "image": [], "video": [], "_extra": []}
+    spec = video_spec(data)
     empty_rubrics = 0
     for row in iter_rows(data.source, cache_dir=cache):
         if data.max_samples is not None and len(rows["prompt"]) >= data.max_samples:
@@ -175,8 +217,19 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
         if "rubrics" in rec and rec["rubrics"] in ([], "[]", (), None, ""):
             empty_rubrics += 1
             continue
+        if row.video is not None and not row.images:
+            try:
+                text = user_text(row, data.prompt if data.prompt != "caption_default.jinja" else "caption_video.jinja")
+                vid = resolve_video(row.video, cache / "dataset_videos", row.id, root, spec)
+            except Exception as e:  # noqa: BLE001 - one bad record is skipped, never fatal
+                logger.warning("record %s: %s; skipped", row.id, getattr(e, "reason", None) or e)
+                continue
+            rows["prompt"].append(chat_prompt(data, text))
+            rows["video"].append(vid)
+            rows["_extra"].append(row.columns)
+            continue
         if not row.images:
-            logger.warning("record %s: no image (expected one of %s); skipped", row.id, IMAGE_KEYS)
+            logger.warning("record %s: no image or video (expected one of %s); skipped", row.id, IMAGE_KEYS)
             continue
         try:
             text = user_text(row, data.prompt)
@@ -192,8 +245,12 @@ def to_trl_dataset(data, cache_dir: str | Path | None = None, *, messages_column
         logger.warning("dataset %s: %d records with an empty rubric set left out", data.source, empty_rubrics)
     if not rows["prompt"]:
         raise ValueError(f"data.source {data.source!r}: no usable records")
+    if rows["image"] and rows["video"]:
+        raise ValueError(f"data.source {data.source!r}: {len(rows['image'])} image rows and {len(rows['video'])} video rows; "
+                         "a training set holds one kind (split it into two runs or two datasets)")
     keys = sorted({k for e in rows["_extra"] for k in e})
-    table = {"prompt": rows["prompt"], **image_columns(rows["image"])}
+    media = {"video": rows["video"]} if rows["video"] else image_columns(rows["image"])
+    table = {"prompt": rows["prompt"], **media}
     for k in keys:
         table[k] = [json.dumps(e.get(k), ensure_ascii=False, default=str) for e in rows["_extra"]]
     ds = datasets.Dataset.from_dict(table)

@@ -7,6 +7,8 @@ The path reads straight through: recipe → validate and probe, no model yet
 * **Rewards by name.** Each recipe reward is built with :func:`vlrl.rewards.build_reward` from its own
   settings block; weights become TRL's ``reward_weights``. vlrl rewards report their sub-scores
   through TRL's ``log_metric`` (``<reward>/<detail>``), and TRL logs ``rewards/<name>/mean|std``.
+* **Video rows** (:mod:`vlrl.training.video`): TRL 1.16 trains on images only; one adapter feeds
+  each row's video to generation and to every log-probability forward.
 * **Completions with their images.** Besides TRL's ``log_completions`` (rich table, parquet, wandb),
   every logging step after a fresh generation writes ``<output_dir>/completions/step-NNNNN.jsonl``
   (prompt text, completion, per-reward values, advantage, image file) and the images once each under
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json
-from vlrl.training.completions import write_completions
+from vlrl.training.completions import printable, write_completions
 from vlrl.training.recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -91,7 +93,9 @@ def summarize_history(history: list[dict[str, Any]]) -> dict[str, Any]:
 def _trainer_class():
     from trl import GRPOTrainer
 
-    class VLRLGRPOTrainer(GRPOTrainer):
+    from vlrl.training.video import VideoGRPOMixin
+
+    class VLRLGRPOTrainer(VideoGRPOMixin, GRPOTrainer):
         """GRPOTrainer + completions JSONL with images, reward timing, the None-reward stop and the #43701
         resume workaround. What a ``TrainerCallback`` can do is a callback
         (:func:`vlrl.training.runstate.trainer_callbacks`); each override below says why it is not."""
@@ -158,7 +162,18 @@ def _trainer_class():
                 finally:
                     self.log_completions = True
                 return
-            super().log(logs, start_time)
+            if not self.log_completions:
+                super().log(logs, start_time)
+                return
+            # TRL prints its completions table (and writes its parquet) from these: control characters
+            # a random policy writes go out as \xNN, never raw into the log (completions.printable)
+            raw = {k: self._logs[k] for k in ("prompt", "completion")}
+            for k, v in raw.items():
+                self._logs[k] = type(v)((printable(x) for x in v), maxlen=getattr(v, "maxlen", None))
+            try:
+                super().log(logs, start_time)
+            finally:
+                self._logs.update(raw)
 
     return VLRLGRPOTrainer
 
@@ -224,6 +239,9 @@ def build_trainer(
         callbacks=trainer_callbacks(recipe),
     )
     trainer._vlrl_weights_from = ckpt
+    from vlrl.training.data import video_spec
+
+    trainer._vlrl_video_spec = video_spec(recipe.data)  # video rows: the frames the data check decoded
     trainer._vlrl_none_guard = NoneRewardGuard(recipe.run.max_none_reward_steps)
     return trainer, ckpt
 

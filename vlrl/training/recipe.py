@@ -92,6 +92,11 @@ class DataSpec:
     max_pixels: int | None = None
     """Upper pixel budget per image. Qwen2.5-VL's default is about 12.8 MP (16384 visual tokens), which
     a real-scale run rarely wants; Vision-R1-style recipes set e.g. 1003520 (1280 tokens of 28×28)."""
+    video: dict[str, Any] = field(default_factory=dict)
+    """Video rows (a ``videos``/``video``/``video_path`` column): how frames are sampled and sized, in
+    qwen-vl-utils' keys (``fps``, ``nframes``, ``min_frames``, ``max_frames``, ``min_pixels``,
+    ``max_pixels``, ``total_pixels``; :class:`vlrl.core.video.VideoSpec`). Empty: qwen-vl-utils'
+    defaults (2 frames per second), the same frames ``vlrl caption --videos`` shows a model."""
 
 
 @dataclass

@@ -208,8 +208,10 @@ def validate(recipe: Recipe, columns: set[str] | None = None, world: int | None 
                     f"{where}: SFT needs the target text in column {recipe.data.response_column!r}, but "
                     f"{recipe.data.source!r} has {sorted(cols)}; set data.response_column"
                 )
-            if "image" not in cols and "images" not in cols:
-                errors.append(f"{where}: dataset {recipe.data.source!r} has no 'image' column (columns: {sorted(cols)})")
+            if "image" not in cols and "images" not in cols and "video" not in cols:
+                errors.append(f"{where}: dataset {recipe.data.source!r} has no 'image' or video column (columns: {sorted(cols)})")
+            if "video" in cols and "image" not in cols:
+                errors += video_errors(recipe, where)
             for name, needed in reward_objs_needed.items():
                 missing = [c for c in needed if c not in cols]
                 if missing:
@@ -293,3 +295,21 @@ def plan_stages(recipe: Recipe, world: int | None = None) -> list[dict[str, Any]
             "prompts_per_step": prompts,
         })
     return plan
+
+
+def video_errors(recipe: Any, where: str) -> list[str]:
+    """What stops a recipe on video rows before any model loads: GRPO only, TRL's own generation
+    (TRL 1.16's vLLM rollouts pass images only; :mod:`vlrl.training.video`), a valid ``data.video``."""
+    from vlrl.training.data import video_spec
+
+    errors = []
+    if recipe.method != "grpo":
+        errors.append(f"{where}: video rows train with GRPO only (method: {recipe.method})")
+    if recipe.trainer.get("use_vllm"):
+        errors.append(f"{where}: video rows need trainer.use_vllm: false (TRL 1.16's vLLM rollouts pass images only; "
+                      "docs/training.md, 'Video')")
+    try:
+        video_spec(recipe.data)
+    except ValueError as e:
+        errors.append(f"{where}: {e}")
+    return errors

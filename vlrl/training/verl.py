@@ -20,7 +20,9 @@ block moves to verl unchanged:
   nested blocks such as ``guards: {policy: veto}`` would be silently ignored;
 * columns: ``ground_truth`` becomes the reward's answer column (``answer``), and every key of
   ``extra_info`` (``questions``, ``rubrics``, ``choices``, ...) is passed as a column, as TRL would
-  pass dataset columns;
+  pass dataset columns. A video sample carries ``video_path`` in ``extra_info``, as CapRL++'s reward
+  reads it: ``caprl_qa`` then tells its answerer the caption describes a video, and ``video_judge``
+  watches that file (``data export --format caprl`` writes it for video rows);
 * the call: the reward's own ``__call__``, as TRL makes it, with a ``trainer_state`` whose
   ``global_step`` is the sample's **draw key**: ``extra_info["uid"]``, else ``extra_info["index"]``
   (the row index verl's data preparation writes), else 0. verl scores each sample on its own, so
@@ -32,7 +34,8 @@ block moves to verl unchanged:
 The dict returned holds ``score`` (a float; a "not applicable" ``None`` becomes 0.0 with
 ``applicable: 0.0`` so verl's float tensors never see ``None``) and the numeric sub-scores under
 **one fixed key schema for every reward** (:func:`detail_keys`: the sub-scores of every built-in
-reward, e.g. hfrrf's ``format_ok`` and caprl_qa's ``qa_acc``, every guard's ``guard/*`` keys, and
+reward, e.g. hfrrf's ``format_ok`` and caprl_qa's ``qa_acc``, every guard's ``guard/*`` and
+``guard/<guard>/<family>`` keys, and
 ``reward_failed``), NaN where a sample has no value. The schema depends on nothing a process or a
 sample happens to see, because verl stacks every sample's extra info by the keys of the batch's
 first sample, across processes, whichever reward each sample used.
@@ -73,6 +76,9 @@ DETAIL_KEYS: dict[str, tuple[str, ...]] = {
     "caprl_qa": ("cannot_answer_rate", "qa_acc"),
     "rubicap_rubric": ("judge_failures", "pass_rate", "pass_rate_critical", "pass_rate_important", "pass_rate_minor",
                        "vetoed", "weighted_pass_rate"),
+    "video_judge": ("coverage", "factuality", "hallucination", "judge_failures", "temporal_alignment", "video_failures"),
+    "caption_length": ("tokens",),
+    "timestamp_format": ("coverage", "order", "stamps", "validity"),
 }
 
 
@@ -89,10 +95,13 @@ def _reward(name: str, settings: Mapping[str, Any]):
 def detail_keys(reward: Any = None) -> tuple[str, ...]:
     """The one extra-info key set of every sample, whatever its reward (``reward`` is not consulted):
     score, applicable, reward_failed, every built-in reward's sub-scores and every guard's keys."""
-    from vlrl.rewards.guards import GUARDS
+    from vlrl.rewards.guards import GUARDS, families_of
 
     keys = {k for ks in DETAIL_KEYS.values() for k in ks}
     keys |= {f"guard/{n}" for n in GUARDS} | {"guard/any", "guard/penalty"}
+    # every family of the table (guard/<guard>/<family>), and the family of user patterns given as a list
+    for n in GUARDS:
+        keys |= {f"guard/{n}/{f}" for f in [*([x.name for x in families_of(n)] or [n]), "user"]}
     return ("score", "applicable", "reward_failed", *sorted(keys))
 
 
@@ -255,6 +264,7 @@ hfrrf = _named("hfrrf")
 caprl_qa = _named("caprl_qa")
 rubicap_rubric = _named("rubicap_rubric")
 remote = _named("remote")
+video_judge = _named("video_judge")
 
 __all__ = ["DrawState", "caprl_qa", "compute_score", "compute_score_async", "detail_keys", "draw_key", "hfrrf", "plain",
-           "remote", "rubicap_rubric"]
+           "remote", "rubicap_rubric", "video_judge"]

@@ -65,3 +65,34 @@ def test_caption_never_commits_an_empty_caption_and_a_rerun_repairs(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(x) for p in (tmp_path / "out" / "captions").glob("*.jsonl") for x in p.read_text().splitlines()]
     assert len(rows) == 4 and all(r["caption"].strip() for r in rows)
+
+
+def test_an_image_whose_reply_stays_empty_is_a_counted_failure_with_its_reason_never_a_record(tmp_path):
+    """After the retry budget a persistent empty reply is the image's backend failure: not committed,
+    not cached, not quarantined (the next run asks again), exit 3, and its reason in the manifest."""
+    from tests.support.long_commands import _parts, answer, colour_of
+
+    broken = {"green": True}
+
+    def reply(body):
+        _, urls = _parts(body)
+        return "" if broken["green"] and urls and colour_of(urls[0]) == "green" else answer(body)
+
+    with FakeOpenAI(reply=reply) as srv:
+        argv = caption(tmp_path, srv.spec(max_retries="2", backoff="0"))
+        res = run(argv)
+        assert res.returncode == 3, res.stderr[-2000:]
+        assert srv.chats == 3 + 3  # three images answered once, the green one asked 1 + 2 retries
+        out = tmp_path / "out"
+        rows = [json.loads(x) for p in (out / "captions").glob("*.jsonl") for x in p.read_text().splitlines()]
+        assert sorted(r["image_id"] for r in rows) == ["img0.png", "img2.png", "img3.png"]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["status"] == "incomplete" and manifest["this_run"]["failed"] == 1
+        assert "the reply is empty" in manifest["this_run"]["failures"]["img1.png"]
+        assert (out / "quarantine.jsonl").read_text() == ""
+        broken["green"] = False  # the server answers now: only the failed image is asked, nothing replayed
+        before = srv.chats
+        res = run(argv)
+        assert res.returncode == 0 and srv.chats == before + 1, res.stderr[-2000:]
+    rows = [json.loads(x) for p in (out / "captions").glob("*.jsonl") for x in p.read_text().splitlines()]
+    assert sorted(r["image_id"] for r in rows) == ["img0.png", "img1.png", "img2.png", "img3.png"]

@@ -55,9 +55,9 @@ def test_the_step_comes_from_the_trainer_state():
     plans = []
     original = r._plan
 
-    def spy(caption, questions, call, image=None):
+    def spy(caption, questions, call, image=None, *more):
         plans.append(call)
-        return original(caption, questions, call, image)
+        return original(caption, questions, call, image, *more)
 
     r._plan = spy
     r(prompts=["p"], completions=[[{"role": "assistant", "content": "c"}]], questions=[QUESTIONS], trainer_state=State(17))

@@ -50,12 +50,21 @@ _VIDEO_MIME = {".mp4": "video/mp4", ".m4v": "video/mp4", ".mov": "video/quicktim
                ".mkv": "video/x-matroska", ".avi": "video/x-msvideo", ".gif": "image/gif"}
 
 
+_FORMAT_MIME = {"mov": "video/mp4", "matroska": "video/webm", "gif": "image/gif", "avi": "video/x-msvideo"}
+"""FFmpeg demuxer name (the first of its aliases) → MIME type, for videos held as bytes."""
+
+
 def video_data_url(video: Any) -> str:
     """A video file as a ``data:video/...;base64,`` URL, as vLLM's ``video_url`` parts take it (the
     server decodes and samples it with its own video loader); http(s)/data URLs pass through."""
     if isinstance(video, str) and video.startswith(("http://", "https://", "data:")):
         return video
-    video = getattr(video, "meta", {}).get("path", video)  # a decoded clip sends the file it came from
+    meta = getattr(video, "meta", None)
+    if isinstance(meta, dict):  # a decoded Clip (vlrl.core.video) sends the file it came from, or its bytes
+        if meta.get("data") is not None:
+            mime = _FORMAT_MIME.get(str(meta.get("format", "")).split(",")[0], "video/mp4")
+            return f"data:{mime};base64,{base64.b64encode(meta['data']).decode('ascii')}"
+        video = meta.get("path", video)
     if not isinstance(video, (str, os.PathLike)):
         raise ValueError(f"an openai: backend sends video files, not {type(video).__name__} (give the video's path)")
     path = Path(video)

@@ -13,3 +13,6 @@ IMAGE_LIST_COLUMNS = ("images",)
 RECORD_IMAGE_COLUMNS = (*IMAGE_COLUMNS[:2], *IMAGE_LIST_COLUMNS)
 """Training, cold-start and evaluation rows: only the explicit image names count, since such rows
 often carry unrelated ``path``/``file`` text columns."""
+VIDEO_COLUMNS = ("videos", "video", "video_path")
+"""A column holding a row's video: a path, encoded bytes, a ``{"bytes", "path"}`` struct, or a list of
+those (``videos``, the public RL layout's column: the first is the row's video)."""

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from vlrl.core.images import IMAGE_EXTENSIONS, ImageLoadError, iter_image_files, load_image
 from vlrl.core.pipeline import iter_jsonl, read_jsonl
-from vlrl.core.records import ImageRef, RecordError, UnloadableImageRef, as_dict
-from vlrl.core.sources.columns import IMAGE_COLUMNS
+from vlrl.core.records import ImageRef, RecordError, UnloadableImageRef, VideoRef, as_dict
+from vlrl.core.sources.columns import IMAGE_COLUMNS, VIDEO_COLUMNS
 
 if TYPE_CHECKING:
     import datasets
@@ -40,11 +40,23 @@ logger = logging.getLogger(__name__)
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv")
 
 
-def find_image_column(columns: Iterable[str]) -> str | None:
-    """The first of the usual image column names that ``columns`` has (how a dataset of images is
-    told from a dataset of records), or None."""
+def find_image_column(columns: Iterable[str], media: str = "image") -> str | None:
+    """The first of the usual image (``media="video"``: video) column names that ``columns`` has
+    (how a dataset of images is told from a dataset of records), or None."""
     cols = set(columns)
-    return next((c for c in IMAGE_COLUMNS if c in cols), None)
+    return next((c for c in (VIDEO_COLUMNS if media == "video" else IMAGE_COLUMNS) if c in cols), None)
+
+
+def _cell(value: Any, media: str) -> Any:
+    """A media cell as one ``{"bytes", "path"}``-or-path value: a video row's ``videos`` list gives
+    its first video, and verl's ``{"video": path}`` its path (images are stored as they are)."""
+    if media != "video":
+        return value
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if isinstance(value, dict) and "video" in value and not value.get("path") and not value.get("bytes"):
+        value = value["video"]
+    return value
 
 
 @dataclass
@@ -67,6 +79,9 @@ class DatasetSource:
     image_column: str | None = None
     base: Path | None = None
     skipped: list[dict[str, str]] = field(default_factory=list)
+    media: str = "image"
+    """``video``: the media column holds videos (:class:`~vlrl.core.records.VideoRef`, decoded by
+    :func:`vlrl.core.video.load_video_value`); every other rule is the images'."""
     """Files or lines seen but not listed (``{"path", "reason"}``): names Arrow cannot hold (not
     UTF-8), a manifest's bad lines (``FILE:LINE``). Each is also an :class:`UnloadableImageRef` of
     :meth:`image_refs`, so every job quarantines it with its reason instead of aborting."""
@@ -76,7 +91,7 @@ class DatasetSource:
         self.root = Path(self.root)
         self.base = self.root if self.base is None else Path(self.base)
         if self.image_column is None:
-            self.image_column = find_image_column(self.dataset.column_names)
+            self.image_column = find_image_column(self.dataset.column_names, self.media)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -87,7 +102,7 @@ class DatasetSource:
         for key in ("id", "image_id"):
             if row.get(key) not in (None, ""):
                 return str(row[key])
-        value = row.get(self.image_column) if self.image_column else None
+        value = _cell(row.get(self.image_column), self.media) if self.image_column else None
         path = value.get("path") if isinstance(value, dict) else value
         return str(path) if isinstance(path, str) and path else str(i)
 
@@ -104,12 +119,13 @@ class DatasetSource:
         Raises ``ValueError`` at once (not on first iteration) if the source has no image column.
         """
         if self.image_column is None:
-            raise ValueError(f"{self.kind} source has no image column (looked for {', '.join(IMAGE_COLUMNS)})")
+            raise ValueError(f"{self.kind} source has no {self.media} column (looked for "
+                             f"{', '.join(VIDEO_COLUMNS if self.media == 'video' else IMAGE_COLUMNS)})")
         return self._iter_images(self.image_column)
 
     def _iter_images(self, column: str) -> Iterator[tuple[str, Any]]:
         for i, row in enumerate(self.dataset):
-            value = row[column]
+            value = _cell(row[column], self.media)
             if isinstance(value, dict):
                 if value.get("bytes"):
                     yield self._id(i, row), value["bytes"]
@@ -120,8 +136,17 @@ class DatasetSource:
     def load_image(self, i: int, **kwargs: Any) -> Image.Image:
         """Decode row ``i``'s image through the one loader, contained in :attr:`root`."""
         row = self.dataset[i]
-        value = row[self.image_column] if self.image_column else None
+        value = _cell(row[self.image_column], self.media) if self.image_column else None
         rid = self._id(i, row)
+        if self.media == "video":  # a Clip of the row's video, under the same root rule
+            from vlrl.core.video import load_video_value
+
+            if isinstance(value, dict) and value.get("bytes"):
+                return load_video_value(value["bytes"], record=rid)
+            path = value.get("path") if isinstance(value, dict) else value
+            if not path:
+                raise ImageLoadError(rid, "row has no video")
+            return load_video_value(self._src(path), root=self.root, record=rid)
         if isinstance(value, dict) and value.get("bytes"):
             return load_image(value["bytes"], record=rid, **kwargs)
         path = value.get("path") if isinstance(value, dict) else value
@@ -135,8 +160,9 @@ class DatasetSource:
         refs: list[ImageRef] = [UnloadableImageRef(id=s["path"], reason=s["reason"]) for s in self.skipped]
         skip = {"id", "meta", "path", self.image_column}
         assert self.base is not None
+        ref_type = VideoRef if self.media == "video" else ImageRef
         for i, row in enumerate(self.dataset):
-            value = row.get(self.image_column) if self.image_column else None
+            value = _cell(row.get(self.image_column), self.media) if self.image_column else None
             data, path = (value.get("bytes"), value.get("path")) if isinstance(value, dict) else (None, value)
             if isinstance(data, str):  # {"bytes": "<a path>"}: a path, under the same root policy as any path
                 data, path = None, data
@@ -152,14 +178,14 @@ class DatasetSource:
                         raise ImageLoadError(self._id(i, row), f"path {path!r} is outside the dataset root") from None
                 meta = as_dict(row.get("meta"), "meta", f"image {self._id(i, row)}")
                 meta.update({k: v for k, v in row.items() if k not in skip and v is not None})
-                refs.append(ImageRef(id=self._id(i, row), path=path or None, data=data or None, meta=meta))
+                refs.append(ref_type(id=self._id(i, row), path=path or None, data=data or None, meta=meta))
             except (ImageLoadError, RecordError) as e:  # one bad row never aborts a job
                 reason = getattr(e, "reason", None) or str(e)
                 refs.append(UnloadableImageRef(id=self._id(i, row), reason=reason))
         return refs
 
 
-def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> DatasetSource:
+def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None, media: str = "image") -> DatasetSource:
     """Open an image folder, an imagefolder, a JSONL/parquet file or folder, or a ``save_to_disk`` folder.
 
     Detection: a folder with ``metadata.jsonl``/``metadata.csv`` is an imagefolder; one with
@@ -171,8 +197,17 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
     that folder, and ``root`` (default: the folder) only sets the boundary they must stay in. Paths
     inside a data file (JSONL, parquet, ``save_to_disk``) are relative to ``root``, which defaults
     to the folder holding the file (for ``save_to_disk``, the folder holding that folder).
+
+    ``media="video"``: the same layouts with videos (a folder of video files, rows with a
+    ``videos``/``video``/``video_path`` column); refs are :class:`~vlrl.core.records.VideoRef`.
     """
     import datasets
+
+    from vlrl.core.video import VIDEO_EXTENSIONS, iter_video_files
+
+    video = media == "video"
+    extensions = VIDEO_EXTENSIONS if video else IMAGE_EXTENSIONS
+    files = iter_video_files if video else iter_image_files
 
     path = Path(src)
     if not path.exists():
@@ -187,9 +222,9 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
             ds, kind = _from_rows(rows, src), "jsonl"
         elif suffix == ".parquet":
             ds, kind = _read_parquet(path), "parquet"
-        elif suffix in IMAGE_EXTENSIONS:
+        elif suffix in extensions:
             ds, kind, base = (
-                datasets.Dataset.from_dict({"id": [path.name], "image": [path.name]}),
+                datasets.Dataset.from_dict({"id": [path.name], media: [path.name]}),
                 "folder",
                 path.parent,
             )
@@ -199,9 +234,9 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
         ds, kind, default_root, base = _read_imagefolder(path), "imagefolder", path, path
     elif (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
         ds, kind, default_root = load_disk_dataset(path)[0], "disk", path.parent
-    elif next(iter_image_files(path), None) is not None:
-        ids, skipped = _utf8_names(iter_image_files(path), path)
-        ds, kind, default_root, base = datasets.Dataset.from_dict({"id": ids, "image": ids}), "folder", path, path
+    elif next(files(path), None) is not None:
+        ids, skipped = _utf8_names(files(path), path)
+        ds, kind, default_root, base = datasets.Dataset.from_dict({"id": ids, media: ids}), "folder", path, path
     elif parquet := sorted(path.glob("*.parquet")):
         ds, kind, default_root = _read_parquet(*parquet), "parquet", path
     elif jsonl := sorted(path.glob("*.jsonl")):
@@ -212,8 +247,8 @@ def load_any_dataset(src: str | os.PathLike[str], *, root: str | os.PathLike[str
             skipped += bad
         ds, kind, default_root = _from_rows(rows, src), "jsonl", path
     else:
-        raise ValueError(f"{src}: no images, imagefolder metadata, save_to_disk files, parquet or JSONL found")
-    return DatasetSource(ds, Path(root) if root is not None else default_root, kind, base=base, skipped=skipped)
+        raise ValueError(f"{src}: no {media}s, imagefolder metadata, save_to_disk files, parquet or JSONL found")
+    return DatasetSource(ds, Path(root) if root is not None else default_root, kind, base=base, skipped=skipped, media=media)
 
 
 def plain_image_folder(src: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, str]]] | None:

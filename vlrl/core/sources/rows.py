@@ -1,8 +1,9 @@
 """Record rows: the training, cold-start and evaluation inputs read as plain dicts.
 
 A row source is a JSONL/JSON/parquet file, a ``save_to_disk`` folder, or ``builtin:tiny_captions[:N]`` /
-``builtin:tiny_math[:N]``, which generate a few small images with MCQs, rubrics and numeric answers so
-the tiny CPU recipes run with nothing prepared. :func:`record_image` finds a row's image and
+``builtin:tiny_math[:N]`` / ``builtin:tiny_videos[:N]``, which generate a few small images (or clips of
+a moving square) with MCQs, rubrics and numeric answers so the tiny CPU recipes run with nothing
+prepared. :func:`record_image` finds a row's image and
 :func:`load_record_image` decodes it through the one loader, :func:`vlrl.core.images.load_image`.
 
 :func:`read_row` is the one adapter from a record to its parts (id, images, the other columns),
@@ -21,12 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrl.core.sources.columns import IMAGE_LIST_COLUMNS, RECORD_IMAGE_COLUMNS
+from vlrl.core.sources.columns import IMAGE_LIST_COLUMNS, RECORD_IMAGE_COLUMNS, VIDEO_COLUMNS
 
 IMAGE_KEYS = RECORD_IMAGE_COLUMNS
-BUILTINS = ("tiny_captions", "tiny_math")
+BUILTINS = ("tiny_captions", "tiny_math", "tiny_videos")
 BUILTIN_COLUMNS = {"tiny_captions": ("id", "image", "questions", "rubrics"),
-                   "tiny_math": ("id", "image", "question", "answer", "response")}
+                   "tiny_math": ("id", "image", "question", "answer", "response"),
+                   "tiny_videos": ("id", "video", "questions")}
+_WAYS = ("left", "right", "up", "down")
 _COLORS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
 _SHAPES = ("circle", "square", "triangle")
 
@@ -50,12 +53,52 @@ def _draw(shape: str, color: str, size: int = 56):
     return img
 
 
+def _write_motion(path: Path, color: str, way: str, frames: int = 8, size: int = 56) -> None:
+    """A small clip of a coloured square crossing a white frame towards ``way`` (H.264 in MP4)."""
+    import av
+    import numpy as np
+
+    side = size // 4
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=4)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for k in range(frames):
+            t = round(k * (size - side) / (frames - 1))
+            x, y = {"right": (t, (size - side) // 2), "left": (size - side - t, (size - side) // 2),
+                    "down": ((size - side) // 2, t), "up": ((size - side) // 2, size - side - t)}[way]
+            arr = np.full((size, size, 3), 255, dtype=np.uint8)
+            arr[y : y + side, x : x + side] = _COLORS[color]
+            for packet in stream.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+
+
+def _video_record(name: str, i: int, rng: random.Random, root: Path) -> dict[str, Any]:
+    """A ``tiny_videos`` record: a moving square and two MCQs (which way it moves needs more than one frame)."""
+    color, way = rng.choice(list(_COLORS)), rng.choice(_WAYS)
+    path = root / f"{name}-{i:04d}-{color}-{way}.mp4"
+    if not path.exists():  # written aside then renamed: concurrent ranks never read half a file
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.mp4")
+        _write_motion(tmp, color, way)
+        os.replace(tmp, path)
+    ways, colors = list(_WAYS), list(_COLORS)
+    rng.shuffle(ways)
+    rng.shuffle(colors)
+    return {"id": f"{name}-{i}", "video": str(path), "questions": [
+        {"question": "Which way does the square move?", "options": ways, "answer": "ABCD"[ways.index(way)]},
+        {"question": "What color is the square?", "options": colors, "answer": "ABCD"[colors.index(color)]}]}
+
+
 def builtin_records(name: str, n: int, root: Path, seed: int = 0) -> list[dict[str, Any]]:
-    """Generate ``n`` records of a built-in dataset, writing their images under ``root``."""
+    """Generate ``n`` records of a built-in dataset, writing their images (videos) under ``root``."""
     if name not in BUILTINS:
         raise ValueError(f"unknown built-in dataset {name!r}; available: {', '.join(BUILTINS)}")
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
+    if name == "tiny_videos":
+        return [_video_record(name, i, rng, root) for i in range(n)]
     records = []
     for i in range(n):
         shape, color = rng.choice(_SHAPES), rng.choice(list(_COLORS))
@@ -157,7 +200,7 @@ def adapt_row(rec: Any) -> Any:
 
 def prompt_text(prompt: Any) -> str | None:
     """The user's text of a row's prompt: a string, or chat messages (the last user turn), with the
-    ``<image>`` placeholder of the public layout removed (the image travels in its own column)."""
+    ``<image>`` / ``<video>`` placeholder of the public layout removed (the media travels in its own column)."""
     if isinstance(prompt, list):
         users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
         content = users[-1].get("content") if users else None
@@ -166,7 +209,7 @@ def prompt_text(prompt: Any) -> str | None:
         prompt = content
     if not isinstance(prompt, str):
         return None
-    text = prompt.replace("<image>", " ").strip()
+    text = prompt.replace("<image>", " ").replace("<video>", " ").strip()
     return " ".join(text.split(" ")).strip() or None
 
 
@@ -257,14 +300,23 @@ class Row:
     """Every column but the images and the prompt, ``id`` included: what rewards read."""
     prompt: str | None = None
     """The record's own user text (:func:`record_prompt`); ``None`` when it brings none."""
+    video: Any = None
+    """The record's video as stored (a path, bytes, a struct, or CapRL++'s ``videos`` list; see
+    :func:`vlrl.core.video.video_value`); ``None`` when it has none."""
+
+
+def record_video(rec: dict[str, Any]) -> Any:
+    """A record's video cell: the first video column it has (:data:`VIDEO_COLUMNS`), as stored."""
+    return next((rec[k] for k in VIDEO_COLUMNS if rec.get(k) not in (None, [], "")), None)
 
 
 def read_row(rec: dict[str, Any], index: int) -> Row:
     """The one adapter from a record (already through :func:`adapt_row`) to its parts."""
     rid = str(rec.get("id", index))
-    columns = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k != "prompt"}
+    columns = {k: v for k, v in rec.items() if k not in IMAGE_KEYS and k not in VIDEO_COLUMNS and k != "prompt"}
     columns.setdefault("id", rid)
-    return Row(id=rid, record=rec, images=record_images(rec), columns=columns, prompt=record_prompt(rec))
+    return Row(id=rid, record=rec, images=record_images(rec), columns=columns, prompt=record_prompt(rec),
+               video=record_video(rec))
 
 
 def iter_rows(source: str, cache_dir: str | Path | None = None) -> Iterator[Row]:

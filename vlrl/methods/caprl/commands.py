@@ -25,7 +25,9 @@ from vlrl.methods.options import (
 @long_job(image_flags=False, force="Start over: remove this shard's records, the dataset and stats first.",
           retry_quarantined="Process images quarantined by earlier runs again.")
 def qa_curate_cmd(
-    images: str = typer.Option(..., "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+    images: str | None = typer.Option(None, "--images", help="Image folder, imagefolder, JSONL/parquet manifest or save_to_disk folder."),
+    videos: str | None = typer.Option(None, "--videos", help="Video folder, or JSONL/parquet manifest or save_to_disk folder with a videos column: "
+                                                              "MCQs about each video, filtered with and without it (CapRL++)."),
     vlm: str = typer.Option(..., "--vlm", help="Backend spec of the VLM that writes the questions (and answers them with the image unless --filter-vlm)."),
     filter_vlm: str | None = typer.Option(None, "--filter-vlm", help="Backend spec of the (small) VLM that answers with the image in the filter; default: --vlm."),
     answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer (no image)."),
@@ -56,10 +58,12 @@ def qa_curate_cmd(
 
     cfg = CurateConfig(per_image=per_image, rounds=rounds, visual_min=visual_min, text_max=text_max, chance_floor=chance_floor,
                        batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, seed=seed, max_pixels=max_pixels,
-                       max_attempts=max_attempts,
+                       max_attempts=max_attempts, media="video" if videos else "image",
                        **({} if max_image_pixels is None else {"max_image_pixels": max_image_pixels or None}))
     with command_errors("data qa-curate"):
-        stats = curate(images, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=job.force,
+        if (images is None) == (videos is None):
+            raise ValueError("give --images or --videos (one of them)")
+        stats = curate(images or videos, vlm, answerer, out, cfg, shard=parse_shard(shard), progress=not quiet, force=job.force,
                        retry_quarantined=job.retry_quarantined, max_consecutive_failures=job.max_consecutive_failures,
                        filter_vlm=filter_vlm)
     typer.echo(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
@@ -214,7 +218,8 @@ def _smoke_other(reward_name: str, **options) -> None:
 def prism_cmd(
     captioner: str = typer.Option(..., "--captioner", help="Backend spec of the captioner under test."),
     answerer: str = typer.Option(..., "--answerer", help="Backend spec of the text-only answerer."),
-    bench: str = typer.Option(..., "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
+    bench: str | None = typer.Option(None, "--bench", help="Benchmark JSONL file or dataset folder (format: docs/prism.md)."),
+    videos: str | None = typer.Option(None, "--videos", help="Video benchmark (video Prism): JSONL file or dataset folder whose rows name a video (docs/prism.md)."),
     out: str = typer.Option(..., "--out", help="Output folder (results.json, predictions.jsonl, captions.jsonl, cache/)."),
     limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N questions."),
     caption_max_tokens: int = typer.Option(2048, "--caption-max-tokens", help="Caption length limit in tokens (captions that hit it are marked truncated)."),
@@ -231,6 +236,11 @@ def prism_cmd(
     job: JobFlags = JobFlags(),
 ) -> None:
     params = job.params(locals())
+    if videos is None:
+        params.pop("videos")  # an image run's identity is what it was before video Prism
+    if (bench is None) == (videos is None):
+        typer.echo("vlrl eval prism: give --bench or --videos (one of them)", err=True)
+        raise typer.Exit(2)
     from vlrl.methods.caprl.prism import evaluate_prism
 
     if preset is not None:  # resolved before the identity is taken: a preset run is its settings
@@ -243,7 +253,7 @@ def prism_cmd(
 
     res = job_command(
         "eval prism", out, params, lambda: evaluate_prism(
-            captioner, answerer, bench, out, limit=limit, caption_max_tokens=caption_max_tokens,
+            captioner, answerer, bench or videos, out, limit=limit, media="video" if videos else "image", caption_max_tokens=caption_max_tokens,
             cache=not no_cache, progress=not quiet, captions_per_image=captions_per_image,
             caption_temperature=caption_temperature, answer_mode=answer_mode, seed=seed,
             answer_temperature=answer_temperature, reason_max_tokens=reason_max_tokens, numeric_scales=numeric_scales,

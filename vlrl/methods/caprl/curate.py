@@ -48,6 +48,7 @@ from vlrl.core.jobs import retry_quarantined as _retry_quarantined
 from vlrl.core.pipeline import JsonlStore, Quarantine, atomic_write_json, in_shard, read_jsonl
 from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
+from vlrl.core.video import media_part
 from vlrl.judge import chat_structured
 from vlrl.methods.caprl.filtering import text_only_filter, visual_filter
 from vlrl.methods.caprl.mcq import seeded_rng
@@ -85,6 +86,9 @@ class CurateConfig:
     """Spec of the VLM that answers with the image in the filter (default: ``vlm``)."""
     answerer: str | None = None
     """Spec of the text-only answerer of the filter (filled in by :func:`curate`)."""
+    media: str = "image"
+    """``video`` (``--videos``): the source's rows are videos; questions are about the video, and the
+    filter's visual half watches it (CapRL++). The default prompt becomes ``caprl_qa_generate_video``."""
 
 
 WRITER_BATCH_ROWS = 16
@@ -121,6 +125,8 @@ def curate(
     from dataclasses import replace
 
     cfg = config or CurateConfig()
+    if cfg.media == "video" and cfg.prompt == "caprl_qa_generate":
+        cfg = replace(cfg, prompt="caprl_qa_generate_video")
     cfg = replace(cfg, vlm=_spec_name(vlm), answerer=_spec_name(answerer),
                   filter_vlm=_spec_name(filter_vlm if filter_vlm is not None else vlm))
     if cfg.max_attempts < 1:
@@ -130,7 +136,8 @@ def curate(
     models = ("vlm", "answerer", "filter_vlm")
     settings = {"images": resolve_source(str(images)), "vlm": backend_identity(vlm), "answerer": backend_identity(answerer),
                 "filter_vlm": backend_identity(filter_vlm if filter_vlm is not None else vlm),
-                **{k: v for k, v in asdict(cfg).items() if k != "batch_size" and k not in models}}
+                **{k: v for k, v in asdict(cfg).items() if k != "batch_size" and k not in models
+                   and not (k == "media" and v == "image")}}  # an image job's identity is what it was
     job = Job("data qa-curate", out, settings, shard=shard, force=force,
               outputs=[f"records/{tag}.jsonl", f"records/quarantine-{tag}.jsonl", "dataset", "stats.json"],
               has_work=lambda: any((out / "records" / f).is_file() and (out / "records" / f).stat().st_size > 0
@@ -148,7 +155,7 @@ def _curate(images, vlm: str, answerer: str, out: Path, cfg: CurateConfig, shard
     from vlrl.core.sources import load_any_dataset
 
     (out / "records").mkdir(parents=True, exist_ok=True)
-    source = load_any_dataset(images)
+    source = load_any_dataset(images, media=cfg.media)
     refs, dups = split_duplicates(source.image_refs())
     by_id = {r.id: r for r in refs}
     all_ids = [r.id for r in refs] + [key for key, _ in dups]
@@ -255,7 +262,7 @@ def _process_batch(
         salt = (attempts[image_id],) if attempts[image_id] else ()
         seed = seeded_rng("qa_generate", cfg.seed, image_id, *salt).getrandbits(31)
         sampling = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed if cfg.temperature > 0 else None)
-        content = [{"type": "image", "image": loaded[image_id]}, {"type": "text", "text": prompt}]
+        content = [media_part(loaded[image_id]), {"type": "text", "text": prompt}]
         reqs.append(ChatRequest([{"role": "user", "content": content}], sampling, id=image_id))
     # through the judge seam: parse_mcqs never raises, so no correction rounds; a backend that raises
     # or errors leaves the image for the next run
@@ -357,19 +364,26 @@ def finalize(out: str | Path, all_ids: list[str], cfg: CurateConfig, *, source_r
     if pending:
         logger.info("%d image(s) still pending (other shards or failed calls): dataset not written yet", len(pending))
         return stats
-    write_dataset(out / "dataset", [records[i] for i in all_ids if i in records], refs, source_root)
+    write_dataset(out / "dataset", [records[i] for i in all_ids if i in records], refs, source_root, media=cfg.media)
     return stats
 
 
-def write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any], root: Path) -> None:
+def write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any], root: Path, media: str = "image") -> None:
+    """The curated rows: ``id``, the media and the kept ``questions``. A video row's ``video`` is a
+    ``{"bytes", "path"}`` struct holding the file (there is no HF feature that decodes videos the way
+    vlrl must: under its own loader's refusals)."""
     import datasets
 
     from vlrl.core.images import resolve_under_root
 
     q = {k: datasets.Value("string") for k in ("question", "answer")}
+    cell = ({"bytes": datasets.Value("binary"), "path": datasets.Value("string")} if media == "video"
+            else datasets.Image())
+    extra = {"video_path": datasets.Value("string")} if media == "video" else {}
     features = datasets.Features({
         "id": datasets.Value("string"),
-        "image": datasets.Image(),
+        media: cell,
+        **extra,
         "questions": datasets.List({**q, "options": datasets.List(datasets.Value("string")),
                                     "visual_acc": datasets.Value("float64"), "text_acc": datasets.Value("float64")}),
     })
@@ -380,8 +394,11 @@ def write_dataset(dest: Path, records: list[dict[str, Any]], refs: dict[str, Any
             if not kept:
                 continue
             ref = refs[r["id"]]
-            data = ref.data if ref.data else resolve_under_root(ref.path, root, ref.id).read_bytes()
-            yield {"id": r["id"], "image": {"bytes": data, "path": ref.path or r["id"]}, "questions": kept}
+            real = resolve_under_root(ref.path, root, ref.id) if not ref.data else None
+            data = ref.data if ref.data else real.read_bytes()
+            # a video's source file by absolute path: what a reward server reads (CapRL++'s video_path)
+            where = {"video_path": str(real) if real else None} if media == "video" else {}
+            yield {"id": r["id"], media: {"bytes": data, "path": ref.path or r["id"]}, "questions": kept, **where}
 
     # Streamed: rows go to Arrow shards a few at a time (WRITER_BATCH_ROWS), and nothing is read
     # back, so peak memory does not grow with the corpus (the paper keeps 75K images; a list of
@@ -420,7 +437,7 @@ def _write_arrow_shards(folder: Path, rows: Any, features: Any, shard_bytes: int
                 writer = ArrowWriter(features=features, path=str(paths[-1]), writer_batch_size=WRITER_BATCH_ROWS)
                 size = 0
             writer.write(features.encode_example(row))
-            size += len(row["image"]["bytes"] or b"")
+            size += len(next(row[k] for k in ("image", "video") if k in row)["bytes"] or b"")
             n += 1
         if writer is None:  # no rows: one empty shard keeps the schema
             paths.append(folder / ".shard-00000.arrow")

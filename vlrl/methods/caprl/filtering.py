@@ -37,6 +37,7 @@ from typing import Any
 from vlrl.core.backends import Backend, load_backend
 from vlrl.core.prompts import render
 from vlrl.core.records import MCQ
+from vlrl.core.video import media_part
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import NONE_OF_THE_ABOVE, normalize_mcq, present, seeded_rng
 
@@ -77,8 +78,10 @@ def answer_accuracy(
         for r in range(rounds):
             rng = seeded_rng("caprl_filter", seed, salt, key)  # the same base order every round
             pres = present(mcq, rng, abstain, rotate=(r * k) // rounds)
-            text = render(prompt, question=mcq.question, options=pres.lines(), with_image=image is not None)
-            content: Any = [{"type": "image", "image": image}, {"type": "text", "text": text}] if image is not None else text
+            part = media_part(image) if image is not None else None
+            text = render(prompt, question=mcq.question, options=pres.lines(), with_image=part is not None,
+                          media=part["type"] if part else "image")
+            content: Any = [part, {"type": "text", "text": text}] if part is not None else text
             asks.append(Ask([{"role": "user", "content": content}], pres, id=f"{key}/round{r}"))
     answers = ask(backend, asks, mode="sample", temperature=0.0, max_tokens=max_tokens)
     out = []

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -48,8 +47,20 @@ from vlrl.core.prompts import render
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import MCQError, normalize_mcq, parse_letter, present
+from vlrl.methods.caprl.prism_metrics import (  # the metrics live there; their names stay importable here
+    QUESTION_TYPES,
+    anls,
+    boxed_answer,
+    exact_match,
+    parse_number,
+    plain_answer,
+    question_type,
+    relaxed_accuracy,
+    score_short,
+    short_answer,
+    verified,
+)
 from vlrl.methods.caprl.qa_dataset import bench_rows, dataset_folder, is_curated
-from vlrl.rewards.answer_check import last_boxed, math_equal, math_number
 
 logger = logging.getLogger(__name__)
 
@@ -65,156 +76,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 STATE_CAPTIONS_IDENTITY = "state/captions.identity.json"
 STATE_BAD_IMAGES = "state/bad_images.jsonl"
 
-_NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?|[-+]?\.\d+", re.I)
-
-
-# -- metrics ------------------------------------------------------------------------------------
-
-
-def parse_number(text: Any) -> float | None:
-    """First number in ``text`` (``"1,234.5"``, ``"45%"``, ``"$3"``); ``None`` if there is none."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    m = _NUMBER.search(str(text or ""))
-    if not m:
-        return None
-    try:
-        return float(m.group(0).replace(",", ""))
-    except ValueError:
-        return None
-
-
-def _norm(s: Any) -> str:
-    return " ".join(str(s).strip().lower().rstrip(".").split())
-
-
-def relaxed_accuracy(pred: str, gold: Any, tolerance: float = 0.05, scales: str = "percent") -> float:
-    """``scales="percent"``: ×100 and ×0.01 are tried only when either side carries a ``%``;
-    ``"public"``: on every number, as the public CapRL evaluation does (so ``0.5`` matches ``50``)."""
-    g, p = parse_number(gold), parse_number(pred)
-    if g is None or p is None:
-        return float(_norm(pred) == _norm(gold))
-    candidates = [p]
-    if scales == "public" or "%" in str(pred) or "%" in str(gold):  # 45% vs 0.45: one quantity, two ways
-        candidates += [p * 100, p / 100]
-    for c in candidates:
-        if (g == 0 and c == 0) or (g != 0 and abs(c - g) / abs(g) <= tolerance):
-            return 1.0
-    return 0.0
-
-
-def exact_match(pred: str, gold: Any) -> float:
-    """Case/whitespace-normalised equality; numbers compare by value (``2019`` = ``2019.0``)."""
-    g, p = parse_number(gold), parse_number(pred)
-    if g is not None and p is not None and _is_number(str(gold)) and _is_number(str(pred)):
-        return float(g == p)
-    return float(_norm(pred) == _norm(gold))
-
-
-def _is_number(s: str) -> bool:
-    return bool(re.fullmatch(r"\s*[-+]?[\d,]*\.?\d+\s*%?\s*", s))
-
-
-def _levenshtein(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
-
-
-def anls(pred: str, golds: list[Any], threshold: float = 0.5) -> float:
-    """Average normalised Levenshtein similarity against the closest gold answer."""
-    p = _norm(pred)
-    best = 0.0
-    for g in golds:
-        g = _norm(g)
-        if not p and not g:
-            return 1.0
-        nl = _levenshtein(p, g) / max(len(p), len(g), 1)
-        best = max(best, 1.0 - nl if nl < threshold else 0.0)
-    return best
-
-
-_ANLS_BENCHMARKS = ("infovqa", "docvqa", "infographic")
-_YEAR = re.compile(r"\s*(1[5-9]|20)\d\d\s*")
-
-
-def question_type(row: dict[str, Any]) -> str:
-    """``mc``, ``numeric``, ``exact`` or ``text``: declared, else inferred (see module doc)."""
-    declared = row.get("type")
-    if declared in QUESTION_TYPES:
-        return declared
-    if row.get("options"):
-        return "mc"
-    answer = str(row.get("answer"))
-    numeric = parse_number(row.get("answer")) is not None and re.fullmatch(r"[\s\d.,%$+\-e]+", answer)
-    if any(b in str(row.get("benchmark") or "").lower() for b in _ANLS_BENCHMARKS):
-        return "text"
-    if not numeric:
-        return "exact"
-    return "exact" if _YEAR.fullmatch(answer) else "numeric"
-
-
-QUESTION_TYPES = ("mc", "numeric", "exact", "text")
-
-
-def score_short(pred: str, golds: list[Any], qtype: str, scales: str = "percent") -> float:
-    """Best score of ``pred`` against any gold answer under the type's metric."""
-    if qtype == "numeric":
-        return max(relaxed_accuracy(pred, g, scales=scales) for g in golds)
-    if qtype == "exact":
-        return max(exact_match(pred, g) for g in golds)
-    return anls(pred, golds)
-
-
-def boxed_answer(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed), or None.
-
-    Read by :func:`vlrl.rewards.answer_check.last_boxed`, the reader Vision-R1's reward uses, so
-    ``\\fbox{}`` counts too."""
-    boxed = last_boxed(text)
-    return None if boxed is None else boxed.strip()
-
-
-def _plain(boxed: str) -> str:
-    """A boxed LaTeX answer as plain text for the type's metric: a number's value (``\\frac{25}{2}``
-    → ``12.5``, so relaxed accuracy applies), else the text without ``\\text{}`` wrappers."""
-    value = math_number(boxed)
-    if value is not None:
-        return str(value)
-    return re.sub(r"\\text\{([^}]*)\}", r"\1", boxed)
-
-
-def verified(pred: str, golds: list[Any]) -> bool:
-    """math-verify equivalence of the boxed answer with any gold answer (numbers, fractions, LaTeX),
-    each check bounded in time (:func:`vlrl.rewards.answer_check.math_equal`)."""
-    return any(math_equal(pred, str(g)) for g in golds)
-
-
-def short_answer(text: str) -> str:
-    """The answer part of a free-text reply: first line, "The answer is" and trailing dot removed."""
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    line = re.sub(r"^\s*(the\s+)?(final\s+)?answer\s*(is)?\s*:?\s*", "", line, flags=re.I)
-    return line.strip().rstrip(".").strip()
 
 
 # -- evaluation ---------------------------------------------------------------------------------
 
 
+def _media(row: dict[str, Any]) -> Any:
+    """A bench row's image, else its video cell (the first of a ``videos`` list; a struct's bytes or path)."""
+    if row.get("image") is not None:
+        return row["image"]
+    from vlrl.core.sources.rows import record_video
+
+    v = record_video(row)
+    if isinstance(v, (list, tuple)):
+        v = v[0] if v else None
+    return v.get("video", v) if isinstance(v, dict) and "bytes" not in v and "path" not in v else v
+
+
 def _image_key(row: dict[str, Any], i: int) -> str:
-    v = row.get("image")
+    v = _media(row)
     path = v.get("path") if isinstance(v, dict) else v
-    if isinstance(v, dict) and v.get("bytes"):
+    data = v.get("bytes") if isinstance(v, dict) else v if isinstance(v, bytes) else None
+    if data:
         import hashlib
 
-        return "sha1:" + hashlib.sha1(v["bytes"]).hexdigest()
+        return "sha1:" + hashlib.sha1(data).hexdigest()
     return str(path) if path else f"row{i}"
 
 
-def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
+def open_bench(bench: str | Path, media: str = "image") -> tuple[list[dict[str, Any]], Any]:
     """Rows of a benchmark and a function loading row ``i``'s image.
 
     A JSONL/JSON file is read directly (answers may mix numbers and strings, which one Arrow column
@@ -222,10 +112,15 @@ def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
     (its folder or ``dataset/``) gives one multiple-choice row per curated question
     (:func:`vlrl.methods.caprl.qa_dataset.bench_rows`). Anything else goes through
     :func:`vlrl.core.sources.load_any_dataset` (parquet, ``save_to_disk``, imagefolder).
+
+    ``media="video"`` (``--videos``): rows name a video (``video``/``videos``/``video_path``), loaded as
+    the frames Qwen's video rules pick (:func:`vlrl.core.video.load_video_value`), under the same
+    root rules.
     """
     from vlrl.core.images import load_image
     from vlrl.core.pipeline import read_jsonl
     from vlrl.core.sources import load_any_dataset
+    from vlrl.core.video import load_video_value
 
     path = Path(bench)
     if path.is_file() and path.suffix.lower() in (".jsonl", ".json"):
@@ -236,24 +131,26 @@ def open_bench(bench: str | Path) -> tuple[list[dict[str, Any]], Any]:
         root = path.parent
 
         def load(i: int):
-            v = rows[i].get("image")
+            v = _media(rows[i])
             rid = str(rows[i].get("id") or i)
+            if media == "video":
+                return load_video_value(v, root=root if isinstance(v, str) else None, record=rid)
             return load_image(v, record=rid) if isinstance(v, dict) else load_image(v, root=root, record=rid)
 
     elif is_curated(bench):  # a qa-curate dataset: each curated question is one multiple-choice row
-        source = load_any_dataset(dataset_folder(bench))
+        source = load_any_dataset(dataset_folder(bench), media=media)
         rows, origin = bench_rows([source.dataset[i] for i in range(len(source))])
 
         def load(i: int):
             return source.load_image(origin[i])
 
     else:
-        source = load_any_dataset(bench)
+        source = load_any_dataset(bench, media=media)
         rows = [source.dataset[i] for i in range(len(source))]
         load = source.load_image
     for lineno, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or not row.get("question") or row.get("answer") in (None, "") or not row.get("image"):
-            raise ValueError(f"{bench}: record {lineno} needs 'image', 'question' and 'answer' (see docs/prism.md)")
+        if not isinstance(row, dict) or not row.get("question") or row.get("answer") in (None, "") or not _media(row):
+            raise ValueError(f"{bench}: record {lineno} needs '{media}', 'question' and 'answer' (see docs/prism.md)")
     return rows, load
 
 
@@ -275,8 +172,10 @@ def evaluate_prism(
     seed: int = 0,
     answer_temperature: float = 0.0,
     numeric_scales: str = "percent",
+    media: str = "image",
 ) -> dict[str, Any]:
     """Run the evaluation; writes ``captions.jsonl``, ``predictions.jsonl`` and ``results.json``.
+    ``media="video"``: the bench's rows name videos, captioned with the video prompt (video Prism).
 
     ``captions_per_image`` > 1 samples that many captions per image at ``caption_temperature`` and
     answers every question once per caption (mean and best-of-N are reported); one caption is
@@ -290,7 +189,7 @@ def evaluate_prism(
         raise ValueError(f"captions per image must be >= 1, got {captions_per_image}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, load_row_image = open_bench(bench)
+    rows, load_row_image = open_bench(bench, media)
     rows = rows if limit is None else rows[:limit]
     cache_dir = out / "cache" if cache else None
     cap_b = load_backend(captioner, cache=cache_dir)
@@ -305,7 +204,7 @@ def evaluate_prism(
     for i, row in enumerate(rows):
         first_row.setdefault(_image_key(row, i), i)
     keys = list(first_row)
-    prompt = render("caption_default")
+    prompt = render("caption_video" if media == "video" else "caption_default")
     n = captions_per_image
     sampling = SamplingParams(max_tokens=caption_max_tokens, temperature=caption_temperature if n > 1 else 0.0, n=n,
                               seed=seed if n > 1 else None)
@@ -332,7 +231,7 @@ def evaluate_prism(
                 truncs = list(oc.truncations) if oc.truncations else [oc.truncated]
                 outcomes.append(Outcome.ok(k, {"image": k, "captions": caps, "truncations": truncs}))
             elif oc.reason.startswith("bad image: "):
-                outcomes.append(Outcome.fail(k, f"image: {oc.reason.removeprefix('bad image: ')}"))
+                outcomes.append(Outcome.fail(k, f"{media}: {oc.reason.removeprefix('bad image: ')}"))
             else:
                 errors[k] = f"captioner: {oc.reason}"
                 outcomes.append(Outcome.retry(k, errors[k]))
@@ -483,9 +382,13 @@ def _answer_all(rows: list[dict], preds: list[dict], caps: list[list[str] | None
                 letter = parse_letter(boxed, pres.letters)
                 out[i].append({"prediction": letter, "score": float(letter == pres.gold), "error": None, "raw": res.text})
                 continue
-            score = 1.0 if verified(boxed, golds) else score_short(_plain(boxed), golds, qtype, scales)
+            score = 1.0 if verified(boxed, golds) else score_short(plain_answer(boxed), golds, qtype, scales)
             out[i].append({"prediction": boxed, "score": score, "error": None, "raw": res.text})
         else:
             p = short_answer(res.text)
             out[i].append({"prediction": p, "score": score_short(p, golds, qtype, scales), "error": None, "raw": res.text})
     return out
+
+
+__all__ = ["PRESETS", "QUESTION_TYPES", "anls", "boxed_answer", "evaluate_prism", "exact_match", "open_bench", "parse_number",
+           "question_type", "relaxed_accuracy", "score_short", "short_answer", "verified"]

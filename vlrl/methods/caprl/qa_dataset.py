@@ -66,7 +66,8 @@ def bench_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[i
     origin: list[int] = []
     for i, row in enumerate(rows):
         for j, q in enumerate(row.get("questions") or []):
-            out.append({"id": f"{row['id']}#{j}", "image_id": str(row["id"]), "image": row.get("image"),
+            media = {"video": row["video"]} if row.get("video") is not None else {"image": row.get("image")}
+            out.append({"id": f"{row['id']}#{j}", "image_id": str(row["id"]), **media,
                         "benchmark": CURATED_BENCHMARK, "type": "mc", "question": q["question"],
                         "options": list(q["options"]), "answer": q["answer"]})
             origin.append(i)

@@ -228,7 +228,7 @@ class CapRLQAReward(Reward):
         finally:
             self._step = None
 
-    def _plan(self, caption: str, questions: Any, call: int, image: Any = None) -> tuple[list[Ask], dict[str, Any]]:
+    def _plan(self, caption: str, questions: Any, call: int, image: Any = None, media: str = "image") -> tuple[list[Ask], dict[str, Any]]:
         """The Q×N asks of one caption, or none with the reason in the details."""
         try:
             items = coerce_questions(questions)
@@ -266,7 +266,7 @@ class CapRLQAReward(Reward):
                                  if self.shuffle else None)
                     pres = present(mcq, order_rng, self.cannot_answer)
                     orders[qi, r] = pres, render(self.prompt, caption=caption, question=mcq.question, options=pres.lines(),
-                                                 choices=list(zip(pres.letters, pres.options, strict=True)))
+                                                 choices=list(zip(pres.letters, pres.options, strict=True)), media=media)
                 pres, text = orders[qi, r]
                 sample_seed = rng.getrandbits(31)  # each sample-mode ask is an independent draw
                 asks.append(Ask([{"role": "user", "content": text}], pres, seed=sample_seed, id=f"q{qi}/draw{j}/round{r}"))
@@ -301,7 +301,8 @@ class CapRLQAReward(Reward):
             return [Score(None, {"reason": "questions column length mismatch"}) for _ in completions]
         call = self._step if self._step is not None else self._calls
         self._calls += 1
-        plans = [self._plan(c or "", q, call, i) for c, q, i in zip(completions, questions, ids, strict=False)]
+        media = _media(columns, n)  # a video row's caption is a video's description; nothing else changes
+        plans = [self._plan(c or "", q, call, i, m) for c, q, i, m in zip(completions, questions, ids, media, strict=False)]
         flat = [a for asks, _ in plans for a in asks]
         if flat:
             try:
@@ -389,3 +390,16 @@ class CapRLQAReward(Reward):
             details["low_mass_resampled"] = sum(bool(getattr(a, "resampled", False)) for a in ok)
         details["cannot_answer_rate"] = sum(a.abstain for a in ok) / len(ok)
         return Score(acc, details)
+
+
+def _media(columns: dict[str, Any], n: int) -> list[str]:
+    """``"video"`` for each row that carries a video (CapRL++'s rows: ``videos``; vlrl's: ``video``
+    or ``video_path``), else ``"image"``: the answerer is told what the caption describes."""
+    from vlrl.core.sources.columns import VIDEO_COLUMNS
+
+    out = ["image"] * n
+    for c in VIDEO_COLUMNS:
+        col = columns.get(c)
+        if isinstance(col, (list, tuple)) and len(col) == n:
+            out = ["video" if v is not None or m == "video" else m for v, m in zip(col, out, strict=True)]
+    return out

@@ -51,7 +51,7 @@ from vlrl.core.stats import bootstrap_mean, sign_test, wilson
 from vlrl.judge import chat_structured, extract_final_json
 from vlrl.judge.fence import fence_caption
 from vlrl.judge.structured import InvalidOutput
-from vlrl.methods.rubicap.captioner import collect_captions
+from vlrl.methods.rubicap.captioner import caption_counts, collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
@@ -170,6 +170,7 @@ def run_arena(
         judgments.close()
     results["judge"] = judge if isinstance(judge, str) else f"<{type(judge).__name__} {judge.model}>"
     results["reference"] = str(reference) if reference else None
+    results["caption_counts"] = caption_counts(out, [cand_name, *base_names])  # empty / truncated captions
     atomic_write_json(out / "results.json", results)
     return results
 

@@ -33,7 +33,7 @@ from vlrl.core.backends import Backend
 from vlrl.core.pipeline import JsonlStore, atomic_write_json
 from vlrl.core.stage import Outcome, run_stage
 from vlrl.core.stats import bootstrap_mean
-from vlrl.methods.rubicap.captioner import collect_captions
+from vlrl.methods.rubicap.captioner import caption_counts, collect_captions
 from vlrl.methods.rubicap.contestants import check_caption_file, is_caption_file_spec, split_contestant
 from vlrl.methods.rubicap.sources import load_images
 
@@ -132,6 +132,7 @@ def run_caption_qa(
         results = aggregate(list(store), names, levels, items, caps)
         _count_failed(results, units, store, unit_key)
         results["settings"] = settings
+        results["caption_counts"] = caption_counts(out, names)  # empty / truncated captions per captioner
     finally:
         store.close()
     atomic_write_json(out / "results.json", results)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vlrl.captioning.captioner import CaptionOutcome, caption_images, captions_from_file, is_captions_file
 from vlrl.core.backends import Backend, SamplingParams, load_backend
+from vlrl.core.outputs import OutputCounts
 from vlrl.core.pipeline import JsonlStore
 from vlrl.core.prompts import render
 from vlrl.core.sources import ImageItem
@@ -107,3 +108,21 @@ def collect_captions(
     finally:
         store.close()
         failures.close()
+
+
+def caption_counts(out: Path, names: Sequence[str], limit_flag: str = "--caption-max-tokens") -> dict[str, dict[str, int]]:
+    """Per captioner, how many of its captions in ``out/captions.jsonl`` are empty (whitespace only)
+    or stopped at the length limit, with one warning per captioner over the share
+    (:class:`vlrl.core.outputs.OutputCounts`): an evaluation of a broken captioner's newlines must say
+    so beside its scores."""
+    counts = {n: OutputCounts(f"captions of {n}", limit_flag) for n in names}
+    store = JsonlStore(out / "captions.jsonl", key_field="key")
+    try:
+        for rec in store:
+            if rec.get("model") in counts:
+                counts[rec["model"]].add(rec.get("caption"), truncated=bool(rec.get("truncated")))
+    finally:
+        store.close()
+    for c in counts.values():
+        c.check()
+    return {n: {"captions": c.seen, **c.as_dict()} for n, c in counts.items()}

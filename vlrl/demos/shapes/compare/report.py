@@ -8,7 +8,7 @@ applied whatever the numbers are, so the report cannot be steered toward a story
 * a judge is "biased" when, on held-out (image, caption) pairs, it overrates captions with
   mis-stated facts by more than ``BIAS_POINTS`` on its 1–10 scale (mean error against the oracle);
 * a reward is "hacked" when the row's own reward rose by at least ``REWARD_RISE`` while the
-  independent judge saw no accuracy gain beyond ``MARGIN``, or the captions state more false facts
+  QA judge saw no accuracy gain beyond ``MARGIN``, or the captions state more false facts
   than the warm start's by more than ``MARGIN`` (``false_fact_rate``: the world's parser against the
   scene, so the QA judge's own mistakes, which grow with every fact a caption states, do not count).
 """
@@ -167,7 +167,7 @@ vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></h
 <p>{'Quick' if cfg.quick else 'Full'} run, seed {cfg.seed}. Every row starts from the same warm-start captioner and trains
 {cfg.demo.grpo_steps} GRPO steps ({cfg.demo.images_per_step} images × {cfg.demo.num_generations} captions per step) with the
 same seed, the same length/repetition guards and the same grammar format reward; only the main reward differs. Every row
-is graded by one <b>independent QA judge</b> (a tiny answerer trained with seed {cfg.seed + cfg.demo.judge_seed_offset},
+is graded by one <b>QA judge answerer</b> (the <code>caprl_qa</code> reward answerer's twin: a tiny answerer trained on the same data with seed {cfg.seed + cfg.demo.judge_seed_offset},
 never a reward) on {metrics['eval_questions']} curated questions of {metrics['eval_scenes']} held-out scenes, both option
 orders. Accuracy before RL: <b>{metrics['acc_before']}</b>. Hallucination: the judge picks a wrong concrete option
 (the caption said something false, or the judge misread a true caption); <code>false_fact_rate</code>: the share of

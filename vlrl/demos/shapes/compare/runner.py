@@ -1,7 +1,7 @@
 """``vlrl demo --compare``: the caption papers' reward comparison, in the shapes world.
 
 One world, one warm-start captioner, one GRPO budget and seed; only the main reward changes from row
-to row, and one independent QA judge (the CapRL demo's judge answerer, trained with ``seed + 1000``
+to row, and one QA judge (the CapRL demo's judge answerer, trained with ``seed + 1000``
 and never a reward) grades every row's held-out captions:
 
 * ``no_rl`` — the warm start itself;

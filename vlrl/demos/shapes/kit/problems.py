@@ -58,3 +58,39 @@ def make_problems(n: int, seed: int, world: W.WorldConfig, prefix: str) -> list[
 
 def problem_id(scene_id: str, question: str) -> str:
     return f"{scene_id}/{hashlib.sha1(question.encode()).hexdigest()[:6]}"
+
+
+def layout(scene: W.Scene) -> tuple:
+    """What a scene shows, jitter aside: its items in order. Two scenes with one layout differ by a few pixels."""
+    return tuple((it.position, it.shape, it.colour, it.size, it.word) for it in scene.items)
+
+
+def seen_keys(problems: list[tuple[W.Scene, dict[str, Any]]]) -> set[tuple]:
+    """The keys a held-out problem must not share with ``problems`` (a training set):
+    its (layout, question) pair, and its exact scene (layout and jitter, i.e. the same pixels)."""
+    keys: set[tuple] = set()
+    for sc, prob in problems:
+        keys.add(("pair", layout(sc), prob["question"]))
+        keys.add(("pixels", layout(sc), tuple(map(tuple, sc.jitter))))
+    return keys
+
+
+def make_heldout(n: int, seed: int, world: W.WorldConfig, prefix: str,
+                 training: set[tuple]) -> tuple[list[tuple[W.Scene, dict[str, Any]]], int]:
+    """``n`` problems none of whose keys (:func:`seen_keys`) is in ``training``, and how many were skipped.
+
+    The world is small (24 one-shape layouts, 576 two-shape ones, nine questions), so fresh scene
+    seeds alone do not make a problem new: with an 800-problem cold start most one-shape
+    (layout, question) pairs recur. Candidates are drawn in :func:`make_problems`'s order and the
+    seen ones skipped, so the split is reproducible and, by construction, disjoint."""
+    m = n
+    while True:
+        cands = make_problems(m, seed, world, prefix)
+        fresh = [(sc, p) for sc, p in cands if not (seen_keys([(sc, p)]) & training)]
+        if len(fresh) >= n:
+            last = cands.index(fresh[n - 1])
+            return fresh[:n], last + 1 - n
+        if m > 64 * n:
+            raise ValueError(f"only {len(fresh)} of {m} {prefix} problems are unseen in training; need {n}")
+        m *= 2
+

@@ -1,7 +1,7 @@
 """``report.html`` of ``vlrl demo``: one self-contained page (plots and images inlined as base64).
 
 It shows what a reader needs to believe the run: the reward and caption length over GRPO steps,
-held-out accuracy before/after as judged by the independent answerer (and by the reward answerer),
+held-out accuracy before/after as judged by the judge answerer (and by the reward answerer),
 the hallucination and "cannot answer" rates, and example images with their captions before and
 after RL.
 """

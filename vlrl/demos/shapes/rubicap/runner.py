@@ -3,7 +3,7 @@
 Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes where it stopped):
 
 1. **warm start** — the CapRL demo's captioner, reward answerer (used only by the text-only QA
-   filter) and independent judge answerer (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the
+   filter) and judge answerer (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the
    tiny rubric judge (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge`); all cached;
 2. **data** and **curation** — the CapRL demo's scenes and curated questions
    (:func:`vlrl.demos.shapes.caprl.runner.make_data`, :func:`~vlrl.demos.shapes.caprl.runner.curate`), so the
@@ -16,7 +16,7 @@ Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes whe
    schema and strictness checks included). Training images get a ``rubrics`` column; held-out
    images get rubrics too, only to measure the rubric judge;
 4. **evaluation before RL** — the CapRL demo's evaluation (greedy and sampled captions, every
-   curated question in both option orders, the independent judge answerer), plus the rubric
+   curated question in both option orders, the judge answerer), plus the rubric
    judge's verdict accuracy against the world oracle on the held-out images' rubrics;
 5. **GRPO** — ``DIR/recipe.yaml`` run by :func:`vlrl.training.grpo.run_grpo` (``vlrl train grpo``)
    with the ``rubicap_rubric`` reward (``per_rubric``, the tiny judge through ``hf:``, greedy)

@@ -16,6 +16,23 @@ reasoner. Here, for the problems of :mod:`vlrl.demos.shapes.kit.problems`:
 world's own caption grammar followed by the step the question needs::
 
     <think>a large red circle on the left and a small blue square on the right. red shapes: 1.</think><answer>1</answer>
+
+**Varied routes and reasoned slips** (``reasoner(styles=3, slip=p)``, the demo's default cold start).
+A real R1-style reasoner does not write one template: it reaches the same answer by different
+routes, and where it errs it errs for a reason. :func:`solve_varied` picks, per problem (from a
+hash of the description and question, so reruns agree), one of three routes for the question's
+kind, and with probability ``slip`` makes the mistake that kind invites:
+
+* *count* — it **miscounts under clutter**: in a two-shape scene it overlooks one shape;
+* *not count* — it **compares the wrong pair**: it counts the shapes that *are* the colour instead
+  of those that are not;
+* *larger* — it **compares the wrong pair** the other way round (right against left).
+
+A slip mostly changes the answer, and the cold start's answer filter throws the chain away; where
+it does not (the overlooked shape was not the asked colour; one of two shapes is the colour;
+the sizes are equal), a chain that took a wrong route to the right answer is kept, as the paper's
+filter keeps any chain whose final answer is right. The kept set so teaches the right procedure
+as one of several routes, not the only one.
 """
 
 from __future__ import annotations
@@ -46,6 +63,52 @@ def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
     if question == LARGER and len(items) == 2:
         ans = answer_larger(items)
         return f"{said} left {items[0].size}, right {items[1].size}.", ans
+    return None
+
+
+ROUTES = 3
+"""Routes per question kind in :func:`solve_varied`."""
+
+
+def solve_varied(items: list[W.Item] | None, question: str, rng: random.Random, styles: int = ROUTES,
+                 slip: float = 0.0) -> tuple[str, str] | None:
+    """``(chain, answer)`` by one of ``styles`` routes, with a reasoned slip at rate ``slip`` (module docstring).
+
+    Every route starts with the description (what :func:`recheck` re-states after); ``styles=1``
+    and ``slip=0`` give :func:`solve`'s chain exactly."""
+    if not items or any(it.is_word or None in (it.colour, it.shape, it.size) for it in items):
+        return None
+    said = W.caption_from_items(items)
+    route = rng.randrange(styles)
+    slipped = rng.random() < slip
+    if (m := _COUNT.match(question)) or (m := _NOT.match(question)):
+        colour, negated = m.group(1), question.startswith("how many shapes are not")
+        seen = items
+        if slipped and not negated and len(items) > 1:  # miscounts under clutter: overlooks one shape
+            seen = [items[rng.randrange(len(items))]]
+        if slipped and negated:  # compares the wrong pair: counts the colour, not the rest
+            negated = False
+        hit = [it for it in seen if (it.colour == colour) != negated]
+        n = len(hit)
+        what = f"not {colour}" if negated else colour
+        if route == 0:
+            if negated:
+                k = len(seen) - n
+                return f"{said} shapes: {len(seen)}, {colour}: {k}, {len(seen)} - {k} = {n}.", str(n)
+            return f"{said} {colour} shapes: {n}.", str(n)
+        if route == 1:
+            marks = " ".join(f"{it.position} {it.colour}: {'yes' if it in hit else 'no'}." for it in seen)
+            return f"{said} {what}? {marks} count: {n}.", str(n)
+        names = ", ".join(f"{it.size} {it.shape}" for it in hit) or "none"
+        return f"{said} {what}: {names}. so {n}.", str(n)
+    if question == LARGER and len(items) == 2:
+        a, b = (items[1], items[0]) if slipped else (items[0], items[1])  # the wrong pair: right against left
+        ans = answer_larger([a, b])
+        if route == 0:
+            return f"{said} left {a.size}, right {b.size}.", ans
+        if route == 1:
+            return f"{said} sizes: {a.size} then {b.size}, larger: {ans}.", ans
+        return f"{said} {'same size' if ans == 'same' else f'the {ans} one is larger'}.", ans
     return None
 
 
@@ -117,7 +180,7 @@ def recheck(chain: str, said: str, times: int) -> str:
     return chain + "".join(f" check: {step}" for _ in range(times))
 
 
-def reasoner(version: str = "1", rechecks: str = "0"):
+def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: str = "0"):
     """``py:`` factory of the rule-based text reasoner: it solves from the description alone.
 
     ``rechecks=N`` makes it *overthink* the way R1-style reasoners do: after its step it re-states
@@ -126,15 +189,23 @@ def reasoner(version: str = "1", rechecks: str = "0"):
     answer filter keeps and rejects what it would without them; they only lengthen the chains a
     student learns to imitate. That long-chain habit is the premise of PTST (a short length cap
     first), which the default stand-in (``rechecks=0``) does not give the demo.
+
+    ``styles=N`` (routes per question kind) and ``slip=p`` (rate of reasoned mistakes) switch to
+    :func:`solve_varied`; the defaults give the single-route, never-wrong reasoner.
     """
-    most = int(rechecks)
+    most, routes, p = int(rechecks), int(styles), float(slip)
 
     def reply(messages, sampling):
         text = _text_of(messages)
         desc = re.search(r"<description>\s*(.*?)\s*</description>", text, re.S)
         q = re.search(r"Question: (.*)", text)
         items = W.parse_caption(desc.group(1)) if desc else None
-        solved = solve(items, q.group(1).strip()) if q else None
+        if q and (routes > 1 or p > 0):
+            key = f"{desc.group(1) if desc else ''}|{q.group(1).strip()}|{version}"
+            solved = solve_varied(items, q.group(1).strip(), random.Random(hashlib.sha1(key.encode()).hexdigest()),
+                                  routes, p)
+        else:
+            solved = solve(items, q.group(1).strip()) if q else None
         if solved is None:
             return format_response("the description does not settle the question.", "unknown")
         chain, answer = solved

@@ -1,4 +1,4 @@
-"""The tiny QA answerers of the CapRL demos: the reward's reader and the independent judge.
+"""The tiny QA answerers of the CapRL demos: the reward's reader and its twin, the judge.
 
 The answerer (a tiny Qwen2 LM) is trained on the very requests the ``caprl_qa`` reward sends: the
 reward's own option presentation (:func:`vlrl.methods.caprl.mcq.present`), its prompt template, the

@@ -2,7 +2,7 @@
 
 :func:`build_all` gives every CapRL-style demo its tokenizer (a byte-level BPE trained on the
 world's text, :func:`build_tokenizer`), the tiny captioner (:mod:`.captioner`), the reward answerer
-and an independent judge answerer of another seed (:mod:`.answerer`); their settings are one
+and a judge answerer of another seed (the reward answerer's twin: same data, other seed) (:mod:`.answerer`); their settings are one
 :class:`~vlrl.demos.shapes.tiny_models.settings.WarmStartConfig`.
 
 Every artefact is cached under ``cache_dir`` by a hash of its settings plus its seed, written to a

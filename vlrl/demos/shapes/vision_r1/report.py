@@ -55,6 +55,22 @@ def _plots(metrics: dict[str, Any], history: list[dict], single: list[dict]) -> 
     return out
 
 
+def _pass_table(m: dict[str, Any]) -> str:
+    """Rows: model × problem kind; columns: greedy accuracy, then pass@k for each k measured."""
+    acc = {"before": m["acc_by_kind_before"], "ptst": m["acc_by_kind_after"], "single": m["acc_by_kind_single"]}
+    total = {"before": m["acc_before"], "ptst": m["acc_after"], "single": m["single_stage_acc_after"]}
+    ks = sorted({k for t in m.get("pass_at_k", {}).values() for k in t}, key=lambda k: int(k.split("@")[1]))
+    head = "".join(f"<th>{k}</th>" for k in ks)
+    rows = []
+    for name, label in (("before", "before RL"), ("ptst", "after PTST"), ("single", "after single-stage")):
+        for kind in ["all", *sorted(acc[name])]:
+            table = m["pass_at_k"].get(name, {}) if kind == "all" else m["pass_at_k_by_kind"].get(name, {}).get(kind, {})
+            greedy = total[name] if kind == "all" else acc[name][kind]
+            rows.append(f"<tr><td>{label}</td><td>{kind}</td><td>{greedy}</td>"
+                        + "".join(f"<td>{table.get(k, '')}</td>" for k in ks) + "</tr>")
+    return f"<table><tr><th>model</th><th>kind</th><th>greedy</th>{head}</tr>{''.join(rows)}</table>"
+
+
 def write_report(out: Path, cfg, metrics: dict[str, Any], evals: dict[str, dict], history: list[dict],
                  single: list[dict], info: dict[str, Any], n_examples: int = 12) -> Path:
     plots = _plots(metrics, history, single)
@@ -76,14 +92,19 @@ def write_report(out: Path, cfg, metrics: dict[str, Any], evals: dict[str, dict]
     m = metrics
     keys = ["acc_before", "acc_after", "gain", "single_stage_acc_after", "format_before", "format_after",
             "acc_formatted_before", "acc_formatted_after", "truncation_before", "truncation_after",
-            "mean_tokens_before", "mean_tokens_after", "reward_first", "reward_last", "wall_seconds", "seed"]
+            "mean_tokens_before", "mean_tokens_after", "pass8_minus_greedy_before", "pass8_minus_greedy_after",
+            "reward_first", "reward_last", "wall_seconds", "seed"]
     table = "".join(f"<tr><th>{k}</th><td>{m.get(k)}</td></tr>" for k in keys)
+    passk = _pass_table(m)
     cs = m["cold_start"]
     sft_ex = "".join(f"<li><code>{html.escape(e['question'])}</code> → <code>{html.escape(e['response'])}</code></li>"
                      for e in info.get("examples", [])[:4])
     overthink = (f" and, like an R1-style reasoner, <b>overthought</b>: it re-stated its step 0 to {cfg.reasoner_rechecks} "
                  "extra times (<code>--rechecks</code>), a habit the student learns and PTST's short first cap "
                  "penalises") if cfg.reasoner_rechecks else ""
+    routes = (f" by one of {cfg.reasoner_styles} routes per question kind, slipping for a reason on "
+              f"{cfg.reasoner_slip:.0%} of problems (miscounting under clutter, comparing the wrong pair)"
+              if cfg.reasoner_styles > 1 or cfg.reasoner_slip else "")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vlrl demo — shapes-world Vision-R1</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
 vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></head><body>
@@ -91,7 +112,7 @@ vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></h
 <p>A tiny Qwen2.5-VL ({'quick' if cfg.quick else 'full'} run, seed {cfg.seed}), first warm-started as a shapes
 captioner, then cold-started by <b>modality bridging</b>: a rule-based stand-in VLM (pixel reader that mis-perceives
 {cfg.vlm_error_rate:.0%} of images) wrote a pseudo chain of thought and a description; a rule-based text reasoner solved
-each problem from the description alone{overthink}; {cs['kept']} of {cs['total']} samples were answered correctly and kept
+each problem from the description alone{routes}{overthink}; {cs['kept']} of {cs['total']} samples were answered correctly and kept
 (rejected: {html.escape(json.dumps(cs['reject_reasons']))}); SFT ({m['sft']['global_step']} steps) on those chains.
 Then PTST with the hard format+result reward <code>hfrrf</code>: {html.escape(json.dumps(m['ptst_stages']))}, at
 {m['prompts_per_step']} prompts per step. Beside it, single-stage GRPO from the same SFT student at the same number of
@@ -104,6 +125,15 @@ accuracy alone can be outputs that now stop within the length cap.</p>
 <table>{table}</table>
 <p>Accuracy by question kind — before: {m['acc_by_kind_before']}; after PTST: {m['acc_by_kind_after']}; after single-stage:
 {m['acc_by_kind_single']}.</p>
+<h2>Greedy accuracy beside pass@k</h2>
+<p>pass@k: the chance that at least one of k answers sampled at the rollout temperature
+(T={m.get('sample_temperature')}) is right, estimated without bias from {m.get('eval_samples')} samples per held-out
+problem. GRPO with an outcome reward can only reinforce answers the policy samples, so greedy accuracy far below pass@8
+before RL is room to learn; sharpening shows as greedy rising towards pass@8.</p>
+{passk}
+<p>Held-out split: {html.escape(json.dumps(m.get('splits')))} (problems skipped because their (layout, question) pair or
+image is in the cold start's or the RL problems).</p>
+<p>Trained on: {''.join(f"<br><b>{html.escape(k)}</b>: {html.escape(v)}" for k, v in m.get('trained_on', {}).items())}</p>
 <h2>Cold-start examples (SFT targets)</h2><ul>{sft_ex}</ul>
 <h2>Training</h2><img src="data:image/png;base64,{plots['training']}">
 <h2>Held-out evaluation</h2><img src="data:image/png;base64,{plots['eval']}">

@@ -12,11 +12,14 @@ Stages (markers under ``DIR/state``; an interrupted run resumes where it stopped
    mis-perceives, and a text reasoner that solves from the description alone. Only samples whose
    answer HFRRF's checker calls right are kept. SFT is the project's (:func:`vlrl.training.sft.run_sft`,
    what ``vlrl train sft`` runs, TRL's SFTTrainer) on those kept chains.
-2. **data** — held-out and RL problems on fresh scenes (other scene seeds than the cold start's).
+2. **data** — RL problems, and held-out problems that share no (layout, question) pair and no image
+   with the cold start's problems or the RL problems (:func:`write_splits`).
 3. **evaluation before RL** (i.e. after the SFT cold start) — the project's reasoning evaluation
    (:func:`vlrl.methods.vision_r1.evaluate.evaluate_reasoning`, what ``vlrl eval reasoning`` runs):
    greedy, one try per problem, accuracy read by HFRRF's own answer extraction and checker against
-   the generated gold answer, format rate and mean completion tokens.
+   the generated gold answer, format rate and mean completion tokens; beside it the unbiased pass@k
+   (k = 1, 4, 8) of ``eval_samples`` samples per problem at the rollout temperature, overall and per
+   problem kind: what GRPO with an outcome reward can lift greedy accuracy towards.
 4. **PTST** (:func:`vlrl.training.ptst.run_ptst`, what ``vlrl train ptst`` runs) with ``hfrrf``:
    a short length cap with a large group, then a longer cap with a smaller group, same prompts per step.
 5. **single-stage GRPO** (:func:`vlrl.training.grpo.run_grpo`) from the same student with the same
@@ -69,6 +72,10 @@ class VR1Config(DemoSettings):
     vlm_error_rate: float = 0.1
     reasoner_rechecks: int = 0
     """The stand-in reasoner re-states its step 0..N extra times (overthinking; see :func:`vlrl.demos.shapes.standins.reasoning.reasoner`)."""
+    reasoner_styles: int = 3
+    """Routes per question kind the stand-in reasoner writes (:func:`vlrl.demos.shapes.standins.reasoning.solve_varied`)."""
+    reasoner_slip: float = 0.25
+    """Rate of the reasoner's reasoned mistakes (miscounting under clutter, comparing the wrong pair)."""
     sft_steps: int = 400
     sft_batch: int = 16
     sft_lr: float = 2e-3
@@ -80,16 +87,21 @@ class VR1Config(DemoSettings):
     learning_rate: float = 1e-4
     temperature: float = 1.0
     eval_problems: int = 150
+    eval_samples: int = 8
+    """Samples per held-out problem at the rollout temperature, for the unbiased pass@k (k = 1, 4, 8)."""
     warm: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     @classmethod
     def make(cls, seed: int = 0, quick: bool = False, rechecks: int = 0) -> VR1Config:
         if rechecks < 0:
             raise ValueError(f"rechecks must be >= 0, got {rechecks}")
+        # The overthinking variant keeps the single-route, never-wrong reasoner it was measured with:
+        # its point is the habit of re-checking, not the routes.
+        plain = {"reasoner_styles": 1, "reasoner_slip": 0.0} if rechecks else {}
         if quick:
             return cls(seed=seed, quick=True, reasoner_rechecks=rechecks, stages=((72, 8, 15), (96, 4, 15)),
-                       eval_problems=90)
-        return cls(seed=seed, reasoner_rechecks=rechecks)
+                       eval_problems=90, **plain)
+        return cls(seed=seed, reasoner_rechecks=rechecks, **plain)
 
     def identity(self) -> dict[str, Any]:
         d = asdict(self)
@@ -101,6 +113,8 @@ class VR1Config(DemoSettings):
         keep = {k: getattr(self, k) for k in ("cold_start_problems", "vlm_error_rate", "sft_steps", "sft_batch", "sft_lr")}
         if self.reasoner_rechecks:  # absent when 0, so the students cached before it keep their keys
             keep["reasoner_rechecks"] = self.reasoner_rechecks
+        if (self.reasoner_styles, self.reasoner_slip) != (1, 0.0):  # likewise absent for the single-route reasoner
+            keep["reasoner_routes"] = [self.reasoner_styles, self.reasoner_slip]
         # the prompt's text, not its name: an edited template is a new student, never a stale cached one
         prompt = template_path(EVAL_PROMPT).read_text(encoding="utf-8")
         blob = json.dumps([STUDENT_VERSION, prompt, self.warm.key("cap"), keep], sort_keys=True)
@@ -128,9 +142,31 @@ def eval_cap(cfg: VR1Config) -> int:
 
 def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldConfig) -> Path:
     """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl``."""
+    return write_rows(folder, split, P.make_problems(n, seed, world, split), world)
+
+
+def write_splits(folder: Path, cfg: VR1Config) -> dict[str, Any]:
+    """The RL set and the held-out set; the held-out one shares no (layout, question) pair and no
+    image with the cold start's problems or the RL set (:func:`vlrl.demos.shapes.kit.problems.make_heldout`).
+
+    The cold start's problems are drawn again from their seed (the student's cache holds only what
+    it needs), exactly as :func:`build_student` draws them."""
+    world = cfg.warm.world
+    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train")
+    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart")
+    heldout, skipped = P.make_heldout(cfg.eval_problems, cfg.seed, world, "eval", P.seen_keys(cold) | P.seen_keys(train))
+    write_rows(folder, "train", train, world)
+    write_rows(folder, "eval", heldout, world)
+    info = {"train": len(train), "cold_start": len(cold), "eval": len(heldout), "eval_skipped_as_seen": skipped,
+            "eval_two_shapes": sum(len(sc.items) == 2 for sc, _ in heldout)}
+    atomic_write_json(folder / "splits.json", info)
+    return info
+
+
+def write_rows(folder: Path, split: str, problems: list[tuple[W.Scene, dict[str, Any]]], world: W.WorldConfig) -> Path:
     (folder / "images").mkdir(parents=True, exist_ok=True)
     rows = []
-    for sc, prob in P.make_problems(n, seed, world, split):
+    for sc, prob in problems:
         img = folder / "images" / f"{sc.id}.png"
         W.render(sc, world).save(img)
         rows.append({"id": P.problem_id(sc.id, prob["question"]), "image": f"images/{sc.id}.png",
@@ -160,7 +196,7 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
 
         src = write_problems(tmp / "problems", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world)
         stats = cold_start(str(src), f"{STANDINS}:vlm?error_rate={cfg.vlm_error_rate}",
-                           f"{STANDINS}:reasoner?rechecks={cfg.reasoner_rechecks}", tmp / "cold_start", batch_size=64,
+                           reasoner_spec(cfg), tmp / "cold_start", batch_size=64,
                            vlm_max_tokens=128, reasoner_max_tokens=256, seed=cfg.seed)
         if not stats["kept"]:
             raise RuntimeError(f"cold start kept no sample ({stats['reject_reasons']})")
@@ -173,6 +209,13 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
                 "examples": [{k: r[k] for k in ("id", "question", "answer", "response", "description")} for r in kept[:6]]}
 
     return cached(final, build)
+
+
+def reasoner_spec(cfg: VR1Config) -> str:
+    spec = f"{STANDINS}:reasoner?rechecks={cfg.reasoner_rechecks}"
+    if (cfg.reasoner_styles, cfg.reasoner_slip) != (1, 0.0):
+        spec += f"&styles={cfg.reasoner_styles}&slip={cfg.reasoner_slip}"
+    return spec
 
 
 def write_sft_recipe(root: Path, cfg: VR1Config, captioner: Path) -> Path:
@@ -261,7 +304,8 @@ def evaluate(model_dir: Path, out: Path, name: str, cfg: VR1Config) -> dict[str,
         shutil.rmtree(folder)
     m = evaluate_reasoning(hf_spec(model_dir, 64), str(out / "data" / "eval.jsonl"),
                            folder, max_tokens=eval_cap(cfg), temperature=0.0, batch_size=64, group_by="kind",
-                           seed=cfg.seed, prompt=EVAL_PROMPT)
+                           seed=cfg.seed, prompt=EVAL_PROMPT, samples=cfg.eval_samples,
+                           sample_temperature=cfg.temperature)
     shutil.rmtree(folder / "cache", ignore_errors=True)
     return m
 
@@ -272,7 +316,13 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
             "acc_formatted": None if m["accuracy_when_formatted"] is None else round(m["accuracy_when_formatted"], 4),
             "mean_tokens": round(m.get("completion_tokens", {}).get("mean", 0.0), 2),
             "truncation": round(m["truncation_rate"], 4),
-            "by_kind": {k: round(v["accuracy"], 4) for k, v in m.get("by_group", {}).items()}}
+            "by_kind": {k: round(v["accuracy"], 4) for k, v in m.get("by_group", {}).items()},
+            "pass_at_k": _rounded(m.get("pass_at_k", {})),
+            "pass_at_k_by_kind": {k: _rounded(v.get("pass_at_k", {})) for k, v in m.get("by_group", {}).items()}}
+
+
+def _rounded(table: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in table.items()}
 
 
 # -- the whole demo ------------------------------------------------------------------------------
@@ -301,9 +351,7 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
 
     if not stages.done("data"):
         t = time.time()
-        n_train = cfg.prompts_per_step * cfg.total_steps
-        write_problems(out / "data", "train", n_train, cfg.seed, cfg.warm.world)
-        write_problems(out / "data", "eval", cfg.eval_problems, cfg.seed, cfg.warm.world)
+        write_splits(out / "data", cfg)
         stages.finish("data", time.time() - t)
     runs = [("before", student, None), ("ptst", out / "ptst" / f"stage-{len(cfg.stages)}", True),
             ("single", out / "single", False)]
@@ -323,14 +371,33 @@ def run_vision_r1_demo(out: str | Path = "runs/demo-vision-r1", seed: int = 0, q
     info = json.loads((student_dir / "warmstart.json").read_text())
     history = ptst_history(out, cfg)
     single_history = read_history(out / "single")
-    metrics = build_metrics(cfg, evals, history, single_history, info, stages.times)
+    splits = json.loads((out / "data" / "splits.json").read_text())
+    metrics = build_metrics(cfg, evals, history, single_history, info, stages.times, splits=splits)
     write_report(out, cfg, metrics, evals, history, single_history, info)
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
 
 
+def _gap(summ: dict[str, Any]) -> float | None:
+    p8 = summ["pass_at_k"].get("pass@8")
+    return None if p8 is None else round(p8 - summ["acc"], 4)
+
+
+def trained_on(cfg: VR1Config) -> dict[str, str]:
+    """What every model of the run saw in training (the held-out problems are none of it)."""
+    return {
+        "captioner": "shapes-world captions of its own scenes (the CapRL demo's warm start, SFT)",
+        "student": (f"the captioner, then SFT on the cold start's kept chains for {cfg.cold_start_problems} problems "
+                    f"(split 'coldstart', seed {cfg.seed}); the chains come from the stand-in VLM's description "
+                    "and the stand-in reasoner, kept only where HFRRF's checker calls the answer right"),
+        "ptst": f"the student, then PTST with hfrrf on the {cfg.prompts_per_step * cfg.total_steps} RL problems (split 'train')",
+        "single": "the student, then single-stage GRPO with hfrrf on the same RL problems",
+    }
+
+
 def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], single_history: list[dict],
-                  info: dict[str, Any], times: dict[str, float], window: int = 5) -> dict[str, Any]:
+                  info: dict[str, Any], times: dict[str, float], window: int = 5,
+                  splits: dict[str, Any] | None = None) -> dict[str, Any]:
     b, a, s = (summary(evals[k]) for k in ("before", "ptst", "single"))
     rewards = [h.get("rewards/hfrrf/mean", h["reward"]) for h in history]
     srewards = [h.get("rewards/hfrrf/mean", h["reward"]) for h in single_history]
@@ -358,11 +425,22 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
         "single_stage_reward_last": window_mean(srewards, window, last=True),
         "reward_window_steps": window,
         "acc_by_kind_before": b["by_kind"], "acc_by_kind_after": a["by_kind"], "acc_by_kind_single": s["by_kind"],
+        # pass@k at the rollout temperature (unbiased over eval_samples samples a problem) beside greedy:
+        # RL on an outcome reward can only lift greedy towards what the policy already samples.
+        "pass_at_k": {"before": b["pass_at_k"], "ptst": a["pass_at_k"], "single": s["pass_at_k"]},
+        "pass_at_k_by_kind": {"before": b["pass_at_k_by_kind"], "ptst": a["pass_at_k_by_kind"],
+                              "single": s["pass_at_k_by_kind"]},
+        "pass8_minus_greedy_before": _gap(b), "pass8_minus_greedy_after": _gap(a),
+        "single_stage_pass8_minus_greedy_after": _gap(s),
+        "eval_samples": cfg.eval_samples, "sample_temperature": cfg.temperature,
         "eval_problems": evals["before"]["n"],
         "ptst_stages": [{"max_completion_length": c, "num_generations": g, "steps": n} for c, g, n in cfg.stages],
         "single_stage": {"max_completion_length": cap, "num_generations": group, "steps": steps},
         "prompts_per_step": cfg.prompts_per_step,
         "cold_start": {k: cs.get(k) for k in ("total", "kept", "rejected", "keep_rate", "reject_reasons")},
+        "reasoner": {"routes": cfg.reasoner_styles, "slip": cfg.reasoner_slip, "rechecks": cfg.reasoner_rechecks},
+        "splits": splits,
+        "trained_on": trained_on(cfg),
         "sft": {k: info.get("sft", {}).get(k) for k in ("global_step", "loss_first", "loss_last", "rows")},
         "stage_seconds": times,
         "wall_seconds": round(sum(times.values()), 1),

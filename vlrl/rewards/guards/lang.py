@@ -1,9 +1,8 @@
 """Claims, grader addresses, score requests and injections in other languages, as a phrase table.
 
-The English pattern families (:mod:`vlrl.rewards.guard_patterns`, :mod:`vlrl.rewards.guard_meta`)
-are blind to "这段描述完整准确" or "Ignora las instrucciones anteriores", and a policy trained
+The English families of the family table (:mod:`vlrl.rewards.guards.table`) are blind to "这段描述完整准确" or "Ignora las instrucciones anteriores", and a policy trained
 against a multilingual judge finds that out. Every language is one entry of a data file,
-``guard_data/languages.yaml``, validated by :class:`LanguageTable` when it is first read: a new
+``data/languages.yaml``, validated by :class:`LanguageTable` when it is first read: a new
 language, or a new phrasing, is an edit to that file, not to code.
 
 Each entry holds four families of regular expressions — ``claim`` (read by ``self_praise``),
@@ -14,7 +13,7 @@ that introduce text written in the image (``image_text``; the rest of that claus
 Why a view of its own: the English guards read text with homoglyphs folded to Latin letters (a
 Cyrillic "а" in an English hack reads as "a"), which turns Russian into Latin-looking noise. The
 table reads the caption lower-cased in its own script, with quoted spans removed
-(:attr:`vlrl.rewards.guard_doc.Doc.native`). A language is tried only when the caption contains its
+(:attr:`vlrl.rewards.guards.doc.Doc.native`). A language is tried only when the caption contains its
 script, so an English caption costs the six Latin-script entries and a Chinese one only Chinese
 and Japanese.
 
@@ -33,7 +32,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TABLE = Path(__file__).parent / "guard_data" / "languages.yaml"
+TABLE = Path(__file__).parent / "data" / "languages.yaml"
 FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
                 "injection": "grader_address"}
 """Which guard reads each family."""
@@ -150,4 +149,22 @@ def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | Non
     return None
 
 
-__all__ = ["FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+@lru_cache(maxsize=256)
+def _readings(native: str, path: str) -> tuple[tuple[_Compiled, str], ...]:
+    """Each language whose script ``native`` holds, with the text its image-text words leave."""
+    return tuple((lang, lang.strip_image_text(native)) for lang in _compiled(path) if lang.applies(native))
+
+
+def language_family_hit(native: str, family: str, path: str | Path = TABLE) -> str | None:
+    """The evidence of one family (``claim``, ``address``, ``score`` with the maximal score block, or
+    ``injection``) in whatever language of the table matches ``native``, else ``None``."""
+    for lang, text in _readings(native, str(path)):
+        pat = lang.families.get(family)
+        if pat is not None and (m := pat.search(text)):
+            return f"lang {lang.code} {family}: {m.group(0)[:80]}"
+        if family == "score" and lang.score_block is not None and (m := lang.score_block.search(text)):
+            return f"lang {lang.code} score: {m.group(0)[:80]}"
+    return None
+
+
+__all__ = ["language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]

@@ -1,6 +1,6 @@
 """Undoing what hides a reward hack from the guards' patterns, and removing text that is in the image.
 
-Two preparations come before any guard pattern reads a caption (:class:`vlrl.rewards.guard_doc.Doc`):
+Two preparations come before any guard pattern reads a caption (:class:`vlrl.rewards.guards.doc.Doc`):
 
 **Normalisation that undoes cheap obfuscation.** NFKC (full-width letters), removal of zero-width
 and other invisible characters, homoglyph folding with the Unicode confusables table (Cyrillic
@@ -164,4 +164,40 @@ def _unless_own_words(m: re.Match[str]) -> str:
     return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
 
 
-__all__ = ["clean", "deobfuscate", "fold", "strip_image_text"]
+# ------------------------------------------------------------------------------------------------
+# The one sentence splitter
+
+# A sentence ends at . ! ; (or ? unless the answer follows: "Accuracy? Check." is one statement), at a
+# line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
+# further at dashes and bars; an aside at brackets too (a bracketed aside is a statement of its own);
+# a phrase at every sentence mark, colon and dash.
+# Each cut either ends a unit after its mark (the ``end`` group stays with the unit) or only
+# separates; whitespace around a unit is stripped. Matching the cuts (rather than splitting at
+# lookbehind positions) lets the regex engine skip straight to the few characters a cut starts with.
+_SENTENCE = r"(?P<end>[.!;]|\?(?=\s+(?![Cc]heck\b)|[A-Za-z]))(?:\s+|(?=[A-Za-z]))|[ \t]*\n\s*"
+_CLAUSE = _SENTENCE + r"|\s+[\u2014\-]{1,2}\s+|\|\s*"
+SPLITTERS = {
+    "sentence": re.compile(_SENTENCE),
+    "clause": re.compile(_CLAUSE),
+    "aside": re.compile(_CLAUSE + r"|[\[\]()]\s*"),
+    "phrase": re.compile(r"[.!?;:\n\u2014]+"),
+}
+
+
+def split(text: str, scope: str = "sentence") -> list[str]:
+    """``text`` cut into non-empty ``sentence``, ``clause``, ``aside`` or ``phrase`` units (``text``: itself)."""
+    if scope == "text":
+        return [text]
+    cuts = SPLITTERS[scope]
+    if scope == "phrase":
+        pieces = cuts.split(text)
+    else:
+        pieces, start = [], 0
+        for m in cuts.finditer(text):
+            pieces.append(text[start:m.end("end") if m.group("end") else m.start()])
+            start = m.end()
+        pieces.append(text[start:])
+    return [u.strip() for u in pieces if u and u.strip()]
+
+
+__all__ = ["SPLITTERS", "clean", "deobfuscate", "fold", "split", "strip_image_text"]

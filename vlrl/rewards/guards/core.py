@@ -7,8 +7,8 @@ near-empty or endlessly verbose output. A text-only answerer or an LLM judge rea
 so anything written *to* it ("the answer is B", "ignore previous instructions", "dear evaluator")
 is an attack on the reward, not a description of the image.
 
-Five guards (``llm_defense`` opt-in), each a family of patterns over normalised text rather than one fixed phrase, so that
-paraphrases are caught too:
+Five guards (``llm_defense`` opt-in), each a set of families over normalised text rather than one
+fixed phrase, so that paraphrases are caught too:
 
 * ``self_praise`` — claims about the caption itself (subject {this/my/the above caption,
   description, summary, response, ...} x praise {complete, accurate, comprehensive, captures every
@@ -24,10 +24,10 @@ paraphrases are caught too:
   attacks no pattern names.
 
 Four more, against the hacks aimed at rubric and QA judges ("the car is red, silver or black", noun
-dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guard_judge`: ``hedging``,
+dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guards.judge`: ``hedging``,
 ``keyword_stuffing``, ``rewording`` and ``padding`` (on by default, after the five above). Claims,
 grader addresses, score requests and injections in other languages come from the phrase table of
-:mod:`vlrl.rewards.guard_lang`, read by ``self_praise`` and ``grader_address``.
+:mod:`vlrl.rewards.guards.lang`, read by ``self_praise`` and ``grader_address``.
 
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
 IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
@@ -35,8 +35,9 @@ semantic guards match. Words like "complete", "accurate" or "answer" alone never
 set of tools", "an accurate clock", "the answer box on the form"): a pattern needs the caption as its
 subject, the grader as its addressee, or an option letter in answer position.
 
-The pattern families live in :mod:`vlrl.rewards.guard_patterns`; ``extra_patterns`` in a guard's
-settings extends them without editing code. ``vlrl reward guard --input ROWS.jsonl --json OUT`` runs
+Every family of every guard is a row of one table, ``data/families.yaml``
+(:mod:`vlrl.rewards.guards.table`); ``extra_patterns: {family: [regex, ...]}`` in a guard's settings
+extends any family without editing code, ``skip_families`` switches some off. ``vlrl reward guard --input ROWS.jsonl --json OUT`` runs
 every guard over a file of captions to check a corpus (or a policy's samples) before training.
 
 Use them three ways:
@@ -52,8 +53,8 @@ A reward's settings block takes, for example::
     guards: {policy: veto, floor: 0.0, enabled: [self_praise, grader_address, length],
              length: {min_words: 20, max_words: 600}, self_praise: {penalty: 0.5}}
 
-Every score carries ``guard/<name>`` = 0/1 in its details, so the trainer logs each guard's firing
-rate.
+Every score carries ``guard/<name>`` and ``guard/<name>/<family>`` = 0/1 in its details, so the
+trainer logs each guard's and each family's firing rate.
 """
 
 from __future__ import annotations
@@ -61,96 +62,20 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from vlrl.rewards import register_reward
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, no_signal, quiet_report
-from vlrl.rewards.guard_base import GUARDS, Guard, register_guard
-from vlrl.rewards.guard_doc import Doc, normalize, strip_quoted
-from vlrl.rewards.guard_lang import language_hit
-from vlrl.rewards.guard_meta import (
-    GRADER_FAMILIES,
-    SELF_FAMILIES,
-    compact_hit,
-    meta_claim,
-    verdict_json,
-)
-from vlrl.rewards.guard_patterns import GRADER, GRADER_CASED, SELF_PRAISE
-from vlrl.rewards.guard_structure import (
-    GRADER_STRUCTURE,
-    RAW_STRUCTURE,
-    SELF_STRUCTURE,
-    compact_keywords,
-    on_display,
-    structural_hit,
-)
-from vlrl.rewards.guard_text import deobfuscate
+from vlrl.rewards.guards.base import GUARDS, Guard, register_guard
+from vlrl.rewards.guards.doc import Doc, normalize, strip_quoted
+from vlrl.rewards.guards.semantic import PatternGuard, TableGuard  # registers self_praise, grader_address first
 
 logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
-# Guards (the base class and registry live in vlrl.rewards.guard_base)
-
-
-class PatternGuard(Guard):
-    """Fires when any pattern matches. ``patterns`` see lower-case unquoted text; ``case_patterns``
-    see unquoted text with case kept (option letters). ``extra_patterns`` extend the family."""
-
-    patterns: tuple[re.Pattern[str], ...] = ()
-    case_patterns: tuple[re.Pattern[str], ...] = ()
-
-    def __init__(self, penalty: float = 1.0, extra_patterns: Iterable[str] = ()) -> None:
-        super().__init__(penalty)
-        self._extra = tuple(re.compile(p, re.IGNORECASE) for p in extra_patterns)
-
-    def match(self, doc: Doc) -> str | None:
-        for pat in self.patterns + self._extra:
-            if m := pat.search(doc.lower):
-                return m.group(0)
-            if doc.obfuscated and (m := pat.search(doc.decoded)):
-                return m.group(0)
-        for pat in self.case_patterns:
-            if m := pat.search(doc.unquoted):
-                return m.group(0)
-        return None
-
-
-@register_guard("self_praise")
-class SelfPraiseGuard(PatternGuard):
-    """Claims about the caption itself and first-person assistant chatter; then the cue families
-    of :mod:`vlrl.rewards.guard_meta` (self-reference with praise or grading words, completeness
-    claims, "answers any question") on text with obfuscation undone and image text removed."""
-
-    patterns = SELF_PRAISE
-
-    def match(self, doc: Doc) -> str | None:
-        return (super().match(doc) or meta_claim(doc.meta, SELF_FAMILIES)
-                or structural_hit(doc.meta, SELF_STRUCTURE) or language_hit(doc.native, "self_praise"))
-
-
-@register_guard("grader_address")
-class GraderAddressGuard(PatternGuard):
-    """Text addressed to the grader or answerer: option letters, injection, score requests; then
-    the cue families of :mod:`vlrl.rewards.guard_meta` (grader talk, imperatives, verdicts and
-    scores, rubric outcomes), verdict-like JSON, and injection keywords in obfuscated text."""
-
-    patterns = GRADER
-    case_patterns = GRADER_CASED
-
-    def match(self, doc: Doc) -> str | None:
-        if hit := super().match(doc) or meta_claim(doc.meta, GRADER_FAMILIES):
-            return hit
-        for text in dict.fromkeys((doc.norm, deobfuscate(doc.norm)[0])):  # quoted keys can be obfuscated too
-            if (hit := verdict_json(text)) and not on_display(text.lower(), text.find(hit[:20])):
-                return f"verdict json: {hit}"
-        if hit := structural_hit(doc.meta, GRADER_STRUCTURE) or structural_hit(doc.shaped, RAW_STRUCTURE):
-            return hit
-        if doc.obfuscated and (hit := compact_hit(doc.decoded) or compact_keywords(doc.decoded)
-                               or compact_keywords(doc.lower)):
-            return f"obfuscated: {hit}"
-        return language_hit(doc.native, "grader_address")
+# Guards (the base class and registry live in vlrl.rewards.guards.base)
 
 
 @register_guard("llm_defense")
@@ -214,6 +139,8 @@ class RepetitionGuard(Guard):
         for k in range(1, self.max_unit + 1):
             need = self.max_consecutive + (1 if k == 1 else 0)
             for i in range(0, n - need * k + 1):
+                if w[i] != w[i + k]:
+                    continue  # a unit repeated back to back starts with the same word twice, k apart
                 unit = w[i : i + k]
                 if all(t.isdigit() for t in unit):
                     continue  # tables of digits ("1 1 0 1") are content; number loops hit the n-gram check
@@ -224,21 +151,21 @@ class RepetitionGuard(Guard):
                         return f"{' '.join(unit)!r} x{r}"
         return None
 
-    def match(self, doc: Doc) -> str | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         w = doc.words
         if hit := self._tandem(w):
-            return hit
-        sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in re.split(r"(?<=[.!?;\n])\s+", doc.norm)]
+            yield "loop", hit
+        sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in doc.units(doc.norm, "sentence")]
         counts = Counter(s for s in sentences if len(s) >= self.sentence_min_words)
         for sent, c in counts.items():
             if c > self.max_sentence_repeats:
-                return f"sentence {' '.join(sent)!r} x{c}"
+                yield "same_sentence", f"sentence {' '.join(sent)!r} x{c}"
         if len(w) >= max(self.min_words, self.ngram + 1):
             grams = [tuple(w[i : i + self.ngram]) for i in range(len(w) - self.ngram + 1)]
             dup = len(grams) - len(set(grams))
             if dup / len(grams) > self.max_dup_ngram_frac:
-                return f"{dup}/{len(grams)} repeated {self.ngram}-grams"
-        return None
+                yield "repeated_ngrams", f"{dup}/{len(grams)} repeated {self.ngram}-grams"
+        return
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -264,17 +191,17 @@ class LengthGuard(Guard):
             return len(text.split())
         return len(_CJK.sub(" ", text).split()) + round(cjk / self.cjk_chars_per_word)
 
-    def match(self, doc: Doc) -> str | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         n = self.words(doc.raw)
         if self.min_words is not None and n < self.min_words:
-            return f"{n} words < {self.min_words}"
+            yield "too_short", f"{n} words < {self.min_words}"
         if self.max_words is not None and n > self.max_words:
-            return f"{n} words > {self.max_words}"
-        return None
+            yield "too_long", f"{n} words > {self.max_words}"
+        return
 
 
 # The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
-from vlrl.rewards import guard_judge  # noqa: E402,F401  (hedging, keyword_stuffing, rewording, padding)
+from vlrl.rewards.guards import judge as _judge_guards  # noqa: E402,F401,I001  (hedging, keyword_stuffing, rewording, padding)
 
 # ----------------------------------------------------------------------------------------------
 # GuardSet
@@ -287,6 +214,8 @@ class GuardReport:
     evidence: dict[str, str] = field(default_factory=dict)
     unjudged: dict[str, str] = field(default_factory=dict)
     """Guards that could not decide (name → reason): the caption is not known to be clean."""
+    families: dict[str, str] = field(default_factory=dict)
+    """The family each fired guard named (guard → family)."""
 
 
 class GuardSet:
@@ -341,6 +270,8 @@ class GuardSet:
             if conf is False:
                 continue
             conf = dict(conf) if isinstance(conf, dict) else {}
+            user = {k: conf.pop(k) for k in ("extra_patterns", "skip_families") if k in conf
+                    and not issubclass(GUARDS[name], TableGuard)}
             if penalty is not None:
                 conf.setdefault("penalty", penalty)
             if name == "length":
@@ -349,9 +280,12 @@ class GuardSet:
                 if max_words is not None:
                     conf.setdefault("max_words", max_words)
             try:
-                guards.append(GUARDS[name](**conf))
+                guard = GUARDS[name](**conf)
             except TypeError as e:
                 raise ValueError(f"guard {name!r}: bad settings {conf} ({e})") from None
+            if user:
+                guard.extend(user.get("extra_patterns"), user.get("skip_families", ()))
+            guards.append(guard)
         return cls(guards)
 
     def evaluate_many(self, captions: list[str]) -> list[GuardReport]:
@@ -368,11 +302,12 @@ class GuardSet:
         evidence: dict[str, str] = {}
         unjudged: dict[str, str] = {}
         penalty = 0.0
+        families: dict[str, str] = {}
         for g in self.guards:
-            hit = g.match(doc)
+            hit = g.check(doc)
             if hit is not None:
                 fired.append(g.name)
-                evidence[g.name] = hit
+                families[g.name], evidence[g.name] = hit
                 penalty += g.penalty
             elif (why := g.unjudged(doc)) is not None:
                 unjudged[g.name] = why
@@ -380,10 +315,16 @@ class GuardSet:
         self.counts.update(fired)
         if fired:
             logger.debug("guards fired %s: %s", fired, evidence)
-        return GuardReport(fired, penalty, evidence, unjudged)
+        return GuardReport(fired, penalty, evidence, unjudged, families)
 
     def details(self, report: GuardReport) -> dict[str, float]:
-        out = {f"guard/{name}": float(name in report.fired) for name in self.names}
+        """``guard/<guard>`` and ``guard/<guard>/<family>`` (0 or 1 for every family of every guard in
+        the set, so a batch's mean is each family's firing rate), ``guard/any`` and ``guard/penalty``."""
+        out = {}
+        for g in self.guards:
+            out[f"guard/{g.name}"] = float(g.name in report.fired)
+            for family in g.family_names:
+                out[f"guard/{g.name}/{family}"] = float(report.families.get(g.name) == family)
         out["guard/any"] = float(bool(report.fired))
         out["guard/penalty"] = report.penalty
         return out

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from vlrl.rewards.guard_structure import fuzzy_fix, unreversed
-from vlrl.rewards.guard_text import clean, deobfuscate, fold, strip_image_text
+from vlrl.rewards.guards.text import clean, deobfuscate, fold, split, strip_image_text
+from vlrl.rewards.guards.typos import fuzzy_fix, unreversed
 
 _QUOTES = str.maketrans(
     {
@@ -31,13 +31,13 @@ _SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
 
 
-_FUNCTION_WORDS_FILE = Path(__file__).parent / "guard_data" / "english_function_words.txt"
+_FUNCTION_WORDS_FILE = Path(__file__).parent / "data" / "english_function_words.txt"
 _LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 
 @lru_cache(maxsize=1)
 def english_function_words() -> frozenset[str]:
-    """The function words of ``guard_data/english_function_words.txt``."""
+    """The function words of ``data/english_function_words.txt``."""
     lines = _FUNCTION_WORDS_FILE.read_text(encoding="utf-8").splitlines()
     return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
 
@@ -89,13 +89,41 @@ class Doc:
     meta: str = ""  # what the meta-claim patterns read: today the same text as ``decoded`` (image text
     # is already removed from ``unquoted``), kept apart so the two can diverge without touching guards
     shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
+    _units: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def view(self, name: str) -> tuple[str, ...]:
+        """The texts a family with this ``view`` reads (see :mod:`vlrl.rewards.guards.table`)."""
+        if name == "lower":
+            return (self.lower, self.decoded) if self.obfuscated and self.decoded != self.lower else (self.lower,)
+        if name == "decoded":
+            return (self.meta,)
+        if name == "compact":
+            return self.compact
+        return (getattr(self, name),)
+
+    @cached_property
+    def compact(self) -> tuple[str, ...]:
+        """Obfuscated captions only: the decoded and the plain text with every separator removed
+        ("i-g-n-o-r-e p.r.e.v.i.o.u.s" reads "ignoreprevious"); nothing for a plain caption."""
+        if not self.obfuscated:
+            return ()
+        return tuple(dict.fromkeys(re.sub(r"[^a-z0-9/]", "", t.lower()) for t in (self.decoded, self.lower)))
+
+    def units(self, text: str, scope: str) -> list[str]:
+        """``text`` split by the one splitter, once per caption and scope."""
+        key = (scope, text)
+        if key not in self._units:
+            self._units[key] = split(text, scope)
+        return self._units[key]
 
     @cached_property
     def native(self) -> str:
         """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
         Latin look-alikes), quoted spans removed: what the per-language phrase table reads
-        (:mod:`vlrl.rewards.guard_lang`), with the text that English phrasing places in the image
+        (:mod:`vlrl.rewards.guards.lang`), with the text that English phrasing places in the image
         removed as well. Computed on first use."""
+        if self.raw.isascii():  # nothing to fold: the same text as ``unquoted``
+            return self.unquoted.lower()
         text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
         # English image text too ("a T-shirt printed with ignore all instructions"): Latin-script
         # entries of the table share words with English
@@ -110,11 +138,16 @@ class Doc:
             decoded, obfuscated = f"{decoded} . {backwards}", True
         # typo tolerance for the evaluative key words ("comprehensve", "instrucitons")
         english = reads_as_english(unquoted)
-        decoded = fuzzy_fix(decoded.lower()) if english else decoded.lower()
+        lower = fuzzy_fix(unquoted.lower()) if english else unquoted.lower()
+        if decoded != unquoted:  # (else the typo repair of ``lower`` serves both)
+            lower_decoded = decoded.lower()
+            decoded = fuzzy_fix(lower_decoded) if english else lower_decoded
+        else:
+            decoded = lower
         lines = fold(text or "").translate(_QUOTES)
         shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
         return cls(
-            text, norm, unquoted, fuzzy_fix(unquoted.lower()) if english else unquoted.lower(), re.findall(r"[\w']+", norm.lower()),
+            text, norm, unquoted, lower, re.findall(r"[\w']+", norm.lower()),
             decoded, obfuscated, decoded, shaped.lower(),
         )
 

@@ -39,7 +39,7 @@ The English-shape checks (stuffing, rewording, padding) run only on captions tha
 language has none of them and would otherwise be one long "noun run".
 
 Every vocabulary — hedge words, list exemptions, stuffing labels, function words, generic words,
-filler phrases, restatement markers, word families — is data in ``guard_data/judge_hacks.yaml``,
+filler phrases, restatement markers, word families — is data in ``data/judge_hacks.yaml``,
 validated by :class:`JudgeVocab`; each guard also takes ``extra_*`` settings that extend its lists.
 All of it is regular expressions and token counts: well under a millisecond a caption
 (``vlrl bench guards``). The rubric judge's prompts carry the matching rule on the judge side: a
@@ -51,21 +51,22 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from vlrl.rewards.guard_base import Guard, register_guard
-from vlrl.rewards.guard_doc import Doc, english_function_words
+from vlrl.rewards.guards.base import Guard, register_guard
+from vlrl.rewards.guards.doc import Doc, english_function_words
+from vlrl.rewards.guards.text import split
 
-VOCAB = Path(__file__).parent / "guard_data" / "judge_hacks.yaml"
+VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
 
 
 class JudgeVocab(BaseModel):
-    """The vocabularies of the judge-hack guards (``guard_data/judge_hacks.yaml``)."""
+    """The vocabularies of the judge-hack guards (``data/judge_hacks.yaml``)."""
 
     model_config = ConfigDict(extra="forbid")
     hedges: list[str]
@@ -103,14 +104,13 @@ def _words_re(words: Iterable[str]) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w'-])(?:{_alt(words)})(?![\w'-])")
 
 
-# one sentence splitter for all four guards: sentence marks, semicolons and line breaks
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*|(?<=[.!?])(?=[A-Za-z])")
 _TOKEN = re.compile(r"[a-z][a-z'-]*|\d+")
 _LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+    """The sentences of ``text`` (the one splitter of :func:`vlrl.rewards.guards.text.split`)."""
+    return split(text, "sentence")
 
 
 class _Vocab:
@@ -210,7 +210,7 @@ class HedgingGuard(_JudgeGuard):
     def _exempt_before(self, sentence: str, start: int) -> bool:
         return bool(self.exempt.search(sentence[max(0, start - 60):start]))
 
-    def match(self, doc: Doc) -> str | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         ors = hedges = 0
         for sent in sentences(text):
@@ -219,14 +219,14 @@ class HedgingGuard(_JudgeGuard):
                 items = _items(m.group(1), m.group(2))
                 if (len(items) > self.max_alternatives and _parallel(items)
                         and not self._exempt_before(bare, m.start() + len(m.group(1).split(",")[0]))):
-                    return f"alternatives: {m.group(0)[:80]}"
+                    yield "alternatives", f"alternatives: {m.group(0)[:80]}"
             if (m := _SLASHES.search(bare)) and len(m.group(0).split("/")) > self.max_alternatives \
                     and not self._exempt_before(bare, m.start()):
-                return f"alternatives: {m.group(0)[:80]}"
+                yield "alternatives", f"alternatives: {m.group(0)[:80]}"
             for m in _OR_CHAIN.finditer(bare):  # "red or silver or black"
                 items = re.split(r"\s+or\s+", m.group(0))
                 if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
-                    return f"alternatives: {m.group(0)[:80]}"
+                    yield "alternatives", f"alternatives: {m.group(0)[:80]}"
             for h in self.hedge.finditer(bare):
                 hedges += 1
                 after = bare[h.end():h.end() + 160]
@@ -239,19 +239,19 @@ class HedgingGuard(_JudgeGuard):
                     items = _items(lm.group(1), lm.group(2))
                     shaped = all(len(i.split()) <= 3 for i in items[1:]) if governs else _parallel(items)
                     if len(items) >= self.speculative_items and shaped:
-                        return f"speculative list: {(h.group(0) + after)[:80]}"
+                        yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             same = Counter(h.group(0) for h in self.hedge.finditer(bare))
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
                 word, n = same.most_common(1)[0]
-                return f"alternatives: {word!r} x{n} in one sentence"
+                yield "repeated_guess", f"alternatives: {word!r} x{n} in one sentence"
             for o in re.finditer(r"\bor\b", bare):
                 if not self._exempt_before(bare, o.start()):
                     ors += 1
         if ors > self.max_or:
-            return f"{ors} alternatives joined by 'or'"
+            yield "or_count", f"{ors} alternatives joined by 'or'"
         if hedges > self.max_hedges:
-            return f"{hedges} guesses"
-        return None
+            yield "guess_count", f"{hedges} guesses"
+        return
 
 
 # ------------------------------------------------------------------------------------------------
@@ -296,39 +296,39 @@ class KeywordStuffingGuard(_JudgeGuard):
         toks = _TOKEN.findall(item)
         return bool(toks) and not any(t in self.v.function or t.isdigit() for t in toks)
 
-    def match(self, doc: Doc) -> str | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         if not self.english(doc):
-            return None
+            return
         if len(_HASHTAG.findall(text)) >= self.hashtags:
-            return f"{len(_HASHTAG.findall(text))} hashtags"
+            yield "hashtags", f"{len(_HASHTAG.findall(text))} hashtags"
         sents = sentences(text)
         for m in _PAREN.finditer(text):  # "(dog, park, grass, tree, bench)"
             if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
                     sum(map(self._bare, items)) / len(items) >= self.bare_share:
-                return f"noun dump: {m.group(0)[:80]}"
+                yield "noun_dump", f"noun dump: {m.group(0)[:80]}"
         run = 0
         for sent in sents:  # "Dog. Park. Grass. Tree." or one noun per line
             toks = _TOKEN.findall(sent)
             short = 0 < len(toks) <= 3 and all(t.isalpha() and len(t) > 2 and t not in self.v.function for t in toks)
             run = run + 1 if short else 0
             if run >= self.short_run:
-                return f"{run} one-noun sentences in a row: {sent[:40]}"
+                yield "noun_run", f"{run} one-noun sentences in a row: {sent[:40]}"
         seen: set[str] = set()
         for k, sent in enumerate(sents):
             if (m := self.label.search(sent)) and (items := self._list(m.group(1))) and len(items) >= self.labelled_items:
-                return f"tag line: {sent[:80]}"
+                yield "tag_line", f"tag line: {sent[:80]}"
             if len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
                     all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
-                return f"{len(long)}-item list: {sent[:80]}"
+                yield "long_list", f"{len(long)}-item list: {sent[:80]}"
             items = self._list(sent)
             if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
                 bare = [i for i in items if self._bare(i)]
                 if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share:
-                    return f"noun dump: {sent[:80]}"
+                    yield "noun_dump", f"noun dump: {sent[:80]}"
                 heads = [_stem(_TOKEN.findall(i)[-1], self.v.synonym) for i in items if _TOKEN.findall(i)]
                 if len(heads) >= self.repeat_items and sum(h in seen for h in heads) / len(heads) >= self.repeat_share:
-                    return f"repeated nouns: {sent[:80]}"
+                    yield "repeated_nouns", f"repeated nouns: {sent[:80]}"
             seen.update(_stem(t, self.v.synonym) for t in _TOKEN.findall(sent) if t not in self.v.function)
         run = 0
         for piece in re.split(r"[^\w\s'-]", text):
@@ -336,8 +336,8 @@ class KeywordStuffingGuard(_JudgeGuard):
             for t in piece.split():
                 run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
                 if run >= self.run_words:
-                    return f"{run} words without a function word: {piece.strip()[:80]}"
-        return None
+                    yield "function_free_run", f"{run} words without a function word: {piece.strip()[:80]}"
+        return
 
 
 # ------------------------------------------------------------------------------------------------
@@ -361,10 +361,10 @@ class RewordingGuard(_JudgeGuard):
         return {_stem(t, self.v.synonym) for t in _TOKEN.findall(sentence)
                 if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()}
 
-    def match(self, doc: Doc) -> str | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         if not self.english(doc):
-            return None
+            return
         sents = sentences(text)
         sets = [self._content(s) for s in sents]
         for j in range(1, len(sents)):
@@ -376,10 +376,10 @@ class RewordingGuard(_JudgeGuard):
                     continue  # an exact repeat is the repetition guard's
                 jac = len(a & b) / len(a | b)
                 if min(len(a), len(b)) >= self.min_content and jac >= self.max_overlap:
-                    return f"reworded ({jac:.2f}): {sents[j][:80]}"
+                    yield "reworded", f"reworded ({jac:.2f}): {sents[j][:80]}"
                 if marked and jac >= self.marker_overlap and len(b) >= 2:
-                    return f"restated ({jac:.2f}): {sents[j][:80]}"
-        return None
+                    yield "restated", f"restated ({jac:.2f}): {sents[j][:80]}"
+        return
 
 
 # ------------------------------------------------------------------------------------------------
@@ -410,27 +410,27 @@ class PaddingGuard(_JudgeGuard):
         content = [t for t in _TOKEN.findall(sentence) if t not in self.v.function]
         return len(content) >= 3 and sum(t in self.v.generic for t in content) / len(content) >= self.generic_word_share
 
-    def match(self, doc: Doc) -> str | None:
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         raw = doc.norm
         if raw:
             symbols = sum(unicodedata.category(c)[0] in "PS" for c in raw)  # vowel signs are not symbols
             if len(raw) >= 40 and symbols / len(raw) > self.symbol_share:
-                return f"{symbols}/{len(raw)} characters are symbols"
+                yield "symbols", f"{symbols}/{len(raw)} characters are symbols"
             if m := self.symbol_run.search(raw):
-                return f"symbol run: {m.group(0)[:40]}"
+                yield "symbols", f"symbol run: {m.group(0)[:40]}"
         text = doc.lower
         if m := self.placeholder.search(text):
-            return f"placeholder text: {m.group(0)}"
+            yield "placeholder", f"placeholder text: {m.group(0)}"
         if not self.english(doc):
-            return None
+            return
         fill = [m.group(0) for m in self.filler.finditer(text)]
         if len(fill) >= self.fillers:
-            return f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
+            yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
         sents = sentences(text)
         generic = [s for s in sents if self._generic(s)]
         if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:
-            return f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
-        return None
+            yield "generic_sentences", f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
+        return
 
 
 JUDGE_GUARDS = ("hedging", "keyword_stuffing", "rewording", "padding")

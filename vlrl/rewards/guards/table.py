@@ -1,0 +1,274 @@
+"""The one table of guard families (``data/families.yaml``), its schema, and the engine that runs it.
+
+A *family* is one kind of hack a guard looks for. Each row of the table names it and says
+
+* ``guard`` — which guard reports it (``self_praise``, ``grader_address``, ...; a family's hit is
+  logged as ``guard/<guard>/<family>``);
+* ``view`` — which preparation of the caption it reads (:class:`~vlrl.rewards.guards.doc.Doc`):
+  ``lower`` (lower case, quoted spans and image text removed, typos repaired; the deobfuscated text
+  too when the caption was obfuscated), ``decoded`` (the same with obfuscation undone), ``unquoted``
+  (case kept, for option letters), ``shaped`` (line breaks kept, for markup and data), ``native``
+  (the caption's own script, for other languages), ``norm`` (normalised, case kept) or ``compact``
+  (obfuscated captions only: every separator removed);
+* ``scope`` — what one match may span: the whole ``text``, one ``sentence``, one ``clause``
+  (sentences cut further at dashes and bars), one ``aside`` (at brackets too) or one ``phrase`` (at
+  colons too),
+  all from the one splitter :func:`vlrl.rewards.guards.text.split`;
+* ``patterns`` — regular expressions, any of which fires the family; ``requires`` — patterns one
+  of which must also occur in the same unit; ``exemptions`` — named entries of the ``exemptions``
+  table (a hedge, a scene) whose presence in the unit keeps the family quiet;
+* ``detector`` — for the few families that count or parse rather than match (verdict-like data,
+  dimension scores, cue co-occurrence, other languages, the judge-hack guards): the name of a
+  function in :mod:`vlrl.rewards.guards.detectors` or of a guard's own check, with ``options``.
+
+Patterns are written with named *fragments* (``{{praise}}``, ``{{subj}}``, ``{{words:4}}``): one
+vocabulary, written once, shared by every family that needs it. Users extend any family from the
+settings (``extra_patterns: {family: [regex, ...]}``); an extra pattern reads the family's view and
+scope and obeys its ``requires`` and exemptions. The table is validated by :class:`FamilyTable` when first read, so a
+typo in a pattern or an unknown view fails at start-up, not mid-run.
+"""
+
+from __future__ import annotations
+
+import re
+
+try:  # the regex parser the gates read (renamed in Python 3.11)
+    from re import _constants as sre_c
+    from re import _parser as sre_parse
+except ImportError:  # pragma: no cover
+    import sre_constants as sre_c  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TABLE = Path(__file__).parent / "data" / "families.yaml"
+View = Literal["lower", "decoded", "unquoted", "shaped", "native", "norm", "compact"]
+Scope = Literal["text", "sentence", "clause", "aside", "phrase"]
+_REF = re.compile(r"\{\{(\w+)(?::(\d+))?\}\}")
+
+
+class Exemption(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    about: str
+    patterns: list[str] = Field(min_length=1)
+
+
+class Family(BaseModel):
+    """One row of the table (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    guard: str
+    view: View
+    scope: Scope = "text"
+    about: str = ""
+    patterns: list[str] = Field(default_factory=list)
+    requires: list[str] = Field(default_factory=list)
+    exemptions: list[str] = Field(default_factory=list)
+    detector: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _does_something(self) -> Family:
+        if not self.patterns and self.detector is None:
+            raise ValueError(f"family {self.name!r}: needs patterns or a detector")
+        return self
+
+
+class FamilyTable(BaseModel):
+    """The whole table: fragments, cue categories, vocabularies, exemptions and the families."""
+
+    model_config = ConfigDict(extra="forbid")
+    fragments: dict[str, str]
+    cues: dict[str, str] = Field(default_factory=dict)
+    vocabularies: dict[str, str] = Field(default_factory=dict)
+    exemptions: dict[str, Exemption] = Field(default_factory=dict)
+    families: list[Family]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FamilyTable:
+        seen: set[tuple[str, str]] = set()
+        for f in self.families:
+            if (f.guard, f.name) in seen:
+                raise ValueError(f"family {f.guard}/{f.name} is listed twice")
+            seen.add((f.guard, f.name))
+            if unknown := set(f.exemptions) - set(self.exemptions):
+                raise ValueError(f"family {f.name!r}: unknown exemptions {sorted(unknown)}")
+            for p in [*f.patterns, *f.requires]:
+                compile_pattern(p, self.fragments)
+        for name, e in self.exemptions.items():
+            for p in e.patterns:
+                compile_pattern(p, self.fragments, what=f"exemption {name!r}")
+        for name, p in self.cues.items():
+            compile_pattern(p, self.fragments, what=f"cue {name!r}")
+        return self
+
+    @field_validator("fragments")
+    @classmethod
+    def _fragments_resolve(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            expand(f"{{{{{name}}}}}", v)
+        return v
+
+
+def expand(pattern: str, fragments: dict[str, str], depth: int = 0) -> str:
+    """``pattern`` with every ``{{name}}`` (or ``{{name:N}}``, filling ``$n``) replaced by its fragment."""
+    if depth > 12:
+        raise ValueError(f"fragments nest too deep (a cycle?) in {pattern[:60]!r}")
+
+    def sub(m: re.Match[str]) -> str:
+        name, arg = m.group(1), m.group(2)
+        if name not in fragments:
+            raise ValueError(f"unknown fragment {{{{{name}}}}}")
+        value = fragments[name]
+        return expand(value.replace("$n", arg) if arg else value, fragments, depth + 1)
+
+    return _REF.sub(sub, pattern)
+
+
+def compile_pattern(pattern: str, fragments: dict[str, str], what: str = "pattern") -> re.Pattern[str]:
+    try:
+        return re.compile(expand(pattern, fragments))
+    except (re.error, ValueError) as e:
+        raise ValueError(f"bad {what} {pattern[:80]!r}: {e}") from None
+
+
+def load_table(path: str | Path = TABLE) -> FamilyTable:
+    """Read and validate a family table."""
+    return FamilyTable(**yaml.safe_load(Path(path).read_text(encoding="utf-8")))
+
+
+@lru_cache(maxsize=4)
+def table(path: str = str(TABLE)) -> FamilyTable:
+    return load_table(path)
+
+
+@lru_cache(maxsize=4)
+def cue_patterns(path: str = str(TABLE)) -> dict[str, re.Pattern[str]]:
+    t = table(path)
+    return {name: compile_pattern(p, t.fragments) for name, p in t.cues.items()}
+
+
+@lru_cache(maxsize=4)
+def exemption_patterns(path: str = str(TABLE)) -> dict[str, re.Pattern[str]]:
+    t = table(path)
+    return {name: _any(e.patterns, t.fragments) for name, e in t.exemptions.items()}
+
+
+def vocabulary(name: str, path: str = str(TABLE)) -> frozenset[str]:
+    return frozenset(table(path).vocabularies[name].split())
+
+
+def _any(patterns: Iterable[str], fragments: dict[str, str]) -> re.Pattern[str]:
+    """One regex for a list: each alternative in its own group, so the leftmost match wins."""
+    return re.compile("|".join(f"(?:{expand(p, fragments)})" for p in patterns))
+
+
+def families_of(guard: str, path: str = str(TABLE)) -> list[Family]:
+    return [f for f in table(path).families if f.guard == guard]
+
+
+Detector = Callable[..., "str | None"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Gates: literals one of which every match of a pattern must contain. A family whose view holds none
+# of them cannot fire, and is skipped with a few substring tests instead of its regular expressions.
+# The literals are read off the parsed pattern, so a gate is exact, never a guess: a literal run is
+# required where it is not optional; an alternation requires one of its branches' literals; a
+# lookaround, a character class or an optional part requires nothing.
+
+_MIN_GATE = 2
+
+
+def _gate_seq(items: list[Any]) -> set[str] | None:
+    cands: list[set[str]] = []
+    run = ""
+    for op, av in items:
+        if op is sre_c.LITERAL:
+            run += chr(av)
+            continue
+        if run:
+            cands.append({run})
+            run = ""
+        if (got := _gate_node(op, av)) is not None:
+            cands.append(got)
+    if run:
+        cands.append({run})
+    cands = [c for c in cands if c and min(map(len, c)) >= _MIN_GATE]
+    # the most selective: longest shortest literal, then fewest literals
+    return min(cands, key=lambda c: (-min(map(len, c)), len(c))) if cands else None
+
+
+def _gate_node(op: Any, av: Any) -> set[str] | None:
+    if op is sre_c.SUBPATTERN:
+        _group, add_flags, del_flags, sub = av
+        return None if add_flags or del_flags else _gate_seq(list(sub))
+    if op is sre_c.BRANCH:
+        out: set[str] = set()
+        for alt in av[1]:
+            if (got := _gate_seq(list(alt))) is None:
+                return None
+            out |= got
+        return out
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1:
+        return _gate_seq(list(av[2]))
+    return None
+
+
+def gate(patterns: Iterable[str]) -> tuple[str, ...] | None:
+    """Literals one of which any match of any of ``patterns`` contains, or ``None`` (no gate)."""
+    out: set[str] = set()
+    for p in patterns:
+        parsed = sre_parse.parse(p)
+        if parsed.state.flags & (re.IGNORECASE | re.VERBOSE) or (got := _gate_seq(list(parsed))) is None:
+            return None
+        out |= got
+    return tuple(sorted(out, key=len, reverse=True)) or None
+
+
+class CompiledFamily:
+    """One family ready to run on a :class:`~vlrl.rewards.guards.doc.Doc`."""
+
+    def __init__(self, spec: Family, extra: Iterable[str] = (), detectors: dict[str, Detector] | None = None,
+                 path: str = str(TABLE)) -> None:
+        fragments = table(path).fragments
+        self.spec = spec
+        self.name = spec.name
+        self.extra = tuple(extra)
+        patterns = [*spec.patterns, *self.extra]
+        self.pattern = _any(patterns, fragments) if patterns else None
+        # a family that also runs a detector has no gate: the detector may fire where no pattern can
+        self.gate = gate(expand(p, fragments) for p in patterns) if patterns and spec.detector is None else None
+        self.requires = _any(spec.requires, fragments) if spec.requires else None
+        exempt = exemption_patterns(path)
+        self.exemptions = tuple(exempt[e] for e in spec.exemptions)
+        self.detector = None
+        if spec.detector is not None:
+            if detectors is None or spec.detector not in detectors:
+                raise ValueError(f"family {spec.name!r}: unknown detector {spec.detector!r}")
+            self.detector = detectors[spec.detector]
+
+    def find(self, doc: Any) -> str | None:
+        """The evidence (a snippet) when the family fires on ``doc``, else ``None``."""
+        for text in doc.view(self.spec.view):
+            if self.gate is not None and not any(lit in text for lit in self.gate):
+                continue  # no unit of this text can hold a match
+            for unit in doc.units(text, self.spec.scope):
+                if self.exemptions and any(e.search(unit) for e in self.exemptions):
+                    continue
+                if self.detector is not None and (hit := self.detector(unit, doc, **self.spec.options)):
+                    return hit[:80]
+                if self.pattern is not None and (m := self.pattern.search(unit)) and (
+                        self.requires is None or self.requires.search(unit)):
+                    return m.group(0)[:80]
+        return None
+
+
+__all__ = ["TABLE", "CompiledFamily", "gate", "Exemption", "Family", "FamilyTable", "compile_pattern", "cue_patterns",
+           "exemption_patterns", "expand", "families_of", "load_table", "table", "vocabulary"]
