@@ -128,3 +128,51 @@ def test_the_token_is_sent_and_never_shown(monkeypatch, caplog):
         with pytest.raises(RemoteRewardFailed, match="HTTP 401") as err:
             wrong(completions=["a"])
     assert secret not in str(err.value) and secret not in caplog.text
+
+
+def test_an_answer_cut_off_half_way_is_retried_and_never_a_zero(monkeypatch):
+    """A service killed while it writes its answer (fewer bytes than its Content-Length) is a failed
+    try like a dropped connection: retried, then the failure budget; verl never scores it 0.0."""
+    from vlrl.training import verl
+
+    waits = no_sleep(monkeypatch)
+    with app_server(build_app(ServeSettings(WORDS, {}))) as root, FaultProxy(root) as proxy:
+        proxy.script("cut")
+        reward = build_reward("remote", url=proxy.root, retries=2)
+        assert reward(completions=["one two three"]) == [3.0]
+        assert [s.action for s in proxy.posts()] == ["cut", "pass"] and len(waits) == 1
+        proxy.default = "cut"
+        with pytest.raises(RemoteRewardFailed, match="IncompleteRead"):
+            build_reward("remote", url=proxy.root, retries=1)(completions=["a"])
+        with pytest.raises(RemoteRewardFailed):
+            verl.compute_score("x", "a b", None, {}, reward="remote", settings={"url": proxy.root, "retries": 1})
+
+
+def test_an_answer_that_is_not_the_documented_shape_fails_the_request(monkeypatch):
+    """A 200 whose results are not row objects (a proxy or another service on that port) is a failed
+    request: RemoteRewardFailed, never an AttributeError that verl would score 0.0."""
+    from vlrl.training import verl
+
+    no_sleep(monkeypatch)
+    with app_server(build_app(ServeSettings(WORDS, {}))) as root, FaultProxy(root) as proxy:
+        proxy.default = lambda answer: {"results": [7]}
+        with pytest.raises(RemoteRewardFailed, match="not the ones sent"):
+            build_reward("remote", url=proxy.root, retries=0)(completions=["a"])
+        with pytest.raises(RemoteRewardFailed):
+            verl.compute_score("x", "a b", None, {}, reward="remote", settings={"url": proxy.root, "retries": 0})
+
+
+def test_a_dataset_id_column_draws_as_in_process():
+    """A dataset with an ``id`` column (CapRL's published data has one, per image): in process caprl_qa
+    seeds its draws from it, so every rollout of one image is asked the same draws; through the
+    service the column must still reach the reward, not be taken as the row's id and dropped."""
+    rows = caprl_rows(12)
+    completions = [[{"role": "assistant", "content": r["completion"]}] for r in rows]
+    columns = {"questions": [QUESTION_BANK] * 12, "id": [f"img{i // 4}" for i in range(12)]}  # 3 images x 4 rollouts
+    local = build_reward("caprl_qa", **CAPRL_SETTINGS)
+    want = local(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0), **columns)
+    assert want != local(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0),
+                         questions=columns["questions"])  # the id column changes the draws: the check can fail
+    with app_server(build_app(ServeSettings("caprl_qa", dict(CAPRL_SETTINGS)))) as root:
+        remote = build_reward("remote", url=root)
+        assert remote(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0), **columns) == want

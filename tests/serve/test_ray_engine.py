@@ -148,3 +148,74 @@ def test_a_killed_replica_is_replaced_and_clients_lose_nothing(tmp_path):
     assert {k: len(v) for k, v in got.items()} == dict.fromkeys(want, 1)  # nothing lost, nothing twice
     assert {k: v[0] for k, v in got.items()} == want
     print(f"killed replica {victim}; clients retried {result['retried']} request(s)")
+
+
+def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
+    """Graceful shutdown under Ray Serve: a request being scored when the service is told to stop is
+    answered (the replicas drain before the proxy goes), and the command exits 0."""
+    import json
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    from tests.support.servers import free_port, server_process
+
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", "tests.support.serve:slow_words",
+           "-s", "delay=3.0", "--engine", "ray", "--port", str(port)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with server_process(cmd, env, tmp_path / "serve.log", lambda: get_json(root + "/health").get("status") == "up",
+                        "vlrl serve reward", 240) as proc:
+        wait_ready(root)
+        answer: dict = {}
+
+        def score() -> None:
+            req = urllib.request.Request(root + "/v1/score", data=json.dumps({"rows": [{"id": 1, "completion": "a b c"}]}).encode())
+            with urllib.request.urlopen(req, timeout=120) as r:
+                answer["r"] = (r.status, json.loads(r.read()))
+
+        client = threading.Thread(target=score)
+        client.start()
+        time.sleep(1.0)  # the batch is being scored (3 s)
+        proc.send_signal(signal.SIGTERM)
+        client.join(120)
+        code = proc.wait(120)
+    assert answer.get("r") == (200, {"results": [{"id": 1, "reward": 3.0, "details": {}, "error": None}]})
+    assert code == 0
+
+
+def test_a_replica_log_line_never_holds_a_credential():
+    """Replicas are Ray worker processes, not the vlrl command: their log lines go to Ray's log files
+    and must pass the same redaction (here a reward that logs the key a server echoed)."""
+    import json
+    import shutil
+    import sys
+    import tempfile
+    import urllib.request
+    from pathlib import Path
+
+    from tests.support.servers import free_port, server_process
+
+    secret = "sk-replica-" + "w4" * 12
+    ray_tmp = Path(tempfile.mkdtemp(prefix="vr", dir="/tmp"))  # short: Ray's socket paths live below it
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", "tests.support.serve:echoing_words",
+           "--engine", "ray", "--port", str(port)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENAI_API_KEY=secret, RAY_TMPDIR=str(ray_tmp))
+    try:
+        with server_process(cmd, env, ray_tmp / "serve.log", lambda: get_json(root + "/health").get("status") == "up",
+                            "vlrl serve reward", 240) as proc:
+            wait_ready(root)
+            req = urllib.request.Request(root + "/v1/score", data=json.dumps({"rows": [{"id": 1, "completion": "a b"}]}).encode())
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert json.loads(r.read())["results"][0]["reward"] == 2.0
+            time.sleep(2)  # Ray flushes its worker logs
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+        logs = [f for f in ray_tmp.rglob("*") if f.is_file() and not f.is_symlink()]
+        assert not [f for f in logs if secret.encode() in f.read_bytes()]
+        assert any(b"invalid key ***" in f.read_bytes() for f in logs), "the replica's line was not logged at all"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

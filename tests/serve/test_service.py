@@ -281,3 +281,84 @@ def test_a_backend_that_dies_mid_run_turns_the_service_unready():
         metrics = get(root, "/metrics")[1]
     errors = [ln for ln in metrics.splitlines() if ln.startswith("vlrl_serve_backend_errors_total")]
     assert errors and float(errors[0].split()[-1]) >= 2  # the rows whose backend failed were counted
+
+
+def test_a_request_cancelled_mid_batch_does_not_fail_the_others_in_its_batch():
+    """A request whose client went away is cancelled (Ray Serve cancels a disconnected HTTP request;
+    uvicorn cancels what outlives its graceful-shutdown timeout) while its rows are being scored:
+    the other requests of that batch still get their own rows back."""
+    import asyncio
+
+    from vlrl.serve.service import RewardService
+
+    async def run() -> tuple[list, list]:
+        svc = RewardService(ServeSettings("tests.support.serve:slow_words", {"delay": "0.5"}, max_wait_ms=200))
+        svc.probe(True)
+        gone = asyncio.create_task(svc.score([{"id": "gone", "completion": "x y"}], 0))
+        kept = asyncio.create_task(svc.score([{"id": "kept", "completion": "x y z"}], 0))
+        await asyncio.sleep(0.35)  # both queued in one batch, which is running now
+        gone.cancel()
+        first = await asyncio.wait_for(kept, 30)
+        after = await asyncio.wait_for(svc.score([{"id": "next", "completion": "q"}], 0), 30)
+        svc.close()
+        return first, after
+
+    first, after = asyncio.run(run())
+    assert first == [{"id": "kept", "reward": 3.0, "details": {}, "error": None}]
+    assert after[0]["reward"] == 1.0
+
+
+def test_a_slow_re_probe_never_blocks_the_other_requests():
+    """A backend that accepts connections and never answers: the re-probe a /v1/score request
+    triggers waits out its timeout off the event loop, so /health (a liveness probe) and other
+    requests are answered meanwhile."""
+    import socket
+    import threading
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # connections are accepted by the kernel and never answered
+    spec = f"openai:http://127.0.0.1:{hole.getsockname()[1]}/v1@answerer"
+    app = build_app(ServeSettings("caprl_qa", {**CAPRL_SETTINGS, "answerer": spec}, reprobe_s=0.0))
+    with app_server(app) as root:
+        service = app.state.holder["service"]
+        answer: dict = {}
+        scorer = threading.Thread(target=lambda: answer.update(r=post(root, "/v1/score", {"rows": caprl_rows(2)})))
+        scorer.start()
+        while not service._probe_lock.locked() and scorer.is_alive():
+            scorer.join(0.01)
+        assert get(root, "/health")[0] == 200
+        assert service._probe_lock.locked(), "/health waited for the re-probe to end"
+        assert get(root, "/ready")[0] == 503  # a probe already running: its last verdict, at once
+        scorer.join(60)
+    hole.close()
+    assert answer["r"][0] == 503
+
+
+def test_replicas_without_the_ray_engine_is_refused_not_ignored():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    vlrl = Path(sys.executable).parent / "vlrl"
+    proc = subprocess.run([str(vlrl), "serve", "reward", "-r", WORDS, "--replicas", "4", "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--replicas" in proc.stderr and "--engine ray" in proc.stderr
+
+
+def test_sigterm_stops_the_local_engine_with_exit_code_0(tmp_path):
+    """SIGTERM is how systemd and Kubernetes stop a service: a clean drain is exit code 0, as the
+    command's help says, not a process killed by the signal."""
+    import signal
+    import sys
+    from pathlib import Path
+
+    from tests.support.servers import get_json, server_process
+
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", WORDS, "--port", str(port)]
+    root = f"http://127.0.0.1:{port}"
+    with server_process(cmd, dict(__import__("os").environ), tmp_path / "serve.log",
+                        lambda: get_json(root + "/health").get("status") == "up", "vlrl serve reward", 120) as proc:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

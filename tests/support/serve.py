@@ -117,3 +117,12 @@ def slow_words(prompts=None, completions=None, delay="0.5", **kwargs):
     """:func:`word_count` after a pause: a batch still running when the service is told to stop."""
     time.sleep(float(delay))
     return word_count(prompts, completions)
+
+
+def echoing_words(prompts=None, completions=None, **kwargs):
+    """:func:`word_count` that logs what a careless server echoes: the API key it was sent."""
+    import logging
+    import os
+
+    logging.getLogger("vlrl.core.backends").warning("server said: invalid key %s", os.environ.get("OPENAI_API_KEY"))
+    return word_count(prompts, completions)

@@ -4,7 +4,7 @@
 yields a :class:`Served`; ``tests/conftest.py`` wraps it as the session fixture
 ``transformers_server``. :class:`FaultProxy` sits between a client and that server and decides per
 request what happens: pass through, answer 500/429/400, drop the connection, stall past the
-client's timeout, or rewrite the JSON answer (e.g. to add vLLM-style logprobs). It counts what it
+client's timeout, cut the answer off half-way (a server killed while it writes), or rewrite the JSON answer (e.g. to add vLLM-style logprobs). It counts what it
 saw, so tests can assert how many HTTP requests a client really made.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 Action = str | Callable[[dict], dict]
-"""``"pass"``, ``"500"``, ``"429"``, ``"400"``, ``"drop"``, ``"stall"``, or a function that
+"""``"pass"``, ``"500"``, ``"429"``, ``"400"``, ``"drop"``, ``"stall"``, ``"cut"``, or a function that
 rewrites the upstream JSON response (the response is passed through otherwise)."""
 
 
@@ -226,6 +226,9 @@ class FaultProxy:
                 rbody = self._fill_blank(rbody)
             if callable(action) and status == 200:
                 rbody = json.dumps(action(json.loads(rbody))).encode()
+            if action == "cut":  # the server dies while sending its answer: half the promised body
+                await self._reply(writer, status, rheaders, rbody, cut=True)
+                return
             await self._reply(writer, status, rheaders, rbody)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
@@ -262,11 +265,12 @@ class FaultProxy:
         return json.dumps(resp).encode()
 
     @staticmethod
-    async def _reply(writer: asyncio.StreamWriter, status: int, headers: dict[str, str], body: bytes) -> None:
+    async def _reply(writer: asyncio.StreamWriter, status: int, headers: dict[str, str], body: bytes,
+                     cut: bool = False) -> None:
         drop = ("connection", "keep-alive", "content-length", "transfer-encoding")
         out = [f"HTTP/1.1 {status} X", "connection: close", f"content-length: {len(body)}"]
         out += [f"{k}: {v}" for k, v in headers.items() if k not in drop]
-        writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body)
+        writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + (body[: len(body) // 2] if cut else body))
         await writer.drain()
 
 

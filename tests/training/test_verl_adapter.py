@@ -201,3 +201,17 @@ def test_video_samples_carry_video_path_in_extra_info(tmp_path):
     assert out["score"] == 1.0 and out["factuality"] == 10.0 and set(out) == set(va.detail_keys())
     bad = va.video_judge("video_caption_rl", "x", None, {"video_path": str(tmp_path / "missing.mp4")}, settings={"judge": Scripted("j", judge)})
     assert bad["applicable"] == 0.0 and bad["video_failures"] == 1.0
+
+
+def test_a_failed_remote_request_within_the_budget_is_marked_reward_failed(monkeypatch):
+    """verl's score tensor cannot hold None, so a request to the reward service that failed (within
+    its failure_budget) scores 0.0: it must say reward_failed, or it reads as a measured 0.0."""
+    from tests.support.servers import free_port
+    from vlrl.rewards.remote import RemoteRewardFailed
+
+    monkeypatch.setattr("vlrl.rewards.remote.pause", lambda s: None)
+    settings = {"url": f"http://127.0.0.1:{free_port()}", "retries": 0, "failure_budget": 1}  # nothing listens
+    out = va.compute_score("d", "A caption.", None, {"index": 0}, reward="remote", settings=settings)
+    assert out["score"] == 0.0 and out["applicable"] == 0.0 and out["reward_failed"] == 1.0
+    with pytest.raises(RemoteRewardFailed):  # past the budget: the step fails
+        va.compute_score("d", "A caption.", None, {"index": 0}, reward="remote", settings=settings)

@@ -34,6 +34,9 @@ def reward_cmd(
     if engine not in ("local", "ray"):
         typer.echo(f"error: --engine must be local or ray, not {engine!r}", err=True)
         raise typer.Exit(2)
+    if engine == "local" and replicas != 1:
+        typer.echo(f"error: --replicas {replicas} needs --engine ray (the local engine is one process)", err=True)
+        raise typer.Exit(2)
     try:
         check_binding(host, token_env)
         name, conf = reward_block(reward, load_settings(setting), recipe)

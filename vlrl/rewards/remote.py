@@ -7,8 +7,9 @@
 Each reward call becomes one ``POST /v1/score`` with the batch's completions and every dataset
 column TRL passes (those that are JSON: an in-memory image is not sent; the served reward reads its
 images from their paths), and the trainer's ``global_step`` as ``step``, so the draws are those of
-the same reward in process. The rows' ``details`` come back as the reward's sub-scores, logged as
-``remote/<key>``.
+the same reward in process. A dataset ``id`` column is sent as ``image_id`` (a row's ``id`` is its
+place in the request), which is how caprl_qa keys the draws of an image in process. The rows'
+``details`` come back as the reward's sub-scores, logged as ``remote/<key>``.
 
 What can go wrong, and what happens (a failed request is never a 0.0):
 
@@ -27,6 +28,7 @@ The verl adapter uses the same reward (``reward: remote`` in ``reward_kwargs``;
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -99,7 +101,8 @@ class RemoteClient:
             self.requests += 1
             try:
                 status, headers, raw = self._once(method, path, body)
-            except (OSError, TimeoutError) as e:  # refused, reset, timed out
+            except (OSError, TimeoutError, http.client.HTTPException) as e:
+                # refused, reset, timed out, or an answer cut off (a service killed while it wrote)
                 why = f"{type(e).__name__}: {e}"
             else:
                 if status == 200:
@@ -124,7 +127,8 @@ class RemoteClient:
     def score(self, rows: list[dict], step: int) -> list[dict]:
         answer = self.request("POST", "/v1/score", {"rows": rows, "step": int(step)})
         results = answer.get("results") if isinstance(answer, dict) else None
-        if not isinstance(results, list) or [r.get("id") for r in results] != [r["id"] for r in rows]:
+        if (not isinstance(results, list) or not all(isinstance(r, dict) for r in results)
+                or [r.get("id") for r in results] != [r["id"] for r in rows]):
             raise RemoteRewardFailed(f"reward service {redact(self.url)} answered rows that are not the ones sent")
         return results
 
@@ -136,7 +140,7 @@ class RemoteClient:
                 return None
         except urllib.error.HTTPError as e:
             return redact(f"reward service {self.url} is not ready (HTTP {e.code}: {_detail(e.read())})")
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, http.client.HTTPException) as e:
             return redact(f"reward service {self.url} does not answer ({type(e).__name__}: {e})")
 
 
@@ -208,7 +212,13 @@ class RemoteReward(Reward):
                 step = self._calls
             self._calls += 1
         rows: list[dict[str, Any]] = [{"id": i, "completion": c} for i, c in enumerate(completions)]
+        if "id" in columns and "image_id" not in columns:
+            # a row's "id" is its place in the request, never a column: the dataset's id column (which
+            # caprl_qa seeds its draws from in process) travels as image_id, read the same way
+            columns = {("image_id" if k == "id" else k): v for k, v in columns.items()}
         for key, values in columns.items():
+            if key == "id":
+                continue
             sent = _jsonable_column(list(values)) if isinstance(values, (list, tuple)) else None
             if sent is None or len(sent) != len(rows):
                 if key not in self._skipped:

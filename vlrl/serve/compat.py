@@ -1,11 +1,15 @@
 """The payloads of the two reward services vlrl's anchors train through, mapped onto ``/v1/score`` rows.
 
 **OpenRLHF** (``--remote_rm_url URL``): the trainer POSTs ``{"query": [str], "prompts": [str],
-"labels": [any]}`` (older releases send only ``query``), where each query is the prompt and the
-response rendered with the chat template, and reads ``rewards`` (one float per query) from the
-answer; newer releases also read ``scores`` and ``extra_logs`` (a mapping of logged values). A
-query's completion is the query with its prompt cut off when it starts with it; its label becomes
-the reward's label column (``ServeSettings.label_column``: by default the reward's first required
+"labels": [any]}`` (older releases send only ``query``), where each query is the prompt's and the
+response's token ids decoded with their special tokens, and reads ``rewards`` (one float per query)
+from the answer; newer releases also read ``scores`` and ``extra_logs`` (a mapping of logged
+values). A query's completion is the query with its prompt cut off. For a vision-language policy
+the query does not start with the prompt text: the processor expanded each image placeholder
+(``<|image_pad|>``) into one token per patch, so a placeholder of the prompt matches any run of
+itself in the query. A query that does not hold its prompt even so is that row's error (never the
+whole query scored as the caption), and the special tokens that end a response (``<|im_end|>``,
+``</s>``...) are cut off it. Its label becomes the reward's label column (``ServeSettings.label_column``: by default the reward's first required
 column, e.g. caprl_qa's ``questions``, else ``answer``).
 
 **CapRL++** (``/get_reward``, called by its verl ``reward_fn``): ``{"prompts": [[caption, [[question,
@@ -25,8 +29,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from vlrl.serve.service import ROW_ERROR
+
 _OPTION = re.compile(r"^\s*-?\s*([A-Ia-i])\)\s*(.+?)\s*$")
 _ABSTAIN = re.compile(r"^\s*can\s*not\s+answer\b|^\s*cannot\s+answer\b", re.IGNORECASE)
+
+
+# a chat-template or image placeholder token: <|image_pad|>, <|im_end|>, <image>, <IMG_CONTEXT>
+_PLACEHOLDER = re.compile(r"<\|?[A-Za-z_][A-Za-z0-9_]*\|?>")
+# what ends a response decoded with its special tokens: end-of-turn, end-of-text, padding
+_END_TOKENS = re.compile(r"(?:<\|[A-Za-z_]+\|>|</s>|<eos>|<end_of_turn>|<pad>)+\s*$")
 
 
 class PayloadError(ValueError):
@@ -62,14 +74,33 @@ def openrlhf_rows(body: Any, label_column: str) -> tuple[list[dict], int]:
     rows = []
     for i, q in enumerate(queries):
         row: dict[str, Any] = {"id": i, "completion": q}
-        if prompts and isinstance(q, str) and isinstance(prompts[i], str) and q.startswith(prompts[i]):
-            row["completion"] = q[len(prompts[i]):]
+        if prompts and isinstance(q, str) and isinstance(prompts[i], str):
+            response = _response(q, prompts[i])
+            if response is None:
+                row[ROW_ERROR] = "the query does not start with its prompt (even with image tokens expanded)"
+            else:
+                row["completion"] = _END_TOKENS.sub("", response)
+        elif isinstance(q, str):
+            row["completion"] = _END_TOKENS.sub("", q)
         if prompts:
             row["prompt"] = prompts[i]
         if labels:
             row[label_column] = labels[i]
         rows.append(row)
     return rows, _step(body)
+
+
+def _response(query: str, prompt: str) -> str | None:
+    """What follows ``prompt`` in ``query``, where each placeholder token of the prompt may stand for
+    a run of itself (a processor's expanded image tokens); None when the query does not hold it."""
+    if query.startswith(prompt):
+        return query[len(prompt):]
+    parts, pos = [], 0
+    for m in _PLACEHOLDER.finditer(prompt):
+        parts += [re.escape(prompt[pos : m.start()]), f"(?:{re.escape(m.group())})+"]
+        pos = m.end()
+    found = re.match("".join([*parts, re.escape(prompt[pos:])]), query, re.DOTALL)
+    return query[found.end():] if found else None
 
 
 def openrlhf_answer(results: list[dict]) -> dict[str, Any]:

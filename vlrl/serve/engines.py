@@ -7,8 +7,10 @@ of its own. Batching happens inside each replica, across the requests routed to 
 (``max_ongoing_requests`` is raised so that enough requests reach a replica to fill a batch).
 
 Graceful shutdown: uvicorn stops accepting connections on SIGTERM/SIGINT, lets in-flight requests
-finish, and the app's shutdown drains its queue (:meth:`RewardService.drain`); Ray Serve does the
-same per replica (``graceful_shutdown_timeout_s``) when ``serve.shutdown()`` runs.
+finish, and the app's shutdown drains its queue (:meth:`RewardService.drain`); under Ray Serve the
+application is deleted first, so each replica finishes the requests it holds
+(``graceful_shutdown_timeout_s``) while the proxy still answers them, and only then does
+``serve.shutdown()`` tear the proxy down.
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ DEPLOYMENT = "RewardDeployment"
 
 
 def run_local(conf: ServeSettings, host: str, port: int, service: RewardService | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, then drain."""
+    """Serve until SIGINT/SIGTERM, then drain (exit code 0)."""
     import uvicorn
 
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn re-raises the signal it stopped on once it has drained, to the handler found before
+        # it: the default SIGTERM handler would then kill the process after a clean drain (exit -15)
+        signal.signal(signal.SIGTERM, lambda *_: logger.info("stopped on SIGTERM"))
     uvicorn.run(build_app(conf, service), host=host, port=port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=int(DRAIN_TIMEOUT_S))
 
@@ -42,6 +48,11 @@ def ray_deployment(conf: ServeSettings, replicas: int, ray_actor_options: dict[s
     from ray import serve
 
     def build() -> Any:  # a plain function: Ray Serve calls it on each replica to build the app there
+        from vlrl.core.redact import install_log_redaction
+
+        # a replica is a Ray worker process, not the vlrl command: without this its log lines (a
+        # backend error echoing a key) reach Ray's log files unredacted
+        install_log_redaction()
         return build_app(conf)
 
     @serve.deployment(
@@ -79,6 +90,10 @@ def run_ray(conf: ServeSettings, host: str, port: int, replicas: int, *, stop: t
         stop.wait()
     finally:
         logger.info("shutting down: draining the replicas")
+        # deleting the application first stops its replicas gracefully (each finishes the requests it
+        # holds, up to graceful_shutdown_timeout_s) while the proxy still answers them; serve.shutdown()
+        # alone tears the proxy down with requests in flight
+        serve.delete(APP_NAME)
         serve.shutdown()
         ray.shutdown()
 

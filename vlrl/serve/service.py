@@ -38,6 +38,11 @@ from vlrl.rewards.scoring import jsonable, row_problem, score_batch
 logger = logging.getLogger(__name__)
 
 
+ROW_ERROR = "_vlrl_row_error"
+"""A row key an endpoint's payload mapping sets when it cannot make a row of an item (its reason):
+that row gets this error and the others are scored."""
+
+
 class Unavailable(RuntimeError):
     """The service cannot score now (a backend is down, or it is draining): HTTP 503 with this reason."""
 
@@ -117,18 +122,26 @@ class RewardService:
     # -- readiness --------------------------------------------------------------------------------
 
     def probe(self, force: bool = False) -> str | None:
-        """Probe every backend (at most every ``reprobe_s`` unless ``force``); None when all can serve."""
+        """Probe every backend (at most every ``reprobe_s`` unless ``force``); None when all can serve.
+
+        A probe can take its whole timeout per backend (a server that accepts and never answers), so
+        it runs on a worker thread, never on the event loop, and a caller that does not force one
+        takes the verdict so far rather than waiting for a probe already running."""
         from vlrl.core.backends.probe import probe_backend
 
-        with self._probe_lock:
-            if not force and self.problem is None:
-                return None
+        if not force and self.problem is None:
+            return None
+        if not self._probe_lock.acquire(blocking=force):
+            return self.problem
+        try:
             if not force and time.monotonic() - self._probed_at < self.conf.reprobe_s:
                 return self.problem
             self._probed_at = time.monotonic()
             problems = [p for s in self.backends if (p := probe_backend(s).problem) is not None]
             was = self.problem
             self.problem = redact("; ".join(problems)) if problems else None
+        finally:
+            self._probe_lock.release()
         if self.problem != was:
             if self.problem:
                 logger.error("reward %s is not ready: %s", self.name, self.problem)
@@ -154,6 +167,8 @@ class RewardService:
                 out.append(f"row {i}: expected an object, got {type(row).__name__}")
             elif row.get("id") is None or not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
                 out.append(f"row {i}: missing 'id' (a string or integer)")
+            elif row.get(ROW_ERROR):
+                out.append(f"id {row['id']!r}: {row[ROW_ERROR]}")
             elif "completion" not in row:
                 out.append(f"id {row['id']!r}: missing 'completion'")
             else:
@@ -162,7 +177,8 @@ class RewardService:
 
     async def score(self, rows: list[dict], step: int) -> list[dict[str, Any]]:
         """``{"id", "reward", "details", "error"}`` per row, in order. Raises :class:`Unavailable`."""
-        self.check_available()
+        if self.draining or self.problem is not None:
+            await asyncio.to_thread(self.check_available)  # may re-probe: off the event loop
         if self._queued_rows + len(rows) > self.conf.max_queued_rows:
             raise Unavailable(f"{self._queued_rows} rows are already queued (max_queued_rows "
                               f"{self.conf.max_queued_rows}); retry later")
@@ -254,10 +270,12 @@ class RewardService:
             problem = await loop.run_in_executor(None, self.probe, True)
             if problem is not None:
                 for job in jobs:
-                    job.future.set_exception(Unavailable(f"reward backend not ready: {problem}"))
+                    if not job.future.done():
+                        job.future.set_exception(Unavailable(f"reward backend not ready: {problem}"))
                 return
         for job in jobs:
-            job.future.set_result(job.results)
+            if not job.future.done():  # a request cancelled meanwhile (its client went away) takes no answer
+                job.future.set_result(job.results)
 
     # -- shutdown ---------------------------------------------------------------------------------
 

@@ -217,7 +217,7 @@ def compute_score(
 ) -> dict[str, Any]:
     """verl's per-sample signature. Never raises: a reward that cannot be built or fails scores 0.0."""
     from vlrl.rewards import Score
-    from vlrl.rewards.base import last_scores
+    from vlrl.rewards.base import BACKEND_FAILED, last_scores
     from vlrl.rewards.remote import RemoteRewardFailed
 
     keys = detail_keys()
@@ -241,7 +241,9 @@ def compute_score(
     except Exception as e:  # noqa: BLE001 - verl would kill the whole step for one bad sample
         _warn_once(f"score:{name}:{e.__class__.__name__}", "reward %s failed on a %s sample: %s", name, data_source, e)
         return _to_dict(Score(None, {}), keys, failed=True)
-    return _to_dict(score, keys)
+    # a backend that did not answer (a reward service request that failed within its budget, an
+    # answerer down) is a failure, not a measured 0.0 nor a "not applicable"
+    return _to_dict(score, keys, failed=bool(score.details.get(BACKEND_FAILED)))
 
 
 async def compute_score_async(data_source, solution_str, ground_truth, extra_info=None, **kw) -> dict[str, Any]:
