@@ -8,15 +8,14 @@ on the option order caprl_qa draws from the step: a service that scored a row un
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from tests.support.servers import free_port
+from vlrl.serve.engines import served_in_thread as app_server  # noqa: F401 - the tests serve apps as the benchmark does
 
 READER = "py:tests.support.serve:hashed_reader"
 CAPRL_SETTINGS = {"answerer": READER, "mode": "exact", "questions_per_caption": 2, "rounds": 1, "min_letter_mass": 0.0}
@@ -44,33 +43,6 @@ def caprl_rows(n: int, prefix: str = "r") -> list[dict[str, Any]]:
                                "questions": QUESTION_BANK if i % 7 else []}
         rows.append(row)
     return rows
-
-
-@contextmanager
-def app_server(app: Any) -> Iterator[str]:
-    """Serve a FastAPI app with uvicorn in a thread on a free loopback port; yields its root URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    root = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(root + "/health", timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the reward service did not start") from None
-            time.sleep(0.05)
-    try:
-        yield root
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 WORDS = "tests.support.serve:word_count"
