@@ -72,13 +72,15 @@ def test_failure_budget_gives_none_then_stops(monkeypatch):
 
 def test_a_rejected_request_is_not_retried(monkeypatch):
     waits = no_sleep(monkeypatch)
-    with app_server(build_app(ServeSettings(WORDS, {}, max_rows=2))) as root:
+    with app_server(build_app(ServeSettings(WORDS, {}, max_rows=2, max_body_bytes=400))) as root:
+        # over the service's --max-rows: the client halves its requests (every row scored, in order)
         reward = build_reward("remote", url=root, retries=5)
-        with pytest.raises(RemoteRewardFailed, match="HTTP 413"):
-            reward(completions=["a", "b", "c"])
-        assert reward(completions=["a", "b"]) == [1.0, 1.0]
+        assert reward(completions=["a", "b c", "d e f"]) == [1.0, 2.0, 3.0] and reward.max_rows_per_request == 1
         split = build_reward("remote", url=root, max_rows_per_request=2)
         assert split(completions=["a", "b c", "d e f"]) == [1.0, 2.0, 3.0]
+        # one row over the body limit cannot be split: a failed request, never retried
+        with pytest.raises(RemoteRewardFailed, match="HTTP 413"):
+            reward(completions=["word " * 200])
     assert waits == []
 
 

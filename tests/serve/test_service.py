@@ -177,6 +177,8 @@ def test_the_token_is_required_and_never_shown(monkeypatch, caplog):
         assert get(root, "/ready")[0] == 401
         assert post(root, "/v1/score", rows)[0] == 401
         assert post(root, "/v1/score", rows, {"Authorization": "Bearer wrong"})[0] == 401
+        assert post(root, "/v1/score", rows, {"Authorization": f"Basic {secret}"})[0] == 401
+        assert post(root, "/v1/score", rows, {"Authorization": f"bearer {secret}"})[0] == 200  # scheme: any case
         status, _, body = post(root, "/v1/score", rows, {"Authorization": f"Bearer {secret}"})
         assert status == 200 and body["results"][1]["error"]
         metrics = get(root, "/metrics", {"Authorization": f"Bearer {secret}"})[1]

@@ -16,7 +16,9 @@ What can go wrong, and what happens (a failed request is never a 0.0):
 * a connection error, a timeout, a 429 or a 5xx: the request is retried ``retries`` times with
   exponential backoff from ``backoff_s`` (at most ``max_backoff_s``), waiting what the service's
   ``Retry-After`` asks when it says;
-* a request that still fails (or a 4xx: a bad token, a request over the limits) counts against
+* a 413 (more rows or bytes than the service takes) halves the rows per request and sends them
+  again; a single row it refuses is a failed request;
+* a request that still fails (or another 4xx: a bad token, a malformed request) counts against
   ``failure_budget``: within it, the batch's rewards are ``None`` with ``backend_failed`` and the
   reason (the trainer's no-signal stop counts them); past it, :class:`RemoteRewardFailed` ends
   training with one line and a non-zero exit;
@@ -55,6 +57,10 @@ def pause(seconds: float) -> None:
 
 class RemoteRewardFailed(RuntimeError):
     """The reward service failed past the failure budget: training cannot go on without rewards."""
+
+
+class RequestTooLarge(RemoteRewardFailed):
+    """The service answered 413: the request holds more rows (or bytes) than it takes."""
 
 
 class RemoteClient:
@@ -112,6 +118,8 @@ class RemoteClient:
                         why = "the answer is not JSON"
                 else:
                     why = f"HTTP {status}: {_detail(raw)}"
+                    if status == 413:
+                        raise RequestTooLarge(redact(f"reward service {self.url}{path} failed: {why}"))
                     if status not in RETRYABLE:
                         break
                     after = headers.get("Retry-After") or headers.get("retry-after")
@@ -228,9 +236,7 @@ class RemoteReward(Reward):
             for row, v in zip(rows, sent, strict=True):
                 row[key] = v
         try:
-            results = []
-            for start in range(0, len(rows), self.max_rows_per_request):
-                results += self.client.score(rows[start : start + self.max_rows_per_request], step)
+            results = self._score_rows(rows, step)
         except RemoteRewardFailed as e:
             with self._lock:
                 self.failures += 1
@@ -250,6 +256,26 @@ class RemoteReward(Reward):
             out.append(Score(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None,
                              details))
         return out
+
+    def _score_rows(self, rows: list[dict[str, Any]], step: int) -> list[dict]:
+        """Requests of at most ``max_rows_per_request`` rows; a 413 halves that (said once) and the
+        rows are sent again in smaller requests, so a service with a lower ``--max-rows`` than the
+        client's default still scores every row. One row the service refuses is a failed request."""
+        results: list[dict] = []
+        start = 0
+        while start < len(rows):
+            chunk = rows[start : start + self.max_rows_per_request]
+            try:
+                results += self.client.score(chunk, step)
+            except RequestTooLarge:
+                if len(chunk) == 1:
+                    raise
+                self.max_rows_per_request = len(chunk) // 2
+                logger.warning("reward service %s refused %d rows in one request (413): sending at most %d "
+                               "from now on", redact(self.url), len(chunk), self.max_rows_per_request)
+                continue
+            start += len(chunk)
+        return results
 
     def probe(self) -> str | None:
         """Pre-flight: None when the service's ``/ready`` answers 200, else one line why not."""

@@ -93,8 +93,9 @@ def build_app(conf: ServeSettings, service: RewardService | None = None) -> Fast
         t0 = time.perf_counter()
         path = request.url.path
         if token is not None and path != "/health":
-            sent = request.headers.get("authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            scheme, _, sent = request.headers.get("authorization", "").partition(" ")
+            # the scheme name is case-insensitive (RFC 9110); the token itself is compared exactly
+            if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), token.encode()):
                 response: Response = JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401)
                 metrics.observe_request(_endpoint(path), 401, time.perf_counter() - t0)
                 return response
