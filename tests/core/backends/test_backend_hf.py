@@ -335,3 +335,40 @@ def test_one_generate_per_batch_and_samples_do_not_depend_on_batch_mates(tiny_vl
     assert b.chat([*mates[::-1], me])[3].texts == alone
     if temperature > 0:  # seeds matter: another seed draws other samples for the others
         assert len({tuple(r.texts) for r in together}) > 1
+
+
+def test_the_models_generation_config_adds_no_repetition_penalty(tiny_lm, tmp_path):
+    """A sampled answer follows the request's SamplingParams alone. Qwen2.5 Instruct models ship a
+    ``generation_config.json`` with ``repetition_penalty`` 1.05, which ``generate`` applies unless
+    told otherwise; the public CapRL reward (and vlrl's own sampling settings) have none. Here the
+    model's config carries an extreme penalty, so a leak would move the greedy answer away from
+    plain argmax decoding of the raw prompt."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "lm"
+    shutil.copytree(tiny_lm, model)
+    cfg_path = model / "generation_config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    cfg_path.write_text(json.dumps({**cfg, "repetition_penalty": 1.0e6}))
+    b = load_backend(f"hf:{model}?device=cpu&dtype=float32")
+    tok = AutoTokenizer.from_pretrained(model)
+    text = "<|im_start|>user\nWhat colour is the bus?\n   - A) Red\n   - B) Blue<|im_end|>\n<|im_start|>assistant\nThe answer is"
+    try:
+        (res,) = b.chat([ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=8), prompt=text)])
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        eos = set(b._eos_ids())
+        out: list[int] = []
+        with torch.no_grad():
+            for _ in range(8):
+                nxt = int(torch.argmax(b.net(input_ids=ids).logits[0, -1]))
+                out.append(nxt)
+                if nxt in eos:
+                    break
+                ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    finally:
+        b.close()
+    assert res.ok and res.text == tok.decode(out, skip_special_tokens=True)

@@ -306,7 +306,9 @@ class HFBackend(Backend):
         # since greedy ``generate`` refuses num_return_sequences > 1.
         enc = self._encode([t for t in texts for _ in range(sp.n)], [im for im in images for _ in range(sp.n)])
         # Sampling is done by a per-row sampler (own generators) on top of greedy decoding: the
-        # global RNG is never read or reseeded (see the module doc).
+        # global RNG is never read or reseeded (see the module doc). The request's settings are the
+        # whole distribution: the model's generation_config (Qwen2.5 Instruct ships a repetition
+        # penalty of 1.05, which the public CapRL reward does not use) adds nothing.
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": sp.max_tokens,
             "do_sample": False,
@@ -314,6 +316,7 @@ class HFBackend(Backend):
             "temperature": None,
             "top_p": None,
             "top_k": None,
+            "repetition_penalty": 1.0,
         }
         if sp.temperature > 0:
             from transformers import LogitsProcessorList
