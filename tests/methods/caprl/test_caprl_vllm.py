@@ -70,3 +70,48 @@ def test_the_public_preset_sends_its_raw_prompt_to_vllm_and_scores_what_the_in_p
     text = "<|im_start|>user\nWhat colour?<|im_end|>\n<|im_start|>assistant\nThe answer is"
     (res,) = oa.chat([ChatRequest([{"role": "user", "content": text}], SamplingParams(max_tokens=2), prompt=text)])
     assert res.ok and res.prompt_tokens == len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+@pytest.fixture(scope="module")
+def vllm_with_generation_defaults(tiny_lm, tmp_path_factory):
+    """vLLM serving a copy of the tiny LM whose ``generation_config.json`` carries sampling defaults
+    (Qwen2.5-3B-Instruct ships top_k 20 and repetition_penalty 1.05; here top_k 1, so a leak is
+    plain to see), started as the recipe starts the answerer: no ``--generation-config`` flag, so
+    vLLM fills every field a request leaves out from that file."""
+    import json
+    import shutil
+
+    from tests.support.vllm import missing_reason, required, vllm_python, vllm_serve
+
+    if vllm_python() is None:
+        if required():
+            pytest.fail(f"vLLM is required here but missing: {missing_reason()}", pytrace=False)
+        pytest.skip(missing_reason())
+    model = tmp_path_factory.mktemp("gen_defaults") / "lm"
+    shutil.copytree(tiny_lm, model)
+    cfg_path = model / "generation_config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    cfg_path.write_text(json.dumps({**cfg, "top_k": 1, "repetition_penalty": 1.05}))
+    with vllm_serve(model, "tiny-lm-defaults", tmp_path_factory.mktemp("vllm") / "defaults.log") as served:
+        yield served
+
+
+def test_the_public_presets_raw_prompt_samples_with_the_public_settings_not_the_models_defaults(
+        vllm_with_generation_defaults):
+    """The public reward samples with top_p 1, no top-k and no repetition penalty (its engine's
+    neutral SamplingParams). Over HTTP the raw-prompt route states all of them: the served model's
+    own defaults (here top_k 1, which would make every seed give the same answer) add nothing."""
+    from vlrl.core.backends import ChatRequest, SamplingParams
+    from vlrl.core.prompts import render
+
+    served = vllm_with_generation_defaults
+    oa = load_backend(f"openai:{served.base_url}@{served.model}?timeout=300")
+    text = render("caprl_public_prompt", caption="A red bus.", question="What colour is the bus?\n   - A) Red\n"
+                  "   - B) Blue\n   - F) Can not answer based on the caption")
+    try:
+        res = oa.chat([ChatRequest([{"role": "user", "content": text}],
+                                   SamplingParams(max_tokens=4, temperature=1.0, seed=s), prompt=text) for s in range(12)])
+    finally:
+        oa.close()
+    assert all(r.ok for r in res)
+    assert len({r.text for r in res}) > 1  # twelve seeds at T=1 over a random model: not one greedy answer

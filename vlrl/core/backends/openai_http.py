@@ -75,6 +75,7 @@ from vlrl.core.backends.openai_wire import (
     is_retryable,
     one_line,
     probs_from_top_logprobs,
+    raw_prompt_body,
     reply_problem,
     retry_after_seconds,
     sampling_kwargs,
@@ -343,7 +344,7 @@ class OpenAIBackend(Backend):
         rid = req.id or f"#{i}"
         if req.prompt is not None:  # a raw prompt: a text completion, no template, no pre-fill route
             sp = req.sampling
-            body = top_k_body(sp)
+            body = raw_prompt_body(sp)
             try:
                 texts, reasons, pt, ct = await self._sample(rid, req.prompt, max(sp.n, 1), sp.seed, body, True,
                                                             **sampling_kwargs(sp))

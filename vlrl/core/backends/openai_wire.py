@@ -241,6 +241,20 @@ def top_k_body(sp: SamplingParams) -> dict[str, Any] | None:
     return {"top_k": sp.top_k} if sp.top_k > 0 else None  # vLLM/SGLang extension; OpenAI has no top-k
 
 
+def raw_prompt_body(sp: SamplingParams) -> dict[str, Any]:
+    """Every sampling field of a raw-prompt completion, the engine extensions included, stated.
+
+    A raw prompt is the parity route (the public CapRL reward's prompt, sampled by its engine with
+    neutral SamplingParams: top_p 1, no top-k, no repetition penalty). ``vllm serve`` fills each
+    field a request leaves out from the model's ``generation_config.json`` (its default
+    ``--generation-config auto``; Qwen2.5 Instruct: top_k 20, repetition_penalty 1.05), which would
+    sample another distribution than the one asked for. Only vLLM/SGLang-style servers take raw
+    prompts at ``/v1/completions``, and both read these fields (-1: top-k off).
+    """
+    return {"top_k": sp.top_k if sp.top_k > 0 else -1, "min_p": 0.0, "repetition_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
 def append_to_last_user(messages: list[dict], prefix: str) -> list[dict]:
     """``messages`` with ``prefix`` appended to the last user turn: for servers that cannot continue
     an assistant turn, the answer prefix is asked for in the question instead."""
