@@ -227,3 +227,30 @@ def test_token_ids_under_the_real_qwen_tokenizer_are_the_public_prompts(real_qwe
     assert sorted(seen) == want
     im_start = tok.convert_tokens_to_ids("<|im_start|>")
     assert all(ids[0] == im_start and ids.count(im_start) == 2 for ids in seen)  # user and assistant: no system turn
+
+
+def test_a_question_whose_answer_reads_like_abstaining_is_asked_as_the_public_code_asks_it(same_stream):
+    """The public reward asks every question whose answer letter is among its options, "Not
+    visible" or "Unknown brand" as gold included; dropping them (vlrl's own rule) would draw from
+    another question set, so every draw after the first would differ."""
+    truth = GROUND_TRUTH + [
+        {"question": "What does the sign on the bus say?", "choices": ["A) Stop", "B) Not visible", "C) Exit"],
+         "answer": "B"},
+        {"question": "Which company runs the bus?", "choices": ["A) Unknown brand", "B) City Lines", "C) Metro"],
+         "answer": "A"},
+    ]
+    backend = RawAnswerer()
+    reward = _vlrl(backend, questions_per_caption=16)
+    for caption in ("A red bus; its sign is not visible, unknown brand.", "A red bus."):
+        backend.prompts.clear()
+        (got,) = reward.score([caption], questions=[truth])
+        want, prompts = reference_reward(caption, truth, same_stream(), scripted_reply, draws=16)
+        assert got.details["n_questions"] == len(truth)
+        assert backend.prompts == prompts
+        assert got.value == pytest.approx(want)
+    # the stored public abstain line as the gold answer cannot be shown (the public code strips it):
+    # that question alone is dropped, with its reason
+    stored = {"question": "How many?", "choices": ["A) One", "B) Two", "C) Three", "D) Four", f"E) {ABSTAIN}"],
+              "answer": "E"}
+    (s,) = _vlrl(RawAnswerer()).score([CAPTIONS[0]], questions=[GROUND_TRUTH + [stored]])
+    assert s.value is not None and s.details["n_questions"] == len(GROUND_TRUTH) and s.details["invalid_questions"] == 1

@@ -102,8 +102,12 @@ def _strip_labels(options: list[str]) -> list[str]:
     return options
 
 
-def normalize_mcq(item: Any) -> MCQ:
-    """Validate one MCQ given in any supported shape. Raises :class:`MCQError` with the reason."""
+def normalize_mcq(item: Any, abstain_answer_ok: bool = False) -> MCQ:
+    """Validate one MCQ given in any supported shape. Raises :class:`MCQError` with the reason.
+
+    ``abstain_answer_ok``: keep a question whose gold option reads like abstaining ("Not visible",
+    "Unknown brand"); vlrl's own layout refuses it (it would reward a caption for saying nothing),
+    the public layout asks it, as the public code asks every question whose answer is an option."""
     if isinstance(item, str):
         try:
             item = json.loads(item)
@@ -138,7 +142,7 @@ def normalize_mcq(item: Any) -> MCQ:
     if len(options) > len(LETTERS) - 1:
         raise MCQError(f"too many options ({len(options)})")
     answer = _answer_index(_field(item, "answer"), options)
-    if is_abstain(options[answer]):
+    if not abstain_answer_ok and is_abstain(options[answer]):
         raise MCQError(f"the answer is the abstain option {options[answer][:40]!r}")
     return make_mcq(question.strip(), options, answer)
 
@@ -212,6 +216,21 @@ PUBLIC_ABSTAIN = "Can not answer based on the caption"
 """The public CapRL code's abstain option, always lettered F."""
 
 
+def _public_real_options(mcq: MCQ) -> list[tuple[int, str]]:
+    """The options the public layout shows (a stored E/F "Can not answer based on the caption"
+    dropped), by original index; :class:`MCQError` when the gold answer is the dropped one."""
+    real = [(i, o) for i, o in enumerate(mcq.options) if not (i in (4, 5) and o.strip() == PUBLIC_ABSTAIN)]
+    if not any(i == mcq.answer_index for i, _ in real):
+        raise MCQError("the gold answer is the public abstain option")
+    return real
+
+
+def check_public(mcq: MCQ) -> MCQ:
+    """``mcq`` if the public layout can ask it, else :class:`MCQError` with the reason."""
+    _public_real_options(mcq)
+    return mcq
+
+
 def present_public(mcq: MCQ, rng: random.Random | None) -> tuple[str, Presentation]:
     """One presentation in the public CapRL reward's layout: the question block it asks and how
     it was shown.
@@ -223,10 +242,7 @@ def present_public(mcq: MCQ, rng: random.Random | None) -> tuple[str, Presentati
     whatever the option count. (With 6 real options the public code
     would letter two options F; here the abstain option then takes the next letter.)
     """
-    real = [(i, o) for i, o in enumerate(mcq.options) if not (i in (4, 5) and o.strip() == PUBLIC_ABSTAIN)]
-    if not any(i == mcq.answer_index for i, _ in real):
-        raise MCQError("the gold answer is the public abstain option")
-    items = list(real)
+    items = _public_real_options(mcq)
     if rng is not None:
         rng.shuffle(items)
     labels = list(LETTERS[: len(items)])

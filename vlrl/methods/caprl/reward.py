@@ -59,6 +59,7 @@ from vlrl.methods.caprl.ask import Ask, ask
 from vlrl.methods.caprl.mcq import (
     CANNOT_ANSWER,
     MCQError,
+    check_public,
     coerce_questions,
     normalize_mcq,
     present,
@@ -235,9 +236,11 @@ class CapRLQAReward(Reward):
         except MCQError as e:
             return [], {"reason": str(e), "n_questions": 0, "invalid_questions": 1}
         valid, invalid, reasons = [], 0, []
+        public = self.layout == "public"
         for item in items:
             try:
-                valid.append(normalize_mcq(item))
+                mcq = normalize_mcq(item, abstain_answer_ok=public)
+                valid.append(check_public(mcq) if public else mcq)
             except MCQError as e:
                 invalid += 1
                 reasons.append(str(e))
