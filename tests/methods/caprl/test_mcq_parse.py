@@ -140,10 +140,11 @@ def test_present_and_parse_letter():
 
 def _layouts():
     """The layouts corpus, and Chinese / full-width punctuation layouts and several questions with
-    options on the question line (written before the parser read them)."""
+    options on the question line (written before the parser read them), and answer lines whose
+    letter is followed by Chinese punctuation ("答案：B。", "答案：B、蓝色")."""
     import json
 
-    return [c for name in ("mcq_layouts.json", "mcq_layouts_cjk_inline.json")
+    return [c for name in ("mcq_layouts.json", "mcq_layouts_cjk_inline.json", "mcq_layouts_answer_punct.json")
             for c in json.loads((FIXTURES / name).read_text(encoding="utf-8"))]
 
 

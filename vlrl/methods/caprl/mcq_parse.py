@@ -197,11 +197,13 @@ def _parse_block(block: list[str]) -> MCQ:
 
 
 def _answer_index(answer: str, letters: list[str], texts: list[str]) -> int:
-    a = answer.strip().rstrip(".")
+    # a closing full stop or semicolon, ASCII or Chinese ("答案：B。"), is not part of the answer
+    a = answer.strip().rstrip(".;。；").strip()
     for i, t in enumerate(texts):
         if a.casefold() == t.casefold():
             return i
-    m = re.match(r"^[\(\[]?([A-Za-z])(?:[\)\]\.:]|\s|$)", a)
+    # the letter, then a label separator (ASCII or Chinese: "B、蓝色", "B，蓝色", "B项"), a space or the end
+    m = re.match(r"^[\(\[]?([A-Za-z])(?:[\)\]\.:,;、，；。项]|\s|$)", a)
     if m:
         letter = m.group(1).upper()
         if letter in letters:
