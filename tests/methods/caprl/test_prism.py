@@ -335,3 +335,20 @@ def test_prism_cli_preset_caprl_public_samples_four_captions_and_a_reasoning_ans
     caps = [json.loads(line) for line in (tmp_path / "out" / "captions.jsonl").read_text().splitlines()]
     assert len(caps) == 4 and all(len(c["captions"]) == 4 for c in caps)  # 4 images, 4 sampled captions each
     assert answering and all(b.get("temperature") == 1.0 and b.get("max_tokens") == 2048 for b in answering)
+
+
+def test_public_scales_score_year_golds_and_anls_numbers_as_the_public_evaluation_does():
+    """The public evaluation scores every ChartQA/CharXiv/InfoVQA answer with relaxed accuracy
+    (InfoVQA: the better of it and ANLS): "2020" for a gold 2019 is within 5% there, and "46" for
+    45 too. ``--preset caprl_public`` reproduces that; vlrl's default keeps years exact."""
+    from vlrl.methods.caprl.prism import score_short
+
+    year = question_type({"answer": "2019", "benchmark": "ChartQA"})
+    assert score_short("2020", ["2019"], year, "public") == 1.0 and score_short("2020", ["2019"], year) == 0.0
+    info = question_type({"answer": "45", "benchmark": "InfoVQA"})
+    assert score_short("46", ["45"], info, "public") == 1.0 and score_short("46", ["45"], info) == 0.0
+    # text answers stay exact (ChartQA) or ANLS (InfoVQA) under the public rule
+    chart_text = question_type({"answer": "Democrat", "benchmark": "ChartQA"})
+    assert score_short("Democrats", ["Democrat"], chart_text, "public") == 0.0
+    assert score_short("DEMOCRAT", ["Democrat"], chart_text, "public") == 1.0
+    assert 0.8 < score_short("Democrats", ["Democrat"], info, "public") < 1.0

@@ -108,12 +108,18 @@ QUESTION_TYPES = ("mc", "numeric", "exact", "text")
 
 
 def score_short(pred: str, golds: list[Any], qtype: str, scales: str = "percent") -> float:
-    """Best score of ``pred`` against any gold answer under the type's metric."""
+    """Best score of ``pred`` against any gold answer under the type's metric.
+
+    ``scales="public"`` (``--preset caprl_public``) follows the public evaluation, which scores
+    every chart/infographic answer with relaxed accuracy (InfoVQA: the better of it and ANLS): a
+    year-like gold (``exact`` here) and an ANLS benchmark's number get relaxed credit too; a text
+    answer is still an exact match (relaxed accuracy needs one for text)."""
     if qtype == "numeric":
         return max(relaxed_accuracy(pred, g, scales=scales) for g in golds)
-    if qtype == "exact":
-        return max(exact_match(pred, g) for g in golds)
-    return anls(pred, golds)
+    base = max(exact_match(pred, g) for g in golds) if qtype == "exact" else anls(pred, golds)
+    if scales == "public":
+        return max(base, *(relaxed_accuracy(pred, g, scales=scales) for g in golds))
+    return base
 
 
 def boxed_answer(text: str) -> str | None:
