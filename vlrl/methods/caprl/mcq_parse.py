@@ -36,8 +36,9 @@ _Q_START = re.compile(r"^\s*(?:question\b\s*\d*\s*[:.)\-]?|q\s*\d+\s*[:.)\-]?|\d
 _BULLET = r"(?:[-–•·]\s*)?"
 _SEP = r"[\)\]\.:、]"
 _OPTION = re.compile(r"^\s*" + _BULLET + r"[\(\[]?([A-Ha-h])\s*" + _SEP + r"\s*(.+?)\s*$")
-# inline options need a space after the label, or a non-ASCII text right after it ("A.红色")
-_INLINE_OPTION = re.compile(r"(?:^|\s)" + _BULLET + r"[\(\[]?([A-H])" + _SEP + r"(?:\s+|(?=[^\x00-\x7f]))")
+# inline options need a space after the label, or a non-ASCII text right after it ("A.红色"); before
+# it, a space or non-ASCII text (Chinese puts none: "颜色？A．红 B．蓝", "（A）红（B）蓝")
+_INLINE_OPTION = re.compile(r"(?:^|\s|(?<=[^\x00-\x7f]))" + _BULLET + r"[\(\[]?([A-H])" + _SEP + r"(?:\s+|(?=[^\x00-\x7f]))")
 _ANSWER_WORD = r"(?:(?:the\s+)?(?:correct\s+)?(?:answer|ans|solution)\s*(?:is)?|(?:正确答案|参考答案|答案)\s*[是为]?|答(?=\s*:))"
 _ANSWER = re.compile(r"^\s*" + _ANSWER_WORD + r"\s*:?\s*(.*)$", re.I)
 _ANSWER_TAIL = re.compile(r"\s(" + _ANSWER_WORD + r"\s*:\s*\S.*)$", re.I)
