@@ -114,7 +114,10 @@ def _blocks(text: str) -> list[list[str]]:
         plain = not is_opt and not is_ans
         # a question line that carries its own options ("What colour? A) red B) blue C) green")
         inline = plain and bool(_split_question_line(line)[1])
-        opens = labelled and (state != "question" or not current_labelled)
+        # a labelled line continues a labelled block only while that block is a bare label
+        # ("Question 1:" then its text); after question text it is the next question, and the one
+        # before it (no options) is dropped and counted instead of absorbing it
+        opens = labelled and (state != "question" or not current_labelled or _has_text(current))
         if current is None or opens or (plain and state == "answered") or (inline and state == "options"):
             current, current_labelled = [line], labelled
             blocks.append((labelled, current))
@@ -127,6 +130,14 @@ def _blocks(text: str) -> list[list[str]]:
             state = "options"
     return [b for labelled, b in blocks
             if labelled or any(_OPTION.match(x) or _split_question_line(x)[1] for x in b)]
+
+
+def _has_text(block: list[str] | None) -> bool:
+    """Whether a block already holds question text beyond a bare label line."""
+    if not block:
+        return False
+    head = _Q_START.match(block[0])
+    return len(block) > 1 or not head or bool(head.group("rest").strip())
 
 
 def _split_inline(line: str) -> list[str]:
