@@ -407,3 +407,35 @@ def test_a_ptst_resume_with_another_max_samples_is_refused_through_the_cli(tmp_p
     assert [ln.strip() for ln in res.output.splitlines() if "→" in ln][1:] == ["data.max_samples: 10 → 12"]  # only that
     assert "--force" in res.output
     assert not (out / "stage-1").exists()  # refused before training anything
+
+
+def _math_jsonl(path, n):
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        Image.new("RGB", (32, 32), (10 * i, 80, 160)).save(path.parent / f"img{i}.png")
+        rows.append(json.dumps({"image": f"img{i}.png", "question": f"What is {i} + 1?", "answer": str(i + 1)}))
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_a_resume_on_a_data_file_rewritten_in_place_is_refused_through_the_cli(tmp_path):
+    """The recipe names the file, but the shuffled stream is drawn from the rows the file gives: a file
+    rewritten in place (one more row here) reshuffles the stream under an unchanged recipe, so a PTST
+    resume would show stage 2 rows it trained on (#30 audit, beyond finding 3)."""
+    from vlrl.training.ptst import open_ptst
+
+    out, data = tmp_path / "ptst", tmp_path / "data" / "math.jsonl"
+    recipe = TINY / "vision_r1_tiny_ptst.yaml"
+    args = [f"output_dir={out}", f"data.source={data}"]
+    _math_jsonl(data, 10)
+    open_ptst(load_recipe(recipe, args))  # as a run's start records it
+    open_ptst(load_recipe(recipe, args))  # the same data: the same run
+    _math_jsonl(data, 12)
+    res = _cli("train", "ptst", "--recipe", str(recipe), *args)
+    assert res.exit_code == 2, res.output
+    assert "10 rows" in res.output and "12 rows" in res.output and "--force" in res.output
+    assert not (out / "stage-1").exists()  # refused before training anything
+    open_ptst(load_recipe(recipe, args), force=True)  # --force adopts the new data ...
+    open_ptst(load_recipe(recipe, args))  # ... and a later resume on it is the same run

@@ -100,6 +100,56 @@ def write_identity(recipe, out: Path) -> None:
         atomic_write_json(Path(out) / RESOLVED, json.loads(json.dumps(recipe.to_dict(), default=str)))
 
 
+DATA_STREAM = "data_stream.json"
+_MEDIA_COLUMNS = ("image", "images", "video")
+
+
+def data_stream(dataset) -> dict[str, Any]:
+    """What the shuffled data stream is drawn from: the training rows, in order, as a row count and a digest.
+
+    The recipe names the source, but the sampler shuffles the rows the source *gives*: a data file
+    rewritten in place, or a record whose image became readable (or unreadable) since the run began,
+    changes the dataset's length or order under an unchanged recipe, and a resume would reshuffle it.
+    Media count by file name only, so a dataset moved to another folder is the same stream."""
+    import hashlib
+
+    table = dataset.data  # the raw columns, before the dataset's decoding transform
+    digest = hashlib.sha256()
+    for name in sorted(table.column_names):
+        values = table.column(name).to_pylist()
+        if name in _MEDIA_COLUMNS:
+            values = [[Path(str(x)).name for x in v] if isinstance(v, list) else Path(str(v)).name for v in values]
+        digest.update(json.dumps([name, values], ensure_ascii=False, default=str).encode())
+    return {"rows": len(dataset), "sha256": digest.hexdigest()}
+
+
+def check_data_stream(dataset, out: Path, *, force: bool = False, resume: bool = True) -> None:
+    """Refuse (unless ``force``) to continue in ``out`` a run whose data stream differs from the one it
+    started with (:func:`data_stream`); record the stream at the first start (and at a start that does
+    not resume)."""
+    from vlrl.core.pipeline import atomic_write_json
+
+    now = data_stream(dataset)
+    path = Path(out) / DATA_STREAM
+    try:
+        old = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        old = None
+    if resume and isinstance(old, dict) and old != now:
+        shown = (f"{old.get('rows')} rows (sha256 {str(old.get('sha256'))[:12]}) → {now['rows']} rows "
+                 f"(sha256 {now['sha256'][:12]})")
+        if not force:
+            raise RecipeError(
+                f"{out} holds a run trained on other data (data.source gives {shown}); its shuffled stream would be "
+                "redrawn and the resume would repeat or skip rows: use a new output_dir, restore the data, or pass "
+                "--force to continue this folder with the new data"
+            )
+        logger.warning("--force: continuing in %s although its data differs: %s", out, shown)
+    if old != now and is_main_process():
+        Path(out).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, now)
+
+
 def checkpoint_step(ckpt: Path | None) -> int | None:
     if ckpt is None:
         return None
