@@ -238,3 +238,13 @@ def test_malformed_extra_info_and_non_numeric_user_values_are_failed_samples_not
     nan = va.compute_score("d", "x", "1", {}, reward="a30_user_rewards:nanny")
     assert (nan["score"], nan["applicable"], nan["reward_failed"]) == (0.0, 0.0, 0.0)
     assert va.compute_score("d", "x", "1", {}, reward="a30_user_rewards:fine")["score"] == 0.5
+
+
+def test_a_missing_ground_truth_is_not_applicable_never_a_measured_zero():
+    """verl rows with no ground truth (None, blank, or NaN as a parquet null reads) say nothing about the
+    completion: hfrrf gives None, not 0.0 (#30 audit)."""
+    sol = "<think>a</think><answer>42</answer>"
+    for gt in (None, "", " ", float("nan")):
+        out = va.compute_score("d", sol, gt, {"index": 0})
+        assert (out["score"], out["applicable"], out["reward_failed"]) == (0.0, 0.0, 0.0), gt
+    assert va.compute_score("d", sol, "42", {"index": 0})["applicable"] == 1.0

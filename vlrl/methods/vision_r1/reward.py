@@ -424,7 +424,8 @@ class HFRRFReward(Reward):
         out = []
         for i, text in enumerate(completions):
             gold = _row(answers, i)
-            if gold is None or (isinstance(gold, str) and not gold.strip()):
+            # a missing answer: None, blank, or the NaN a parquet/pandas null becomes (never graded as "nan")
+            if gold is None or (isinstance(gold, str) and not gold.strip()) or (isinstance(gold, float) and math.isnan(gold)):
                 out.append(Score(None, {"error": f"no gold {self.answer_column!r}"}))
                 continue
             try:
