@@ -439,3 +439,21 @@ def test_a_resume_on_a_data_file_rewritten_in_place_is_refused_through_the_cli(t
     assert not (out / "stage-1").exists()  # refused before training anything
     open_ptst(load_recipe(recipe, args), force=True)  # --force adopts the new data ...
     open_ptst(load_recipe(recipe, args))  # ... and a later resume on it is the same run
+
+
+def test_a_grpo_resume_on_another_number_of_processes_is_refused_through_the_cli(tmp_path):
+    """A GRPO resume skips the batches already trained per process: with another world size it skips
+    another share of the shuffled stream (and trains another global batch), so it is another run unless
+    --force (#30 audit). PTST re-plans its per-device batches instead and is not concerned."""
+    from vlrl.training.data import to_trl_dataset
+    from vlrl.training.runstate import check_data_stream, open_run
+
+    out = tmp_path / "grpo"
+    recipe = TINY / "caprl_tiny.yaml"
+    run = open_run(load_recipe(recipe, [f"output_dir={out}"]))
+    # what a 2-process start records (run_grpo under torchrun, WORLD_SIZE=2)
+    check_data_stream(to_trl_dataset(run.recipe.data, cache_dir=out / "_data"), out, world=2)
+    res = _cli("train", "grpo", "--recipe", str(recipe), f"output_dir={out}")
+    assert res.exit_code == 2, res.output
+    assert "training processes: 2 → 1" in res.output and "--force" in res.output
+    assert not list(out.glob("checkpoint-*"))  # refused before training anything
