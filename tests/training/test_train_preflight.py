@@ -369,6 +369,10 @@ def test_reward_health_counts_floors_and_backend_failures_not_only_none():
     (["model.attn_implementation=sdpaa"], "model.attn_implementation is 'sdpaa'"),
     (["trainer.gradient_checkpointing=maybe"], "trainer.gradient_checkpointing is 'maybe'; it must be true or false"),
     (["trainer.epsilon=0.2", "trainer.epsilon_high=0.1"], "trainer.epsilon_high (0.1) is below trainer.epsilon (0.2)"),
+    # #30 audit: more strings TRL only reads inside the first step, after the first rollout
+    (["trainer.scale_rewards=maybe"], "trainer.scale_rewards is 'maybe'; TRL supports batch, group, none"),
+    (["trainer.importance_sampling_level=tokn"], "trainer.importance_sampling_level is 'tokn'; TRL supports sequence, token"),
+    (["trainer.multi_objective_aggregation=sum"], "trainer.multi_objective_aggregation is 'sum'; TRL supports"),
 ])
 def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overrides, says):
     res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), *overrides)
@@ -376,6 +380,14 @@ def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overr
     assert says in res.output
     problem_lines = [ln for ln in res.output.splitlines() if ln.strip().startswith("- ")]
     assert len(problem_lines) == 1, res.output  # one line, not a traceback
+
+
+@pytest.mark.parametrize("value", ["true", "false", "group", "batch", "none"])
+def test_train_check_takes_every_scale_rewards_value_trl_documents(value):
+    """GRPOConfig annotates scale_rewards as a string but documents (and converts) true and false too; Dr. GRPO
+    recipes write `scale_rewards: false` (#30 audit: check refused it as 'must be str')."""
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), f"trainer.scale_rewards={value}")
+    assert res.exit_code == 0, res.output
 
 
 def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
