@@ -373,6 +373,10 @@ def test_reward_health_counts_floors_and_backend_failures_not_only_none():
     (["trainer.scale_rewards=maybe"], "trainer.scale_rewards is 'maybe'; TRL supports batch, group, none"),
     (["trainer.importance_sampling_level=tokn"], "trainer.importance_sampling_level is 'tokn'; TRL supports sequence, token"),
     (["trainer.multi_objective_aggregation=sum"], "trainer.multi_objective_aggregation is 'sum'; TRL supports"),
+    (["trainer.repetition_penalty=0"], "trainer.repetition_penalty is 0; it must be > 0"),  # failed at the first generate
+    (["trainer.top_k=-5"], "trainer.top_k is -5; it must be ≥ 0"),
+    (["trainer.adam_beta1=2"], "trainer.adam_beta1 is 2; it must be in [0, 1)"),  # failed building the optimizer
+    (["trainer.reward_weights=[1, 2]"], "trainer.reward_weights is set, but each reward's weight comes from its"),  # ignored
 ])
 def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overrides, says):
     res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), *overrides)
