@@ -403,6 +403,16 @@ def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
     assert res.exit_code == 2 and "trainer.optim is 'adamw_bnb_8bit' but bitsandbytes is not installed" in res.output
 
 
+def test_liger_kernels_without_their_package_are_refused(monkeypatch):
+    """transformers applies them when training starts, after the policy loaded (#30 audit)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), "trainer.use_liger_kernel=true")
+    assert res.exit_code == 2 and "trainer.use_liger_kernel is true but liger-kernel is not installed" in res.output
+
+
 def test_every_shipped_recipe_builds_its_trl_config():
     from vlrl.training.config_check import config_problems
 

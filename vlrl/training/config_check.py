@@ -198,6 +198,10 @@ def config_problems(recipe) -> list[str]:
         if fragment in optim and importlib.util.find_spec(imp) is None:
             out.append(f"trainer.optim is {optim!r} but {pip} is not installed; pip install {pip}, or use adamw_torch")
             break
+    if getattr(cfg, "use_liger_kernel", False) and importlib.util.find_spec("liger_kernel") is None:
+        # transformers applies the kernels when training starts, after the policy loaded
+        out.append("trainer.use_liger_kernel is true but liger-kernel is not installed; pip install liger-kernel, or "
+                   "set it false")
     attn = getattr(recipe.model, "attn_implementation", None)
     if attn and "/" not in attn and attn not in attention_backends():  # "org/kernel": a hub kernel
         out.append(f"model.attn_implementation is {attn!r}; transformers knows {', '.join(sorted(attention_backends()))}")
