@@ -178,3 +178,21 @@ def test_a_dataset_id_column_draws_as_in_process():
     with app_server(build_app(ServeSettings("caprl_qa", dict(CAPRL_SETTINGS)))) as root:
         remote = build_reward("remote", url=root)
         assert remote(prompts=None, completions=completions, completion_ids=None, trainer_state=Steps(0), **columns) == want
+
+
+def test_a_completion_cut_off_at_the_cap_is_not_paid_through_the_service():
+    """The remote wrapper is transparent (#30 audit, finding 2b's case behind `remote`): build_trainer gives it
+    the length cap and EOS ids as it gives hfrrf in process, and the served hfrrf, which sees no token ids,
+    grades a completion that reached the cap without EOS as truncated, as in process."""
+    comp = [[{"role": "assistant", "content": "<think>6*7</think><answer>42</answer>"}]] * 3
+    ids = [[5, 6, 7, 8], [5, 6, 7, 99], [5, 99]]  # at the cap of 4 without EOS; at the cap ending in EOS; short
+    local = build_reward("hfrrf")
+    with app_server(build_app(ServeSettings("hfrrf", {}))) as root:
+        remote = build_reward("remote", url=root)
+        for r in (local, remote):  # what build_trainer does to every reward function it is given
+            assert hasattr(r, "max_completion_length") and r.max_completion_length is None
+            r.max_completion_length, r.eos_token_ids = 4, [99]
+        want = local(prompts=None, completions=comp, completion_ids=ids, answer=["42"] * 3)
+        got = remote(prompts=None, completions=comp, completion_ids=ids, answer=["42"] * 3)
+    assert want == [0.0, 1.0, 1.0]
+    assert got == want

@@ -1,5 +1,5 @@
 """What trains, per architecture (docs/training.md, "What trains"): the defaults, the two freeze flags
-and LoRA, on the tiny Qwen2.5-VL and Qwen3-VL models (#30 finding 9)."""
+and LoRA, on the tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL models (#30 finding 9)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from vlrl.training.policy import freeze_vision_tower, lora_config
 from vlrl.training.recipe import LoraSpec
 
-TOWER = {"qwen2_5_vl": ("visual.patch_embed", "visual.blocks"),
+TOWER = {"qwen2_vl": ("visual.patch_embed", "visual.blocks"), "qwen2_5_vl": ("visual.patch_embed", "visual.blocks"),
          "qwen3_vl": ("visual.patch_embed", "visual.pos_embed", "visual.blocks")}
-MERGERS = {"qwen2_5_vl": ("visual.merger",), "qwen3_vl": ("visual.merger", "visual.deepstack_merger_list")}
+MERGERS = {"qwen2_vl": ("visual.merger",), "qwen2_5_vl": ("visual.merger",), "qwen3_vl": ("visual.merger", "visual.deepstack_merger_list")}
 
 
 def _model(arch):
@@ -29,7 +29,7 @@ def _under(name: str, prefixes) -> bool:
     return any(f"{p}." in name or name.endswith(p) for p in prefixes)
 
 
-@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_freeze_flags_per_architecture(arch):
     model = _model(arch)
     assert all(_trainable(model).values())  # the default: everything trains

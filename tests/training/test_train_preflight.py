@@ -369,6 +369,14 @@ def test_reward_health_counts_floors_and_backend_failures_not_only_none():
     (["model.attn_implementation=sdpaa"], "model.attn_implementation is 'sdpaa'"),
     (["trainer.gradient_checkpointing=maybe"], "trainer.gradient_checkpointing is 'maybe'; it must be true or false"),
     (["trainer.epsilon=0.2", "trainer.epsilon_high=0.1"], "trainer.epsilon_high (0.1) is below trainer.epsilon (0.2)"),
+    # #30 audit: more strings TRL only reads inside the first step, after the first rollout
+    (["trainer.scale_rewards=maybe"], "trainer.scale_rewards is 'maybe'; TRL supports batch, group, none"),
+    (["trainer.importance_sampling_level=tokn"], "trainer.importance_sampling_level is 'tokn'; TRL supports sequence, token"),
+    (["trainer.multi_objective_aggregation=sum"], "trainer.multi_objective_aggregation is 'sum'; TRL supports"),
+    (["trainer.repetition_penalty=0"], "trainer.repetition_penalty is 0; it must be > 0"),  # failed at the first generate
+    (["trainer.top_k=-5"], "trainer.top_k is -5; it must be ≥ 0"),
+    (["trainer.adam_beta1=2"], "trainer.adam_beta1 is 2; it must be in [0, 1)"),  # failed building the optimizer
+    (["trainer.reward_weights=[1, 2]"], "trainer.reward_weights is set, but each reward's weight comes from its"),  # ignored
 ])
 def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overrides, says):
     res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), *overrides)
@@ -378,6 +386,14 @@ def test_train_check_builds_the_trl_config_and_refuses_what_fails_at_start(overr
     assert len(problem_lines) == 1, res.output  # one line, not a traceback
 
 
+@pytest.mark.parametrize("value", ["true", "false", "group", "batch", "none"])
+def test_train_check_takes_every_scale_rewards_value_trl_documents(value):
+    """GRPOConfig annotates scale_rewards as a string but documents (and converts) true and false too; Dr. GRPO
+    recipes write `scale_rewards: false` (#30 audit: check refused it as 'must be str')."""
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), f"trainer.scale_rewards={value}")
+    assert res.exit_code == 0, res.output
+
+
 def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
     import importlib.util
 
@@ -385,6 +401,16 @@ def test_an_optimizer_whose_package_is_missing_is_refused(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
     res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), "trainer.optim=adamw_bnb_8bit")
     assert res.exit_code == 2 and "trainer.optim is 'adamw_bnb_8bit' but bitsandbytes is not installed" in res.output
+
+
+def test_liger_kernels_without_their_package_are_refused(monkeypatch):
+    """transformers applies them when training starts, after the policy loaded (#30 audit)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    res = _cli("train", "check", "--recipe", str(TINY / "caprl_tiny.yaml"), "trainer.use_liger_kernel=true")
+    assert res.exit_code == 2 and "trainer.use_liger_kernel is true but liger-kernel is not installed" in res.output
 
 
 def test_every_shipped_recipe_builds_its_trl_config():
@@ -407,3 +433,53 @@ def test_a_ptst_resume_with_another_max_samples_is_refused_through_the_cli(tmp_p
     assert [ln.strip() for ln in res.output.splitlines() if "→" in ln][1:] == ["data.max_samples: 10 → 12"]  # only that
     assert "--force" in res.output
     assert not (out / "stage-1").exists()  # refused before training anything
+
+
+def _math_jsonl(path, n):
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        Image.new("RGB", (32, 32), (10 * i, 80, 160)).save(path.parent / f"img{i}.png")
+        rows.append(json.dumps({"image": f"img{i}.png", "question": f"What is {i} + 1?", "answer": str(i + 1)}))
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_a_resume_on_a_data_file_rewritten_in_place_is_refused_through_the_cli(tmp_path):
+    """The recipe names the file, but the shuffled stream is drawn from the rows the file gives: a file
+    rewritten in place (one more row here) reshuffles the stream under an unchanged recipe, so a PTST
+    resume would show stage 2 rows it trained on (#30 audit, beyond finding 3)."""
+    from vlrl.training.ptst import open_ptst
+
+    out, data = tmp_path / "ptst", tmp_path / "data" / "math.jsonl"
+    recipe = TINY / "vision_r1_tiny_ptst.yaml"
+    args = [f"output_dir={out}", f"data.source={data}"]
+    _math_jsonl(data, 10)
+    open_ptst(load_recipe(recipe, args))  # as a run's start records it
+    open_ptst(load_recipe(recipe, args))  # the same data: the same run
+    _math_jsonl(data, 12)
+    res = _cli("train", "ptst", "--recipe", str(recipe), *args)
+    assert res.exit_code == 2, res.output
+    assert "10 rows" in res.output and "12 rows" in res.output and "--force" in res.output
+    assert not (out / "stage-1").exists()  # refused before training anything
+    open_ptst(load_recipe(recipe, args), force=True)  # --force adopts the new data ...
+    open_ptst(load_recipe(recipe, args))  # ... and a later resume on it is the same run
+
+
+def test_a_grpo_resume_on_another_number_of_processes_is_refused_through_the_cli(tmp_path):
+    """A GRPO resume skips the batches already trained per process: with another world size it skips
+    another share of the shuffled stream (and trains another global batch), so it is another run unless
+    --force (#30 audit). PTST re-plans its per-device batches instead and is not concerned."""
+    from vlrl.training.data import to_trl_dataset
+    from vlrl.training.runstate import check_data_stream, open_run
+
+    out = tmp_path / "grpo"
+    recipe = TINY / "caprl_tiny.yaml"
+    run = open_run(load_recipe(recipe, [f"output_dir={out}"]))
+    # what a 2-process start records (run_grpo under torchrun, WORLD_SIZE=2)
+    check_data_stream(to_trl_dataset(run.recipe.data, cache_dir=out / "_data"), out, world=2)
+    res = _cli("train", "grpo", "--recipe", str(recipe), f"output_dir={out}")
+    assert res.exit_code == 2, res.output
+    assert "training processes: 2 → 1" in res.output and "--force" in res.output
+    assert not list(out.glob("checkpoint-*"))  # refused before training anything

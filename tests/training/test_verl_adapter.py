@@ -215,3 +215,36 @@ def test_a_failed_remote_request_within_the_budget_is_marked_reward_failed(monke
     assert out["score"] == 0.0 and out["applicable"] == 0.0 and out["reward_failed"] == 1.0
     with pytest.raises(RemoteRewardFailed):  # past the budget: the step fails
         va.compute_score("d", "A caption.", None, {"index": 0}, reward="remote", settings=settings)
+
+
+def test_malformed_extra_info_and_non_numeric_user_values_are_failed_samples_not_exceptions(tmp_path, monkeypatch):
+    """Nothing escapes compute_score (#30 audit): an extra_info that is not a mapping, and a user reward
+    returning a string, a list or infinity, fail their sample; a NaN is TRL's "not applicable"."""
+    (tmp_path / "a30_user_rewards.py").write_text(
+        "def stringy(completions, **kw):\n    return ['high' for _ in completions]\n"
+        "def listy(completions, **kw):\n    return [[1.0] for _ in completions]\n"
+        "def infy(completions, **kw):\n    return [float('inf') for _ in completions]\n"
+        "def nanny(completions, **kw):\n    return [float('nan') for _ in completions]\n"
+        "def fine(completions, **kw):\n    return [0.5 for _ in completions]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sol = "<think>a</think><answer>42</answer>"
+    for info in ("not a dict", ["a"], 5):
+        out = va.compute_score("d", sol, "42", info)
+        assert tuple(out) == va.detail_keys() and out["reward_failed"] == 1.0 and out["applicable"] == 0.0
+    assert va.compute_score("d", sol, "42", {"index": 3})["score"] == 1.0  # a well-formed row still scores
+    for fn in ("stringy", "listy", "infy"):
+        out = va.compute_score("d", "x", "1", {}, reward=f"a30_user_rewards:{fn}")
+        assert tuple(out) == va.detail_keys() and out["reward_failed"] == 1.0 and out["score"] == 0.0, fn
+    nan = va.compute_score("d", "x", "1", {}, reward="a30_user_rewards:nanny")
+    assert (nan["score"], nan["applicable"], nan["reward_failed"]) == (0.0, 0.0, 0.0)
+    assert va.compute_score("d", "x", "1", {}, reward="a30_user_rewards:fine")["score"] == 0.5
+
+
+def test_a_missing_ground_truth_is_not_applicable_never_a_measured_zero():
+    """verl rows with no ground truth (None, blank, or NaN as a parquet null reads) say nothing about the
+    completion: hfrrf gives None, not 0.0 (#30 audit)."""
+    sol = "<think>a</think><answer>42</answer>"
+    for gt in (None, "", " ", float("nan")):
+        out = va.compute_score("d", sol, gt, {"index": 0})
+        assert (out["score"], out["applicable"], out["reward_failed"]) == (0.0, 0.0, 0.0), gt
+    assert va.compute_score("d", sol, "42", {"index": 0})["applicable"] == 1.0

@@ -193,6 +193,11 @@ class RemoteReward(Reward):
         self._lock = threading.Lock()
         self._local = threading.local()
         self._skipped: set[str] = set()
+        # The trainer fills these in, as for hfrrf in process (build_trainer): the service cannot see token
+        # ids, so a completion that reached the cap without EOS is sent with ``truncated`` set, which hfrrf
+        # reads as a column; without it a cut-off completion would be paid by the served hfrrf.
+        self.max_completion_length: int | None = None
+        self.eos_token_ids: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -208,6 +213,10 @@ class RemoteReward(Reward):
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
         step = getattr(kwargs.get("trainer_state"), "global_step", None)
         self._local.step = int(step) if isinstance(step, int) else None
+        if completion_ids is not None and self.max_completion_length and "truncated" not in kwargs:
+            eos = set(self.eos_token_ids or ())
+            kwargs["truncated"] = [len(ids) >= self.max_completion_length and not (ids and eos and ids[-1] in eos)
+                                   for ids in completion_ids]
         try:
             return super().__call__(prompts, completions, completion_ids, **kwargs)
         finally:

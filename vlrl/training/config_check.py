@@ -5,7 +5,8 @@ TRL takes but not what TRL does with their values. Some values TRL accepts when 
 and only fails on much later, after the policy, the dataset and a judge server are up:
 
 * ``loss_type: grpoo`` is a plain string to ``GRPOConfig``; the trainer raises "Unknown loss type"
-  in the loss of the first step, after the first rollout;
+  in the loss of the first step, after the first rollout; so do ``scale_rewards``,
+  ``importance_sampling_level`` and ``multi_objective_aggregation`` (and ``vllm_mode`` with vLLM);
 * ``optim: adamw_bnb_8bit`` is a valid name; without ``bitsandbytes`` the optimizer fails to build
   when training starts;
 * a typo in ``lr_scheduler_type`` (or any value transformers itself validates) fails when the
@@ -40,6 +41,9 @@ OPTIM_PACKAGES = (
     ("anyprecision", "torchdistx", "torchdistx"), ("grokadamw", "grokadamw", "grokadamw"),
     ("stable_adamw", "optimi", "torch-optimi"),
 )
+# GRPOConfig string fields TRL takes as they are and only branches on inside the first step, after the first
+# rollout ("Invalid value for scale_rewards", "Unknown importance sampling level"), as with loss_type
+CHOICE_FIELDS = ("scale_rewards", "importance_sampling_level", "multi_objective_aggregation")
 ATTENTION_BUILTIN = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention"}
 
 
@@ -80,7 +84,9 @@ def _type_problem(key: str, value: Any, kinds: set[type]) -> str | None:
         return None
     if kinds == {bool}:
         return None if isinstance(value, bool) else f"trainer.{key} is {value!r}; it must be true or false"
-    if isinstance(value, bool) and bool not in kinds:
+    if isinstance(value, bool):
+        if bool in kinds:
+            return None
         return f"trainer.{key} is {value!r}; it must be {' or '.join(sorted(k.__name__ for k in kinds))}"
     if int in kinds and isinstance(value, int):
         return None
@@ -97,6 +103,20 @@ def loss_types(cfg_cls) -> set[str]:
     help_text = str(field.metadata.get("help", "")) if field is not None else ""
     m = re.search(r"Supported values are (.*?)\.\s", help_text)
     return set(re.findall(r"'([a-z_]+)'", m.group(1))) if m else set()
+
+
+def _documents_booleans(field: dataclasses.Field) -> bool:
+    help_text = str(field.metadata.get("help", ""))
+    return "`True`" in help_text and "`False`" in help_text
+
+
+def documented_values(cfg_cls, name: str) -> set[str]:
+    """The values ``cfg_cls``'s field ``name`` documents (quoted as ``'value'`` in its help), and its default."""
+    field = next((f for f in dataclasses.fields(cfg_cls) if f.name == name), None)
+    if field is None:
+        return set()
+    values = set(re.findall(r"`'([a-z_]+)'`", str(field.metadata.get("help", ""))))
+    return values | ({field.default} if isinstance(field.default, str) else set())
 
 
 def attention_backends() -> set[str]:
@@ -139,7 +159,12 @@ def config_problems(recipe) -> list[str]:
         pass
     out = []
     for key, value in recipe.trainer.items():
-        if key in fields and (msg := _type_problem(key, value, _kinds(hints.get(key, fields[key].type)))):
+        if key not in fields:
+            continue
+        kinds = _kinds(hints.get(key, fields[key].type))
+        if kinds == {str} and _documents_booleans(fields[key]):
+            kinds = {str, bool}  # scale_rewards: annotated str, documented (and converted) as `True` / `False` too
+        if msg := _type_problem(key, value, kinds):
             out.append(msg)
     if out:
         return out  # the config would be built from values that are already wrong
@@ -160,6 +185,10 @@ def config_problems(recipe) -> list[str]:
         allowed = loss_types(cfg_cls)
         if allowed and cfg.loss_type not in allowed:
             out.append(f"trainer.loss_type is {cfg.loss_type!r}; TRL supports {', '.join(sorted(allowed))}")
+        for name in (*CHOICE_FIELDS, *(("vllm_mode",) if getattr(cfg, "use_vllm", False) else ())):
+            value, allowed = getattr(cfg, name, None), documented_values(cfg_cls, name)
+            if isinstance(value, str) and len(allowed) > 1 and value not in allowed:
+                out.append(f"trainer.{name} is {value!r}; TRL supports {', '.join(sorted(allowed))}")
         eps, eps_high = getattr(cfg, "epsilon", None), getattr(cfg, "epsilon_high", None)
         if eps is not None and eps_high is not None and eps_high < eps:
             out.append(f"trainer.epsilon_high ({eps_high:g}) is below trainer.epsilon ({eps:g}); the clip range's upper "
@@ -169,10 +198,14 @@ def config_problems(recipe) -> list[str]:
         if fragment in optim and importlib.util.find_spec(imp) is None:
             out.append(f"trainer.optim is {optim!r} but {pip} is not installed; pip install {pip}, or use adamw_torch")
             break
+    if getattr(cfg, "use_liger_kernel", False) and importlib.util.find_spec("liger_kernel") is None:
+        # transformers applies the kernels when training starts, after the policy loaded
+        out.append("trainer.use_liger_kernel is true but liger-kernel is not installed; pip install liger-kernel, or "
+                   "set it false")
     attn = getattr(recipe.model, "attn_implementation", None)
     if attn and "/" not in attn and attn not in attention_backends():  # "org/kernel": a hub kernel
         out.append(f"model.attn_implementation is {attn!r}; transformers knows {', '.join(sorted(attention_backends()))}")
     return out
 
 
-__all__ = ["attention_backends", "config_problems", "loss_types"]
+__all__ = ["attention_backends", "config_problems", "documented_values", "loss_types"]

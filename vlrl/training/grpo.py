@@ -274,12 +274,17 @@ def run_grpo(recipe: Recipe, resume: bool = True, force: bool = False) -> dict[s
     is refused unless ``force`` (see :mod:`vlrl.training.runstate`). ``vlrl train grpo`` and
     ``train/grpo.py`` reach it through :func:`vlrl.training.entry.run`.
     """
-    from vlrl.training.runstate import open_run, train_or_finish
+    from vlrl.training.data import to_trl_dataset
+    from vlrl.training.runstate import check_data_stream, open_run, train_or_finish
+    from vlrl.training.validation import world_size
 
     run = open_run(recipe, resume=resume, force=force)
     if run.finished is not None:
         return run.finished
-    trainer, resume_from = build_trainer(run.recipe, resume=run.checkpoint)
+    dataset = to_trl_dataset(run.recipe.data, cache_dir=run.out / "_data")
+    # the rows the sampler shuffles, not only the recipe, and the processes the resume skips batches on
+    check_data_stream(dataset, run.out, force=force, resume=resume, world=world_size())
+    trainer, resume_from = build_trainer(run.recipe, resume=run.checkpoint, train_dataset=dataset)
     try:
         train_or_finish(trainer, resume_from)
     finally:

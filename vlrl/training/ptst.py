@@ -166,7 +166,7 @@ def open_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> PTSTR
     """Validate and probe the recipe, plan the stages, refuse another run's folder (unless ``force``)
     or a different stage plan, and load the dataset once for every stage."""
     from vlrl.training.data import to_trl_dataset
-    from vlrl.training.runstate import check_identity, prepare, write_identity
+    from vlrl.training.runstate import check_data_stream, check_identity, prepare, write_identity
 
     recipe = prepare(recipe)
     ignored = sorted(k for k in recipe.trainer if k in PLANNED_KEYS)
@@ -193,6 +193,7 @@ def open_ptst(recipe: Recipe, resume: bool = True, force: bool = False) -> PTSTR
     write_identity(recipe, out)
     atomic_write_json(out / STATE_FILE, state)
     dataset = to_trl_dataset(recipe.data, cache_dir=out / "_data")
+    check_data_stream(dataset, out, force=force, resume=resume)
     return PTSTRun(recipe, out, plan, state, dataset, resume)
 
 

@@ -100,6 +100,68 @@ def write_identity(recipe, out: Path) -> None:
         atomic_write_json(Path(out) / RESOLVED, json.loads(json.dumps(recipe.to_dict(), default=str)))
 
 
+DATA_STREAM = "data_stream.json"
+_MEDIA_COLUMNS = ("image", "images", "video")
+
+
+def data_stream(dataset) -> dict[str, Any]:
+    """What the shuffled data stream is drawn from: the training rows, in order, as a row count and a digest.
+
+    The recipe names the source, but the sampler shuffles the rows the source *gives*: a data file
+    rewritten in place, or a record whose image became readable (or unreadable) since the run began,
+    changes the dataset's length or order under an unchanged recipe, and a resume would reshuffle it.
+    Media count by file name only, so a dataset moved to another folder is the same stream."""
+    import hashlib
+
+    table = dataset.data  # the raw columns, before the dataset's decoding transform
+    digest = hashlib.sha256()
+    for name in sorted(table.column_names):
+        values = table.column(name).to_pylist()
+        if name in _MEDIA_COLUMNS:
+            values = [[Path(str(x)).name for x in v] if isinstance(v, list) else Path(str(v)).name for v in values]
+        digest.update(json.dumps([name, values], ensure_ascii=False, default=str).encode())
+    return {"rows": len(dataset), "sha256": digest.hexdigest()}
+
+
+def check_data_stream(dataset, out: Path, *, force: bool = False, resume: bool = True, world: int | None = None) -> None:
+    """Refuse (unless ``force``) to continue in ``out`` a run whose data stream differs from the one it
+    started with (:func:`data_stream`); record the stream at the first start (and at a start that does
+    not resume).
+
+    ``world``: the number of training processes, for a trainer whose resume skips the batches already
+    trained *per process* (GRPO: another world size would skip a different share of the shuffled
+    stream, replaying or dropping rows, and train with another global batch). PTST passes none: it
+    re-plans the per-device batches for the same prompts per step."""
+    from vlrl.core.pipeline import atomic_write_json
+
+    now = data_stream(dataset)
+    if world is not None:
+        now["world_size"] = int(world)
+    path = Path(out) / DATA_STREAM
+    try:
+        old = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and "world_size" in now and "world_size" not in old:
+        old = {**old, "world_size": now["world_size"]}  # recorded before the world size was: not a difference
+    if resume and isinstance(old, dict) and old != now:
+        if {k: v for k, v in old.items() if k != "world_size"} != {k: v for k, v in now.items() if k != "world_size"}:
+            shown = (f"data.source gives {old.get('rows')} rows (sha256 {str(old.get('sha256'))[:12]}) → {now['rows']} "
+                     f"rows (sha256 {now['sha256'][:12]})")
+        else:
+            shown = f"training processes: {old.get('world_size')} → {now.get('world_size')}"
+        if not force:
+            raise RecipeError(
+                f"{out} holds a run trained on another data stream ({shown}); the resume would repeat or skip rows "
+                "of its shuffled stream: use a new output_dir, restore the data or the number of processes, or pass "
+                "--force to continue this folder as it is now"
+            )
+        logger.warning("--force: continuing in %s although its data stream differs: %s", out, shown)
+    if old != now and is_main_process():
+        Path(out).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, now)
+
+
 def checkpoint_step(ckpt: Path | None) -> int | None:
     if ckpt is None:
         return None

@@ -35,6 +35,12 @@ TRAINER_RULES: dict[str, tuple[str, float, bool]] = {
     "generation_batch_size": ("int", 1, False),
     "num_iterations": ("int", 1, False),
     "vllm_gpu_memory_utilization": ("float", 0.0, True),
+    # refused only when generation or the optimizer starts, after the policy loaded
+    "repetition_penalty": ("float", 0.0, True),
+    "top_k": ("int", 0, False),
+    "adam_beta1": ("float", 0.0, False),
+    "adam_beta2": ("float", 0.0, False),
+    "adam_epsilon": ("float", 0.0, False),
 }
 
 
@@ -62,6 +68,14 @@ def value_problems(recipe) -> list[str]:
     top_p = recipe.trainer.get("top_p")
     if isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and top_p > 1:
         out.append(f"trainer.top_p is {top_p!r}; it must be in (0, 1]")
+    for key in ("adam_beta1", "adam_beta2"):  # torch's AdamW refuses them when training starts
+        b = recipe.trainer.get(key)
+        if isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 1:
+            out.append(f"trainer.{key} is {b!r}; it must be in [0, 1)")
+    if recipe.trainer.get("reward_weights") is not None and getattr(recipe, "method", "grpo") != "sft":
+        # the trainer sets reward_weights from the rewards block: a value here would be silently replaced
+        out.append("trainer.reward_weights is set, but each reward's weight comes from its rewards[i].weight; "
+                   "set the weights there")
     for key in ("max_samples", "min_pixels", "max_pixels"):
         if (msg := _bad(f"data.{key}", getattr(recipe.data, key, None), "int", 1, False)):
             out.append(msg)

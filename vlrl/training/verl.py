@@ -221,6 +221,11 @@ def compute_score(
     from vlrl.rewards.remote import RemoteRewardFailed
 
     keys = detail_keys()
+    extra_info = plain(extra_info)
+    if extra_info is not None and not isinstance(extra_info, Mapping):  # a malformed row: its sample fails, not the step
+        _warn_once(f"extra_info:{type(extra_info).__name__}", "a %s sample's extra_info is a %s, not a mapping; "
+                   "such samples score 0.0 with reward_failed", data_source, type(extra_info).__name__)
+        return _to_dict(Score(None, {}), keys, failed=True)
     name = str(kw.get("reward") or (extra_info or {}).get("vlrl_reward") or "?")
     try:
         name, settings = _choose(dict(kw), extra_info)
@@ -236,6 +241,15 @@ def compute_score(
                         **_columns(reward, [ground_truth], [extra_info]), data_source=[data_source])
         scores = last_scores(reward) or [Score(v) for v in values]
         (score,) = scores
+        if score.value is not None:  # what verl's float tensors can hold, checked while a failure is still a sample's
+            try:
+                value = float(score.value)
+            except (TypeError, ValueError):
+                raise TypeError(f"the reward returned {score.value!r}, not a number") from None
+            if math.isnan(value):  # TRL's "not applicable" (TRL turns None into NaN)
+                score = Score(None, score.details)
+            elif not math.isfinite(value):
+                raise ValueError(f"the reward returned {value!r}, not a finite number")
     except RemoteRewardFailed:
         raise  # the reward service is down past its failure budget: verl's step must fail, not score 0.0
     except Exception as e:  # noqa: BLE001 - verl would kill the whole step for one bad sample

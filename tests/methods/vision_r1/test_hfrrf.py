@@ -292,3 +292,27 @@ def test_the_paper_rule_still_needs_format_and_answer():
                             r"<think>x</think><answer>\$12</answer>", "<think>x</think><answer>√2"],
                answer=["B", "B", "12", r"\sqrt{2}"])
     assert values == [1.0, 0.0, 1.0, 0.0]  # right answer without the format, or cut off: still 0
+
+
+# Forms a demanding user expects beyond the audit's table (#30 audit): the whole answer set in LaTeX's own
+# math delimiters, which Qwen models write as often as $...$, and the cube and fourth root signs.
+MATH_DELIMITERS_AND_ROOTS = [
+    (r"\(B\)", "B", True), (r"\[B\]", "B", True), (r"\(\text{B}\)", "B", True), (r"\(\textbf{(B)}\)", "B", True),
+    (r"\(x = 3\)", "3", True), (r"\[\frac{1}{2}\]", "0.5", True), ("$$12$$", "12", True), (r"\(\$12\)", "12", True),
+    ("∛8", "2", True), ("∜16", "2", True), ("∛{27}", r"\sqrt[3]{27}", True),
+    (r"\(C\)", "B", False), (r"\[A\]", "B", False), (r"\(x = 4\)", "3", False), ("∛9", "2", False),
+    (r"\(B\) or \(C\)", "B", False),
+]
+
+
+@pytest.mark.parametrize("pred, gold, ok", MATH_DELIMITERS_AND_ROOTS)
+def test_math_delimiters_and_other_root_signs(pred, gold, ok):
+    assert check_answer(pred, gold) is ok
+
+
+def test_math_delimiters_still_need_the_format():
+    """The paper's rule holds for the new forms: both blocks and the right answer, or 0."""
+    values = HFRRFReward()(completions=[r"<think>x</think><answer>\(B\)</answer>", r"\(B\)",
+                                        r"<think>x</think><answer>\(C\)</answer>", r"<think>x</think><answer>\(B\)"],
+                           answer=["B"] * 4)
+    assert values == [1.0, 0.0, 0.0, 0.0]

@@ -8,8 +8,8 @@ maths), and a truncated rollout — one that ran out of tokens before ``</answer
 paid, or PTST's short stages would reward cut-off reasoning.
 
 Correctness is decided by :func:`check_answer`, after :func:`plain_latex` has removed the LaTeX
-that carries no meaning from both sides (``\\text{B}``, ``\\boxed{\\text{B}}`` → ``B``; ``\\$12`` →
-``$12``; ``√2`` → ``\\sqrt{2}``), in this order:
+that carries no meaning from both sides (``\\text{B}``, ``\\boxed{\\text{B}}``, ``\\(B\\)`` → ``B``;
+``\\$12`` → ``$12``; ``√2`` → ``\\sqrt{2}``), in this order:
 
 1. **Multiple choice** when ``choices`` are given or the gold answer is one letter A-Z: the
    prediction may be ``B``, ``(B)``, ``B. text``, ``B) text``, ``Option B`` or the option's text.
@@ -251,18 +251,31 @@ def _numbers_match(p: tuple, g: tuple, rel_tol: float, abs_tol: float) -> bool:
 
 _FONT = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|mathtt|mbox|operatorname)"
                    r"\s*\{([^{}]*)\}")
-_ROOT_SIGN = re.compile(r"\u221a\s*(\{[^{}]*\}|\([^()]*\)|[\w.]+)")
+_ROOT_SIGN = re.compile(r"([\u221a\u221b\u221c])\s*(\{[^{}]*\}|\([^()]*\)|[\w.]+)")
+_ROOT_INDEX = {"\u221a": "", "\u221b": "[3]", "\u221c": "[4]"}  # √ ∛ ∜
+_MATH_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"))
+
+
+def _root(m: re.Match) -> str:
+    arg = m.group(2)[1:-1] if m.group(2)[0] in "{(" else m.group(2)
+    return "\\sqrt" + _ROOT_INDEX[m.group(1)] + "{" + arg + "}"
 
 
 def plain_latex(s: str) -> str:
     r"""``s`` with the LaTeX that carries no meaning for grading removed: a whole-answer ``\boxed{}``,
-    font wrappers (``\text{B}``, ``\textbf{B}``, ``\mathrm{B}`` → ``B``), escaped dollars (``\$12`` →
-    ``$12``); and the root sign written as LaTeX (``√2`` → ``\sqrt{2}``).
+    font wrappers (``\text{B}``, ``\textbf{B}``, ``\mathrm{B}`` → ``B``), whole-answer math delimiters
+    (``\(B\)``, ``\[x = 3\]``, ``$$12$$``: models write them as often as ``$...$``), escaped dollars
+    (``\$12`` → ``$12``); and the root signs written as LaTeX (``√2`` → ``\sqrt{2}``, ``∛8`` → ``\sqrt[3]{8}``).
 
-    >>> plain_latex("\\boxed{\\text{(B)}}"), plain_latex("\\$1,200"), plain_latex("3√2")
-    ('(B)', '$1,200', '3\\sqrt{2}')
+    >>> plain_latex("\\boxed{\\text{(B)}}"), plain_latex("\\$1,200"), plain_latex("3√2"), plain_latex("\\(\\text{B}\\)")
+    ('(B)', '$1,200', '3\\sqrt{2}', 'B')
     """
     s = s.strip()
+    for left, right in _MATH_DELIMITERS:  # a whole answer set as math: \(B\), \[x = 3\], $$12$$
+        inner = s[len(left):-len(right)] if len(s) > len(left) + len(right) else ""
+        if s.startswith(left) and s.endswith(right) and inner and left not in inner and right not in inner:
+            s = inner.strip()
+            break
     boxed = last_boxed(s)
     if boxed is not None and s.startswith(("\\boxed", "\\fbox")) and s.endswith("}") and s.count("\\boxed") <= 1:
         s = boxed.strip()
@@ -270,7 +283,7 @@ def plain_latex(s: str) -> str:
     while prev != s:  # nested wrappers: \textbf{\text{B}}
         prev, s = s, _FONT.sub(r"\1", s)
     s = s.replace("\\$", "$")
-    s = _ROOT_SIGN.sub(lambda m: "\\sqrt{" + (m.group(1)[1:-1] if m.group(1)[0] in "{(" else m.group(1)) + "}", s)
+    s = _ROOT_SIGN.sub(_root, s)
     return s.strip()
 
 
@@ -411,7 +424,8 @@ class HFRRFReward(Reward):
         out = []
         for i, text in enumerate(completions):
             gold = _row(answers, i)
-            if gold is None or (isinstance(gold, str) and not gold.strip()):
+            # a missing answer: None, blank, or the NaN a parquet/pandas null becomes (never graded as "nan")
+            if gold is None or (isinstance(gold, str) and not gold.strip()) or (isinstance(gold, float) and math.isnan(gold)):
                 out.append(Score(None, {"error": f"no gold {self.answer_column!r}"}))
                 continue
             try:
