@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.support.jobs import child_env
 from tests.support.serve import CAPRL_SETTINGS, caprl_rows, vlrl_service
 from tests.support.servers import get_json
 
@@ -164,8 +165,7 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     root = f"http://127.0.0.1:{port}"
     cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", "tests.support.serve:slow_words",
            "-s", "delay=3.0", "--engine", "ray", "--port", str(port)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    with server_process(cmd, env, tmp_path / "serve.log", lambda: get_json(root + "/health").get("status") == "up",
+    with server_process(cmd, child_env(), tmp_path / "serve.log", lambda: get_json(root + "/health").get("status") == "up",
                         "vlrl serve reward", 240) as proc:
         wait_ready(root)
         answer: dict = {}
@@ -203,7 +203,7 @@ def test_a_replica_log_line_never_holds_a_credential():
     root = f"http://127.0.0.1:{port}"
     cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", "tests.support.serve:echoing_words",
            "--engine", "ray", "--port", str(port)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENAI_API_KEY=secret, RAY_TMPDIR=str(ray_tmp))
+    env = child_env(OPENAI_API_KEY=secret, RAY_TMPDIR=str(ray_tmp))
     try:
         with server_process(cmd, env, ray_tmp / "serve.log", lambda: get_json(root + "/health").get("status") == "up",
                             "vlrl serve reward", 240) as proc:

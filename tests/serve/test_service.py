@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.support.jobs import child_env
 from tests.support.serve import CAPRL_SETTINGS, QUESTION_BANK, WORDS, app_server, caprl_rows
 from tests.support.servers import free_port
 from vlrl.serve.app import build_app
@@ -360,7 +361,7 @@ def test_sigterm_stops_the_local_engine_with_exit_code_0(tmp_path):
     port = free_port()
     cmd = [str(Path(sys.executable).parent / "vlrl"), "serve", "reward", "-r", WORDS, "--port", str(port)]
     root = f"http://127.0.0.1:{port}"
-    with server_process(cmd, dict(__import__("os").environ), tmp_path / "serve.log",
+    with server_process(cmd, child_env(), tmp_path / "serve.log",
                         lambda: get_json(root + "/health").get("status") == "up", "vlrl serve reward", 120) as proc:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0

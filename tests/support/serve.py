@@ -66,7 +66,6 @@ class Service:
 @contextmanager
 def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict[str, str] | None = None) -> Iterator[Service]:
     """``vlrl serve reward ARGS --port P`` as its own process group; yields it once /health answers."""
-    import os
     import shutil
     import sys
     from pathlib import Path
@@ -76,7 +75,10 @@ def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict
     port = free_port()
     exe = Path(sys.executable).parent / "vlrl"
     cmd = [str(exe) if exe.exists() else (shutil.which("vlrl") or "vlrl"), "serve", "reward", *args, "--port", str(port)]
-    full_env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {}))
+    from tests.support.jobs import child_env
+
+    # child_env: the repository on PYTHONPATH, so rewards and answerers from tests.support import
+    full_env = child_env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **(env or {}))
     root = f"http://127.0.0.1:{port}"
     with server_process(cmd, full_env, log, lambda: get_json(root + "/health").get("status") == "up",
                         "vlrl serve reward", startup_timeout) as proc:
