@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.support.jobs import child_env
-from tests.support.serve import CAPRL_SETTINGS, caprl_rows, vlrl_service
+from tests.support.serve import CAPRL_SETTINGS, caprl_rows, vlrl_service, wait_ready
 from tests.support.servers import get_json
 
 pytest.importorskip("ray.serve")
@@ -31,17 +31,6 @@ def serve_args(replicas: int) -> list[str]:
         args += ["-s", f"{k}={v}"]
     return args
 
-
-def wait_ready(root: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if get_json(root + "/ready", timeout=5).get("ready"):
-                return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError("the Ray Serve deployment never became ready")
 
 
 def descendants(root_pid: int) -> dict[int, str]:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.support.paths import ROOT
-from tests.support.serve import vlrl_service
+from tests.support.serve import vlrl_service, wait_ready
 from tests.support.servers import free_port, get_json
 
 TINY = ROOT / "train" / "recipes" / "tiny" / "caprl_tiny.yaml"
@@ -62,17 +62,6 @@ def test_tiny_grpo_and_verl_score_through_the_service(tmp_path, engine):
     assert verl_score["applicable"] == 1.0 and verl_score["score"] == direct["reward"]
     assert verl_score["qa_acc"] == direct["details"]["qa_acc"]
 
-
-def wait_ready(root: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if get_json(root + "/ready", timeout=5).get("ready"):
-                return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError("the reward service never became ready")
 
 
 def verl_and_direct(root: str) -> tuple[dict, dict]:

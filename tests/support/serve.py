@@ -63,6 +63,21 @@ class Service:
     """The ``vlrl serve reward`` process (Ray's processes run below it)."""
 
 
+def wait_ready(root: str, timeout: float = 240) -> None:
+    """Wait until the service's ``/ready`` says ready (its backends passed pre-flight)."""
+    from tests.support.servers import get_json
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if get_json(root + "/ready", timeout=5).get("ready"):
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError("the reward service never became ready")
+
+
 @contextmanager
 def vlrl_service(args: list[str], log, startup_timeout: float = 240.0, env: dict[str, str] | None = None) -> Iterator[Service]:
     """``vlrl serve reward ARGS --port P`` as its own process group; yields it once /health answers."""
