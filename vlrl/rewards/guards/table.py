@@ -46,6 +46,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vlrl.rewards.guards import gates
+
 TABLE = Path(__file__).parent / "data" / "families.yaml"
 View = Literal["lower", "decoded", "unquoted", "shaped", "native", "norm", "compact"]
 Scope = Literal["text", "sentence", "clause", "aside", "phrase"]
@@ -246,6 +248,12 @@ class CompiledFamily:
         # a family that also runs a detector has no gate: the detector may fire where no pattern can
         self.gate = gate(expand(p, fragments) for p in patterns) if patterns and spec.detector is None else None
         self.requires = _any(spec.requires, fragments) if spec.requires else None
+        # per-pattern gates (:mod:`.gates`): a text runs only the patterns that can match in it
+        self._expanded = [expand(p, fragments) for p in patterns]
+        self.gates: list[Any] | None = [gates.cnf(p) for p in self._expanded]
+        self.requires_gate = gates.cnf(self.requires.pattern) if self.requires is not None else None
+        gates.register([*self.gates, self.requires_gate])
+        self._subsets: dict[tuple[int, ...], re.Pattern[str] | None] = {}
         exempt = exemption_patterns(path)
         self.exemptions = tuple(exempt[e] for e in spec.exemptions)
         self.detector = None
@@ -257,17 +265,32 @@ class CompiledFamily:
     def find(self, doc: Any) -> str | None:
         """The evidence (a snippet) when the family fires on ``doc``, else ``None``."""
         for text in doc.view(self.spec.view):
-            if self.gate is not None and not any(lit in text for lit in self.gate):
-                continue  # no unit of this text can hold a match
+            pattern = self._runnable(text)
+            if pattern is None and self.detector is None:
+                continue
             for unit in doc.units(text, self.spec.scope):
                 if self.exemptions and any(e.search(unit) for e in self.exemptions):
                     continue
                 if self.detector is not None and (hit := self.detector(unit, doc, **self.spec.options)):
                     return hit[:80]
-                if self.pattern is not None and (m := self.pattern.search(unit)) and (
+                if pattern is not None and (m := pattern.search(unit)) and (
                         self.requires is None or self.requires.search(unit)):
                     return m.group(0)[:80]
         return None
+
+    def _runnable(self, text: str) -> re.Pattern[str] | None:
+        """The family's patterns that can match in ``text`` (by their gates), as one alternation in
+        table order, so the leftmost match is the one the whole alternation finds; ``None`` if none can."""
+        if self.pattern is None or self.gates is None or not gates.ENABLED:
+            return self.pattern
+        if not gates.passes(self.requires_gate, text):
+            return None
+        live = gates.live(self.gates, text)
+        if len(live) == len(self.gates):
+            return self.pattern
+        if live not in self._subsets:
+            self._subsets[live] = re.compile("|".join(f"(?:{self._expanded[i]})" for i in live)) if live else None
+        return self._subsets[live]
 
 
 __all__ = ["TABLE", "CompiledFamily", "gate", "Exemption", "Family", "FamilyTable", "compile_pattern", "cue_patterns",

@@ -1,0 +1,382 @@
+"""Literal prefilters: skip a regular expression that cannot match, with one scan of the text.
+
+The cheap layer runs on every rollout, and most of a caption's text holds no hack: running every
+family's regular expressions over every sentence of an honest 80-word caption costs milliseconds.
+A *gate* says which literals a match must contain: a conjunction of clauses, each clause a set of
+literals one of which every match holds (``{{self}}.*?{{praise}}`` needs a self word *and* a praise
+word). The gates are read off the parsed pattern, so they are exact, never a guess: a literal run is
+required where it is not optional; an alternation requires one of its branches' literals; a
+lookaround, a character class or an optional part requires nothing. A pattern whose gate fails on a
+text cannot match anywhere in it (nor in any unit of it: a unit's match is a substring of the text),
+so skipping it changes no verdict.
+
+Which literals a text holds is found once per text (:func:`present`) by one regular expression
+built as a trie of every literal the gates name, scanned at each position: the longest literal
+starting there is found, and every literal that starts there is one of its prefixes.
+
+:func:`disabled` switches every prefilter off (the reference path the equivalence test compares
+against: the same engine with no skip).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+try:  # the regex parser the gates read (renamed in Python 3.11)
+    from re import _constants as sre_c
+    from re import _parser as sre_parse
+except ImportError:  # pragma: no cover
+    import sre_constants as sre_c  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+MIN_LITERAL = 2
+"""Shortest literal a clause may hold (one letter is in every text); a lone non-ASCII character is kept."""
+MAX_CLAUSES = 4
+"""Clauses kept per pattern: the most selective ones."""
+
+Clause = frozenset[str]
+Gate = tuple[Clause, ...]
+
+ENABLED = True
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Every prefilter off inside the block: every regular expression runs (the reference path)."""
+    global ENABLED
+    was, ENABLED = ENABLED, False
+    try:
+        yield
+    finally:
+        ENABLED = was
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the gate off a parsed pattern
+
+
+LEFT, RIGHT = "\x01", "\x02"
+"""Marks on a literal that the pattern puts at a word boundary (``\\bmark\\b`` is not in "market")."""
+
+
+def bare(literal: str) -> str:
+    return literal.strip(LEFT + RIGHT)
+
+
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _usable(clause: Iterable[str]) -> bool:
+    """Whether a clause is worth testing: no literal in it is in almost every caption ("th", "in")."""
+    clause = list(clause)
+    return bool(clause) and all(_rare(x) for x in clause)
+
+
+def _rare(literal: str) -> bool:
+    word = bare(literal)
+    if not word.isascii():
+        return True
+    if len(word) < MIN_LITERAL:
+        return False
+    # a two-letter run counts only as a whole word ("ai", "my"), three letters at least at its start
+    if word.isalpha() and len(word) == 2:
+        return literal.startswith(LEFT) and literal.endswith(RIGHT)
+    return True
+
+
+_CHANCE = {1: 0.3, 2: 0.5, 3: 0.25, 4: 0.1, 5: 0.05, 6: 0.03}
+
+
+def _chance(literal: str) -> float:
+    """A rough chance that a caption holds ``literal``: short letter runs are everywhere."""
+    word = bare(literal).strip()
+    p = _CHANCE.get(len(word), 0.01)
+    p = p if word.isalpha() else p / 4
+    return p / (1 + literal.startswith(LEFT) + literal.endswith(RIGHT))
+
+
+def _rank(clause: Clause) -> float:
+    # the most selective first: the least likely to be met by an honest caption (only speed depends on it)
+    miss = 1.0
+    for x in clause:
+        miss *= 1.0 - _chance(x)
+    return 1.0 - miss
+
+
+def _best(clauses: Iterable[Clause], n: int) -> list[Clause]:
+    """The ``n`` most selective clauses, each sharing at most half its literals with one kept before
+    (variants of one clause test the same words; a clause of other words adds a real condition)."""
+    kept: list[Clause] = []
+    for c in sorted(set(clauses), key=_rank):
+        if all(len(c & k) * 2 <= min(len(c), len(k)) for k in kept):
+            kept.append(c)
+            if len(kept) == n:
+                break
+    return kept
+
+
+_NONWORD = (sre_c.CATEGORY_SPACE, sre_c.CATEGORY_NOT_WORD, sre_c.CATEGORY_UNI_SPACE, sre_c.CATEGORY_UNI_NOT_WORD)
+
+
+def _boundary(item: Any) -> bool:
+    """Whether ``item`` puts a word boundary next to a word character beside it: ``\\b``, or a
+    required run of spaces (``\\s+``)."""
+    op, av = item
+    if op is sre_c.AT:
+        return av is sre_c.AT_BOUNDARY
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1 and len(av[2]) == 1:
+        op, av = list(av[2])[0]
+    return op is sre_c.IN and len(av) == 1 and av[0][0] is sre_c.CATEGORY and av[0][1] in _NONWORD
+
+
+def _seq(items: list[Any], ci: bool, lb: bool = False, rb: bool = False) -> list[Clause]:
+    """Clauses of a sequence; ``lb``/``rb``: a word boundary stands just before/after it."""
+    clauses: list[Clause] = []
+    run, run_lb = "", False
+    n = len(items)
+    for i, (op, av) in enumerate(items):
+        left = (i == 0 and lb) or (i > 0 and _boundary(items[i - 1]))
+        right = (i == n - 1 and rb) or (i < n - 1 and _boundary(items[i + 1]))
+        if op is sre_c.LITERAL:
+            if not run:
+                run_lb = left
+            run += chr(av)
+            if i == n - 1 or items[i + 1][0] is not sre_c.LITERAL:
+                mark_l = LEFT if run_lb and _word(run[0]) else ""
+                mark_r = RIGHT if right and _word(run[-1]) else ""
+                clauses.append(frozenset({mark_l + run + mark_r}))
+                if i < n - 1 and items[i + 1][0] is sre_c.BRANCH and (heads := _heads(items[i + 1][1][1])):
+                    # the parser factors "this|that" into "th" + (is|at): put the words back together
+                    clauses.append(frozenset(mark_l + run + h for h in heads))
+                run = ""
+            continue
+        clauses.extend(_node(op, av, ci, left, right))
+    if ci:
+        clauses = [frozenset(x.lower() for x in c) for c in clauses if all(x.isascii() for x in c)]
+    return _best((c for c in clauses if _usable(c)), MAX_CLAUSES)
+
+
+def _heads(alternatives: list[Any]) -> set[str] | None:
+    """The literal run each alternative starts with, or ``None`` if one starts otherwise."""
+    heads = set()
+    for alt in alternatives:
+        head = ""
+        for op, av in alt:
+            if op is not sre_c.LITERAL:
+                break
+            head += chr(av)
+        if not head:
+            return None
+        heads.add(head)
+    return heads
+
+
+def _node(op: Any, av: Any, ci: bool, lb: bool = False, rb: bool = False) -> list[Clause]:
+    if op is sre_c.SUBPATTERN:
+        _group, add_flags, del_flags, sub = av
+        if del_flags & re.IGNORECASE and ci:
+            return []  # a case-sensitive island in a case-blind pattern: keep it simple
+        return _seq(list(sub), ci or bool(add_flags & re.IGNORECASE), lb, rb)
+    if op is sre_c.BRANCH:
+        # (A1 and A2) or (B1 and B2) = (A1 or B1) and (A1 or B2) and (A2 or B1) and (A2 or B2): every
+        # choice of one clause per alternative, the best few kept at each step
+        acc: list[Clause] = [frozenset()]
+        for alt in av[1]:
+            got = _seq(list(alt), ci, lb, rb)
+            if not got:
+                return []
+            acc = _best((a | c for a in acc for c in got), MAX_CLAUSES)
+        return acc
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1:
+        return _seq(list(av[2]), ci)
+    if op is sre_c.IN and av and all(o is sre_c.LITERAL for o, _ in av):
+        chars = {chr(v) for _, v in av}
+        return [frozenset(chars)] if all(not c.isascii() for c in chars) and not ci else []
+    return []
+
+
+@lru_cache(maxsize=4096)
+def cnf(pattern: str, flags: int = 0) -> tuple[Gate, bool] | None:
+    """The gate of one pattern: ``(clauses, case_blind)``, or ``None`` when it requires no literal.
+
+    A case-blind gate (the pattern, or the part its literals come from, is ``(?i:...)``) holds lower
+    case literals, read against the lower-cased text; it applies to ASCII text only (Unicode case
+    folding matches "ı" to "i")."""
+    parsed = sre_parse.parse(pattern, flags)
+    ci = bool(parsed.state.flags & re.IGNORECASE)
+    clauses = _seq(list(parsed), ci)
+    if not clauses:
+        return None
+    if parsed.state.flags & (re.ASCII | re.LOCALE):  # another meaning of a word boundary: marks off
+        clauses = [frozenset(bare(x) for x in c) for c in clauses]
+    blind = ci or _has_ci(list(parsed))
+    if blind:  # a pattern mixing case-blind and case-kept literals: all read lower-cased
+        clauses = _best((frozenset(x.lower() for x in c) for c in clauses), MAX_CLAUSES)
+    return tuple(clauses), blind
+
+
+def _has_ci(items: list[Any]) -> bool:
+    for op, av in items:
+        if op is sre_c.SUBPATTERN and av[1] & re.IGNORECASE:
+            return True
+        if op is sre_c.SUBPATTERN and _has_ci(list(av[3])):
+            return True
+        if op is sre_c.BRANCH and any(_has_ci(list(a)) for a in av[1]):
+            return True
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and _has_ci(list(av[2])):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------
+# Which literals a text holds
+
+
+class _Index:
+    """Every literal any gate names, and the trie regex that finds them in a text."""
+
+    def __init__(self) -> None:
+        self.literals: set[str] = set()
+        self._scan: re.Pattern[str] | None = None
+        self._prefixes: dict[str, tuple[tuple[str, int], ...]] = {}
+
+    def add(self, literals: Iterable[str]) -> None:
+        new = set(literals) - self.literals
+        if new:
+            self.literals |= new
+            self._scan = None
+            _present.cache_clear()
+
+    def scan(self) -> tuple[re.Pattern[str], dict[str, tuple[tuple[str, int], ...]]]:
+        if self._scan is None:
+            trie: dict[str, Any] = {}
+            for w in self.literals:
+                node = trie
+                for ch in w:
+                    node = node.setdefault(ch, {})
+                node[""] = {}
+            self._scan = re.compile(f"(?=({_emit(trie)}))")
+            self._prefixes = {w: tuple((w[:k], k) for k in range(1, len(w) + 1) if w[:k] in self.literals)
+                              for w in self.literals}
+        return self._scan, self._prefixes
+
+
+def _emit(node: dict[str, Any]) -> str:
+    alts = [re.escape(ch) + _emit(sub) for ch, sub in sorted(node.items()) if ch]
+    if not alts:
+        return ""
+    body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    return f"(?:{body})?" if "" in node else body
+
+
+INDEX = _Index()
+
+
+@lru_cache(maxsize=256)
+def _present(text: str, size: int) -> frozenset[str]:
+    scan, prefixes = INDEX.scan()
+    found: set[str] = set()
+    add = found.add
+    n = len(text)
+    for m in scan.finditer(text):
+        p = m.start()
+        left = p == 0 or not _word(text[p - 1])
+        for w, k in prefixes[m.group(1)]:
+            add(w)
+            right = p + k == n or not _word(text[p + k])
+            if left:
+                add(LEFT + w)
+                if right:
+                    add(LEFT + w + RIGHT)
+            if right:
+                add(w + RIGHT)
+    return frozenset(found)
+
+
+def present(text: str) -> frozenset[str]:
+    """The literals of every registered gate that occur in ``text``."""
+    return _present(text, len(INDEX.literals))
+
+
+@lru_cache(maxsize=64)
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+def register(gates: Iterable[tuple[Gate, bool] | None]) -> None:
+    """Make the literals of ``gates`` findable by :func:`present`."""
+    INDEX.add(bare(x) for g in gates if g is not None for clause in g[0] for x in clause)
+
+
+def live(gs: list[tuple[Gate, bool] | None], text: str) -> tuple[int, ...]:
+    """The indices of ``gs`` whose gate ``text`` passes (every index with prefilters off)."""
+    if not ENABLED:
+        return tuple(range(len(gs)))
+    found = present(text)
+    lower: frozenset[str] | None = None
+    out = []
+    for i, g in enumerate(gs):
+        if g is None:
+            out.append(i)
+            continue
+        clauses, blind = g
+        if blind:
+            if not text.isascii():
+                out.append(i)
+                continue
+            if lower is None:
+                lower = present(_lower(text))
+            have = lower
+        else:
+            have = found
+        for c in clauses:
+            if have.isdisjoint(c):
+                break
+        else:
+            out.append(i)
+    return tuple(out)
+
+
+def passes(g: tuple[Gate, bool] | None, text: str) -> bool:
+    """Whether ``text`` holds what a match of the gated pattern needs (always, with no gate or with
+    prefilters off)."""
+    if g is None or not ENABLED:
+        return True
+    clauses, blind = g
+    if blind:
+        if not text.isascii():
+            return True
+        text = _lower(text)
+    found = present(text)
+    return all(not found.isdisjoint(c) for c in clauses)
+
+
+class Gated:
+    """A compiled pattern with its gate: ``search``/``sub``/``finditer`` skip the regex engine when
+    the text cannot hold a match (the result is what the bare pattern gives)."""
+
+    def __init__(self, pattern: str | re.Pattern[str], flags: int = 0) -> None:
+        self.re = re.compile(pattern, flags) if isinstance(pattern, str) else pattern
+        self.gate = cnf(self.re.pattern, self.re.flags & (re.IGNORECASE | re.ASCII))
+        register([self.gate])
+        self.pattern = self.re.pattern
+
+    def possible(self, text: str) -> bool:
+        return passes(self.gate, text)
+
+    def search(self, text: str, *args: Any) -> re.Match[str] | None:
+        return self.re.search(text, *args) if passes(self.gate, text) else None
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.re.finditer(text) if passes(self.gate, text) else iter(())
+
+    def sub(self, repl: Any, text: str) -> str:
+        return self.re.sub(repl, text) if passes(self.gate, text) else text
+
+
+__all__ = ["Gated", "cnf", "disabled", "live", "passes", "present", "register"]
