@@ -238,32 +238,41 @@ def _has_ci(items: list[Any]) -> bool:
 
 
 class _Index:
-    """Every literal any gate names, and the trie regex that finds them in a text."""
+    """Every literal any gate names, and the trie regexes that find them in a text: one of the ASCII
+    literals (an ASCII text holds no other; the regex engine runs a trie of ASCII letters several
+    times faster than one with other scripts in it) and one of the rest."""
 
     def __init__(self) -> None:
         self.literals: set[str] = set()
-        self._scan: re.Pattern[str] | None = None
+        self._scans: tuple[re.Pattern[str] | None, re.Pattern[str] | None] | None = None
         self._prefixes: dict[str, tuple[tuple[str, int], ...]] = {}
 
     def add(self, literals: Iterable[str]) -> None:
         new = set(literals) - self.literals
         if new:
             self.literals |= new
-            self._scan = None
+            self._scans = None
             _present.cache_clear()
 
-    def scan(self) -> tuple[re.Pattern[str], dict[str, tuple[tuple[str, int], ...]]]:
-        if self._scan is None:
-            trie: dict[str, Any] = {}
-            for w in self.literals:
-                node = trie
-                for ch in w:
-                    node = node.setdefault(ch, {})
-                node[""] = {}
-            self._scan = re.compile(f"(?=({_emit(trie)}))")
+    def scan(self) -> tuple[tuple[re.Pattern[str] | None, re.Pattern[str] | None], dict[str, tuple[tuple[str, int], ...]]]:
+        if self._scans is None:
+            ascii_ = {w for w in self.literals if w.isascii()}
+            self._scans = (_trie(ascii_), _trie(self.literals - ascii_))
             self._prefixes = {w: tuple((w[:k], k) for k in range(1, len(w) + 1) if w[:k] in self.literals)
                               for w in self.literals}
-        return self._scan, self._prefixes
+        return self._scans, self._prefixes
+
+
+def _trie(literals: set[str]) -> re.Pattern[str] | None:
+    if not literals:
+        return None
+    trie: dict[str, Any] = {}
+    for w in literals:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+    return re.compile(f"(?=({_emit(trie)}))")
 
 
 def _emit(node: dict[str, Any]) -> str:
@@ -279,11 +288,12 @@ INDEX = _Index()
 
 @lru_cache(maxsize=256)
 def _present(text: str, size: int) -> frozenset[str]:
-    scan, prefixes = INDEX.scan()
+    (ascii_, other), prefixes = INDEX.scan()
     found: set[str] = set()
     add = found.add
     n = len(text)
-    for m in scan.finditer(text):
+    scans = [s for s in (ascii_, None if text.isascii() else other) if s is not None]
+    for m in (m for s in scans for m in s.finditer(text)):
         p = m.start()
         left = p == 0 or not _word(text[p - 1])
         for w, k in prefixes[m.group(1)]:
@@ -317,7 +327,7 @@ def live(gs: list[tuple[Gate, bool] | None], text: str) -> tuple[int, ...]:
     """The indices of ``gs`` whose gate ``text`` passes (every index with prefilters off)."""
     if not ENABLED:
         return tuple(range(len(gs)))
-    found = present(text)
+    found: frozenset[str] | None = None
     lower: frozenset[str] | None = None
     out = []
     for i, g in enumerate(gs):
@@ -333,6 +343,8 @@ def live(gs: list[tuple[Gate, bool] | None], text: str) -> tuple[int, ...]:
                 lower = present(_lower(text))
             have = lower
         else:
+            if found is None:
+                found = present(text)
             have = found
         for c in clauses:
             if have.isdisjoint(c):
@@ -379,4 +391,36 @@ class Gated:
         return self.re.sub(repl, text) if passes(self.gate, text) else text
 
 
-__all__ = ["Gated", "cnf", "disabled", "live", "passes", "present", "register"]
+
+
+class Alternation:
+    """Patterns tried as one alternation (``(?:p1)|(?:p2)|...``, so the leftmost match wins and, at one
+    position, the first pattern in order), run with only the patterns whose gate a text passes: a
+    pattern that cannot match anywhere in the text changes no match of the alternation."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.patterns = list(patterns)
+        self.whole = re.compile("|".join(f"(?:{p})" for p in self.patterns)) if self.patterns else None
+        self.gates: list[tuple[Gate, bool] | None] = [cnf(p) for p in self.patterns]
+        register(self.gates)
+        self._subsets: dict[tuple[int, ...], re.Pattern[str] | None] = {}
+
+    def runnable(self, text: str) -> re.Pattern[str] | None:
+        """The alternation of the patterns that can match in ``text``, or ``None`` if none can."""
+        if self.whole is None or not ENABLED:
+            return self.whole
+        keep = live(self.gates, text)
+        if len(keep) == len(self.patterns):
+            return self.whole
+        if keep not in self._subsets:
+            if len(self._subsets) > 512:
+                self._subsets.clear()
+            self._subsets[keep] = re.compile("|".join(f"(?:{self.patterns[i]})" for i in keep)) if keep else None
+        return self._subsets[keep]
+
+    def search(self, text: str) -> re.Match[str] | None:
+        pattern = self.runnable(text)
+        return pattern.search(text) if pattern is not None else None
+
+
+__all__ = ["Alternation", "Gated", "cnf", "disabled", "live", "passes", "present", "register"]

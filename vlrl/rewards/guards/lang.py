@@ -32,6 +32,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vlrl.rewards.guards.gates import Alternation, Gated
+
 TABLE = Path(__file__).parent / "data" / "languages.yaml"
 FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
                 "injection": "grader_address"}
@@ -96,17 +98,17 @@ class _Compiled:
     def __init__(self, code: str, lang: Language) -> None:
         self.code = code
         self.scripts = [SCRIPTS[s] for s in lang.scripts]
-        self.families = {f: re.compile("|".join(f"(?:{p})" for p in getattr(lang, f)))
-                         for f in FAMILY_GUARD if getattr(lang, f)}
+        # each family's patterns run only where their literals occur (:mod:`.gates`; the same matches)
+        self.families = {f: Alternation(getattr(lang, f)) for f in FAMILY_GUARD if getattr(lang, f)}
         if lang.score_labels:
             labels = "|".join(re.escape(w) for w in lang.score_labels)
-            self.score_block = re.compile(rf"(?:{labels})\s*[:：=]\s*{_MAX_SCORE}")
+            self.score_block = Gated(rf"(?:{labels})\s*[:：=]\s*{_MAX_SCORE}")
         else:
             self.score_block = None
         end = r"(?=[.;!?,，。；！？،\n]|$)"
-        self.image_text = (re.compile(rf"(?:{'|'.join(lang.image_text)})[^.;!?,，。；！？،\n]{{0,120}}?{end}")
+        self.image_text = (Gated(rf"(?:{'|'.join(lang.image_text)})[^.;!?,，。；！？،\n]{{0,120}}?{end}")
                            if lang.image_text else None)
-        self.image_text_before = (re.compile(rf"[^.;!?,，。；！？،、\n]{{0,120}}?(?:{'|'.join(lang.image_text_before)})")
+        self.image_text_before = (Gated(rf"[^.;!?,，。；！？،、\n]{{0,120}}?(?:{'|'.join(lang.image_text_before)})")
                                   if lang.image_text_before else None)
 
     def applies(self, text: str) -> bool:

@@ -249,11 +249,9 @@ class CompiledFamily:
         self.gate = gate(expand(p, fragments) for p in patterns) if patterns and spec.detector is None else None
         self.requires = _any(spec.requires, fragments) if spec.requires else None
         # per-pattern gates (:mod:`.gates`): a text runs only the patterns that can match in it
-        self._expanded = [expand(p, fragments) for p in patterns]
-        self.gates: list[Any] | None = [gates.cnf(p) for p in self._expanded]
+        self.alternation = gates.Alternation([expand(p, fragments) for p in patterns])
         self.requires_gate = gates.cnf(self.requires.pattern) if self.requires is not None else None
-        gates.register([*self.gates, self.requires_gate])
-        self._subsets: dict[tuple[int, ...], re.Pattern[str] | None] = {}
+        gates.register([self.requires_gate])
         exempt = exemption_patterns(path)
         self.exemptions = tuple(exempt[e] for e in spec.exemptions)
         self.detector = None
@@ -279,18 +277,11 @@ class CompiledFamily:
         return None
 
     def _runnable(self, text: str) -> re.Pattern[str] | None:
-        """The family's patterns that can match in ``text`` (by their gates), as one alternation in
-        table order, so the leftmost match is the one the whole alternation finds; ``None`` if none can."""
-        if self.pattern is None or self.gates is None or not gates.ENABLED:
-            return self.pattern
-        if not gates.passes(self.requires_gate, text):
+        """The family's patterns that can match in ``text`` (by their gates, :mod:`.gates`), as one
+        alternation in table order; ``None`` if none can."""
+        if self.pattern is None or not gates.passes(self.requires_gate, text):
             return None
-        live = gates.live(self.gates, text)
-        if len(live) == len(self.gates):
-            return self.pattern
-        if live not in self._subsets:
-            self._subsets[live] = re.compile("|".join(f"(?:{self._expanded[i]})" for i in live)) if live else None
-        return self._subsets[live]
+        return self.alternation.runnable(text)
 
 
 __all__ = ["TABLE", "CompiledFamily", "gate", "Exemption", "Family", "FamilyTable", "compile_pattern", "cue_patterns",

@@ -21,6 +21,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from vlrl.rewards.guards.gates import Gated
+
 # ------------------------------------------------------------------------------------------------
 # Normalisation
 
@@ -118,7 +120,7 @@ _INTRO = (
     r"|painted\s+with|lettered\s+with|marked)"
 )
 # Image text runs to the end of its clause; "reading this" / "says this caption" are about the caption.
-_IMAGE_TEXT = re.compile(
+_IMAGE_TEXT = Gated(
     _INTRO + r"(?::|\s)\s*(?!(?:only\s+|just\s+|nothing\s+but\s+)?(?:this\b|these\b|it\b|that\b|the\s+(?:caption|description|text|above)\b|my\b)|here\b|"
     r"(?:[\w-]+\s+){0,2}(?:captions?|descriptions?|write-?ups?|summary|summaries|captioning|prose|piece)\b|"
     r"(?:to|for|so|by|specifically|carefully|in order)\s+(?:match|meet|satisfy|please|pass|score|fit|the\s+(?:grader|judge|"
@@ -130,7 +132,7 @@ _IMAGE_TEXT = re.compile(
 
 
 # ... and text named before the words that place it in the image ("with the answer is C written on it").
-_IMAGE_TEXT_BEFORE = re.compile(
+_IMAGE_TEXT_BEFORE = Gated(
     r"\bwith\s+(?:the\s+(?:words?|text|phrase|message|note)\s+)?[^.;,\n]{1,80}?\s+(?:written|printed|painted|scrawled|"
     r"stamped|displayed|lettered|engraved|handwritten|chalked|typed|scribbled)\b",
     re.IGNORECASE,
@@ -138,7 +140,7 @@ _IMAGE_TEXT_BEFORE = re.compile(
 
 
 # ... and a list introduced by a colon after such a verb ("a poster lists the rules: be kind, ...").
-_IMAGE_TEXT_COLON = re.compile(
+_IMAGE_TEXT_COLON = Gated(
     r"\b(?:lists?|listing|reads?|reading|says|saying|shows?|showing|displays?|displaying|titled|labell?ed|announc\w+)"
     r"\b[^.:\n]{0,40}:\s*[^.\n]*"
     # a sign or label in the scene followed by its text ("a hotel sign: 9.2 out of 10 guest rating")
@@ -149,6 +151,7 @@ _IMAGE_TEXT_COLON = re.compile(
 )
 
 
+@lru_cache(maxsize=256)
 def strip_image_text(text: str) -> str:
     """Remove clauses that report text written in the image (they describe, they do not claim)."""
     text = _IMAGE_TEXT_COLON.sub(_unless_own_words, text)
