@@ -90,6 +90,8 @@ class Doc:
     # is already removed from ``unquoted``), kept apart so the two can diverge without touching guards
     shaped: str = ""  # lower case, quotes kept, line breaks kept, image text removed (for markup and data)
     _units: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
+    memo: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
+    """What the guards compute from the caption once and share (token lists, the English test)."""
 
     def view(self, name: str) -> tuple[str, ...]:
         """The texts a family with this ``view`` reads (see :mod:`vlrl.rewards.guards.table`)."""

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
+from vlrl.rewards.guards.gates import Gated
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -120,6 +121,15 @@ class _Vocab:
         self.function = english_function_words()
         self.generic = frozenset(vocab.generic_words.split())
         self.synonym = {w: group[0] for group in vocab.synonyms for w in group}
+        self._stems: dict[str, str] = {}
+
+    def stem(self, word: str) -> str:
+        """:func:`_stem` with this vocabulary's word families, remembered."""
+        if (got := self._stems.get(word)) is None:
+            if len(self._stems) > 65536:
+                self._stems.clear()
+            got = self._stems[word] = _stem(word, self.synonym)
+        return got
 
 
 def _share(tokens: list[str], function: frozenset[str]) -> float:
@@ -153,11 +163,14 @@ class _JudgeGuard(Guard):
         """Whether the caption reads as English: the whole of it, or its first sentence (a stuffed
         caption is a plausible sentence followed by nouns, which lower the share of the whole).
         Read in the caption's own script: folded to Latin look-alikes, Russian would pass."""
-        text = doc.native
-        parts = [_LETTERS.findall(text)]
-        if first := sentences(text)[:1]:
-            parts.append(_LETTERS.findall(first[0]))
-        return any(_share(p, self.v.function) >= self.min_function_share for p in parts)
+        key = ("english", self.min_function_share, id(self.v.function))
+        if key not in doc.memo:
+            text = doc.native
+            parts = [_LETTERS.findall(text)]
+            if first := doc.units(text, "sentence")[:1]:
+                parts.append(_LETTERS.findall(first[0]))
+            doc.memo[key] = any(_share(p, self.v.function) >= self.min_function_share for p in parts)
+        return bool(doc.memo[key])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,6 +219,8 @@ class HedgingGuard(_JudgeGuard):
         self.hedge = _words_re([*self.vocab.hedges, *extra_hedges])
         self.exempt = _words_re([*self.vocab.list_exemptions, *extra_exemptions])
         self.idiom = _words_re(self.vocab.or_idioms)
+        # literal gates (:mod:`.gates`): a caption without a hedge word, "or" or "/" has nothing to check
+        self._hedge_gate, self._idiom_gate = Gated(self.hedge), Gated(self.idiom)
 
     def _exempt_before(self, sentence: str, start: int) -> bool:
         return bool(self.exempt.search(sentence[max(0, start - 60):start]))
@@ -213,21 +228,25 @@ class HedgingGuard(_JudgeGuard):
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         ors = hedges = 0
-        for sent in sentences(text):
-            bare = self.idiom.sub(" ", sent)
-            for m in _OR_LIST.finditer(bare):
+        has_or, has_slash, hedgy = "or" in text, "/" in text, self._hedge_gate.possible(text)
+        if not (has_or or has_slash or hedgy):
+            return
+        idioms = self._idiom_gate.possible(text)
+        for sent in doc.units(text, "sentence"):
+            bare = self.idiom.sub(" ", sent) if idioms else sent
+            for m in (_OR_LIST.finditer(bare) if has_or else ()):
                 items = _items(m.group(1), m.group(2))
                 if (len(items) > self.max_alternatives and _parallel(items)
                         and not self._exempt_before(bare, m.start() + len(m.group(1).split(",")[0]))):
                     yield "alternatives", f"alternatives: {m.group(0)[:80]}"
-            if (m := _SLASHES.search(bare)) and len(m.group(0).split("/")) > self.max_alternatives \
+            if has_slash and (m := _SLASHES.search(bare)) and len(m.group(0).split("/")) > self.max_alternatives \
                     and not self._exempt_before(bare, m.start()):
                 yield "alternatives", f"alternatives: {m.group(0)[:80]}"
-            for m in _OR_CHAIN.finditer(bare):  # "red or silver or black"
+            for m in (_OR_CHAIN.finditer(bare) if has_or else ()):  # "red or silver or black"
                 items = re.split(r"\s+or\s+", m.group(0))
                 if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
                     yield "alternatives", f"alternatives: {m.group(0)[:80]}"
-            for h in self.hedge.finditer(bare):
+            for h in (self.hedge.finditer(bare) if hedgy else ()):
                 hedges += 1
                 after = bare[h.end():h.end() + 160]
                 # "possibly holds X, Y and Z" lists what is held; "possibly a phone, a book and a cup"
@@ -240,11 +259,11 @@ class HedgingGuard(_JudgeGuard):
                     shaped = all(len(i.split()) <= 3 for i in items[1:]) if governs else _parallel(items)
                     if len(items) >= self.speculative_items and shaped:
                         yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
-            same = Counter(h.group(0) for h in self.hedge.finditer(bare))
+            same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
                 word, n = same.most_common(1)[0]
                 yield "repeated_guess", f"alternatives: {word!r} x{n} in one sentence"
-            for o in re.finditer(r"\bor\b", bare):
+            for o in (re.finditer(r"\bor\b", bare) if has_or else ()):
                 if not self._exempt_before(bare, o.start()):
                     ors += 1
         if ors > self.max_or:
@@ -263,6 +282,19 @@ _HASHTAG = re.compile(r"#[a-z][\w-]+")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
 _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
                           r"on the \w+|in the \w+|left|right|top|bottom|foreground|background)\b")
+
+
+def _separators(text: str) -> int:
+    """At least as many as the cuts ``_LIST_SPLIT`` makes in ``text`` (each cut holds one of these)."""
+    return sum(text.count(c) for c in ",;|/\u2022\u00b7-") + text.count("and") + text.count("or")
+
+
+def sentence_tokens(doc: Doc, text: str) -> list[list[str]]:
+    """The ``_TOKEN`` words of each sentence of ``text``, once per caption."""
+    key = ("tokens", text)
+    if key not in doc.memo:
+        doc.memo[key] = [_TOKEN.findall(s) for s in doc.units(text, "sentence")]
+    return doc.memo[key]  # type: ignore[return-value]
 
 
 @register_guard("keyword_stuffing")
@@ -285,8 +317,12 @@ class KeywordStuffingGuard(_JudgeGuard):
         labels = _alt([*self.vocab.stuff_labels, *extra_labels])
         self.label = re.compile(rf"(?:^|(?<=[\s(\[]))(?:{labels})\s*(?::|-|\u2013|\u2014)\s*(.+)$")
 
-    def _list(self, body: str) -> list[str] | None:
-        """The items of ``body`` when it is a list of short phrases (no clause among them)."""
+    def _list(self, body: str, tokens: int | None = None) -> list[str] | None:
+        """The items of ``body`` when it is a list of short phrases (no clause among them).
+        ``tokens``: the number of ``_TOKEN`` words in ``body``, when known (a sentence with more
+        words than three per possible item, plus its "and"/"or" cuts, is no such list: not split)."""
+        if tokens is not None and tokens > 4 * _separators(body) + 3:
+            return None
         items = [i for i in _LIST_SPLIT.split(body.strip(" .!:")) if i and i.strip()]
         if len(items) < 3 or any(len(_TOKEN.findall(i)) > 3 for i in items):
             return None
@@ -302,37 +338,46 @@ class KeywordStuffingGuard(_JudgeGuard):
             return
         if len(_HASHTAG.findall(text)) >= self.hashtags:
             yield "hashtags", f"{len(_HASHTAG.findall(text))} hashtags"
-        sents = sentences(text)
+        sents = doc.units(text, "sentence")
+        toks_of = sentence_tokens(doc, text)
         for m in _PAREN.finditer(text):  # "(dog, park, grass, tree, bench)"
             if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
                     sum(map(self._bare, items)) / len(items) >= self.bare_share:
                 yield "noun_dump", f"noun dump: {m.group(0)[:80]}"
         run = 0
-        for sent in sents:  # "Dog. Park. Grass. Tree." or one noun per line
-            toks = _TOKEN.findall(sent)
+        for toks, sent in zip(toks_of, sents, strict=True):  # "Dog. Park. Grass. Tree." or one noun per line
             short = 0 < len(toks) <= 3 and all(t.isalpha() and len(t) > 2 and t not in self.v.function for t in toks)
             run = run + 1 if short else 0
             if run >= self.short_run:
                 yield "noun_run", f"{run} one-noun sentences in a row: {sent[:40]}"
-        seen: set[str] = set()
+        stems: list[set[str]] = []  # content stems of each sentence before the current one, filled when a list needs them
+
+        def seen_before(k: int) -> set[str]:
+            while len(stems) < k:
+                stems.append({self.v.stem(t) for t in toks_of[len(stems)] if t not in self.v.function})
+            return set().union(*stems[:k])
+
         for k, sent in enumerate(sents):
             if (m := self.label.search(sent)) and (items := self._list(m.group(1))) and len(items) >= self.labelled_items:
                 yield "tag_line", f"tag line: {sent[:80]}"
-            if len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
+            if _separators(sent) + 1 >= self.max_list and \
+                    len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
                     all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
                 yield "long_list", f"{len(long)}-item list: {sent[:80]}"
-            items = self._list(sent)
+            items = self._list(sent, len(toks_of[k]))
             if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
                 bare = [i for i in items if self._bare(i)]
                 if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share:
                     yield "noun_dump", f"noun dump: {sent[:80]}"
-                heads = [_stem(_TOKEN.findall(i)[-1], self.v.synonym) for i in items if _TOKEN.findall(i)]
-                if len(heads) >= self.repeat_items and sum(h in seen for h in heads) / len(heads) >= self.repeat_share:
+                heads = [self.v.stem(_TOKEN.findall(i)[-1]) for i in items if _TOKEN.findall(i)]
+                if len(heads) >= self.repeat_items and \
+                        sum(h in (seen := seen_before(k)) for h in heads) / len(heads) >= self.repeat_share:
                     yield "repeated_nouns", f"repeated nouns: {sent[:80]}"
-            seen.update(_stem(t, self.v.synonym) for t in _TOKEN.findall(sent) if t not in self.v.function)
         run = 0
         for piece in re.split(r"[^\w\s'-]", text):
             run = 0
+            if piece.count(" ") + 1 < self.run_words:
+                continue  # too few words for a run
             for t in piece.split():
                 run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
                 if run >= self.run_words:
@@ -355,21 +400,23 @@ class RewordingGuard(_JudgeGuard):
         self.max_overlap = max_overlap
         self.marker_overlap = marker_overlap
         self.marker = _words_re(self.vocab.restatement_markers)
+        self._marker_gate = Gated(self.marker)
 
-    def _content(self, sentence: str) -> set[str]:
+    def _content(self, tokens: list[str]) -> set[str]:
         # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
-        return {_stem(t, self.v.synonym) for t in _TOKEN.findall(sentence)
+        return {self.v.stem(t) for t in tokens
                 if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()}
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         if not self.english(doc):
             return
-        sents = sentences(text)
-        sets = [self._content(s) for s in sents]
+        sents = doc.units(text, "sentence")
+        sets = [self._content(t) for t in sentence_tokens(doc, text)]
+        markers = self._marker_gate.possible(text)
         for j in range(1, len(sents)):
             b = sets[j]
-            marked = bool(self.marker.search(sents[j]))
+            marked = markers and bool(self.marker.search(sents[j]))
             for i in range(j):
                 a = sets[i]
                 if not a or not b or sents[i] == sents[j]:
@@ -384,6 +431,17 @@ class RewordingGuard(_JudgeGuard):
 
 # ------------------------------------------------------------------------------------------------
 # padding
+
+
+_ASCII_SYMBOL = re.compile(r"[!-/:-@\[-`{-~]")  # every ASCII character of Unicode category P or S
+
+
+def _symbols(text: str) -> int:
+    """How many characters of ``text`` are punctuation or symbols (Unicode categories P and S;
+    vowel signs are not symbols)."""
+    if text.isascii():
+        return len(_ASCII_SYMBOL.findall(text))
+    return sum(unicodedata.category(c)[0] in "PS" for c in text)
 
 
 _SYMBOL_RUN = re.compile(r"([^\w\s])(?:\s*\1){%d,}")
@@ -403,19 +461,20 @@ class PaddingGuard(_JudgeGuard):
         self.fillers = fillers
         self.symbol_share = symbol_share
         self.symbol_run = re.compile(_SYMBOL_RUN.pattern % (symbol_run - 1))
-        self.filler = _words_re([*self.vocab.filler_phrases, *extra_fillers])
-        self.placeholder = _words_re(self.vocab.placeholders)
+        self.filler = Gated(_words_re([*self.vocab.filler_phrases, *extra_fillers]))
+        self.placeholder = Gated(_words_re(self.vocab.placeholders))
 
-    def _generic(self, sentence: str) -> bool:
-        content = [t for t in _TOKEN.findall(sentence) if t not in self.v.function]
+    def _generic(self, tokens: list[str]) -> bool:
+        content = [t for t in tokens if t not in self.v.function]
         return len(content) >= 3 and sum(t in self.v.generic for t in content) / len(content) >= self.generic_word_share
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         raw = doc.norm
         if raw:
-            symbols = sum(unicodedata.category(c)[0] in "PS" for c in raw)  # vowel signs are not symbols
-            if len(raw) >= 40 and symbols / len(raw) > self.symbol_share:
-                yield "symbols", f"{symbols}/{len(raw)} characters are symbols"
+            if len(raw) >= 40:
+                symbols = _symbols(raw)
+                if symbols / len(raw) > self.symbol_share:
+                    yield "symbols", f"{symbols}/{len(raw)} characters are symbols"
             if m := self.symbol_run.search(raw):
                 yield "symbols", f"symbol run: {m.group(0)[:40]}"
         text = doc.lower
@@ -426,8 +485,8 @@ class PaddingGuard(_JudgeGuard):
         fill = [m.group(0) for m in self.filler.finditer(text)]
         if len(fill) >= self.fillers:
             yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
-        sents = sentences(text)
-        generic = [s for s in sents if self._generic(s)]
+        sents = doc.units(text, "sentence")
+        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(toks)]
         if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:
             yield "generic_sentences", f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
         return
