@@ -12,8 +12,9 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from vlrl.rewards.guards import gates
 from vlrl.rewards.guards.lang import language_family_hit
-from vlrl.rewards.guards.table import cue_patterns, exemption_patterns, vocabulary
+from vlrl.rewards.guards.table import TABLE, cue_patterns, exemption_patterns, vocabulary
 from vlrl.rewards.guards.text import deobfuscate
 
 
@@ -226,6 +227,63 @@ def language(unit: str, doc: Any, family: str) -> str | None:
     """A family of the per-language phrase table (``data/languages.yaml``)."""
     return language_family_hit(unit, family)
 
+
+# ------------------------------------------------------------------------------------------------
+# Prefilters: ``possible(text, **options)`` is False only when no unit of ``text`` can give the
+# detector a hit (a necessary condition, read from the literals the detector's patterns need; see
+# :mod:`.gates`), so a caption without them skips the detector and no verdict changes.
+
+
+@lru_cache(maxsize=4)
+def _cue_gates(path: str = str(TABLE)) -> dict[str, Any]:
+    found = {name: gates.cnf(p.pattern) for name, p in cue_patterns(path).items()}
+    gates.register(found.values())
+    return found
+
+
+def _cues_possible(text: str, about: str = "self") -> bool:
+    held = {name for name, g in _cue_gates().items() if gates.passes(g, text)}
+    cats = held - set(_NOT_CATEGORIES)
+    if "self" not in cats:
+        cats.discard("metric")
+    core = cats - {"image_ref"}
+    return (len(core) >= 2 or "claim" in cats
+            or ("image_ref" in cats and ("self" in cats and "self_strong" in held)))
+
+
+@lru_cache(maxsize=64)
+def _words_of(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z]+|\d+", text))
+
+
+def _fragment_possible(text: str) -> bool:
+    return not _words_of(text).isdisjoint(vocabulary("fragment_core"))
+
+
+_SCORE_WORDS = gates.Gated(r"ten|five|grade|perfect|full|top|max|highest|reward")
+_DIMENSIONS = gates.Gated(rf"{_DIMENSION}")
+
+
+def _score_possible(text: str) -> bool:
+    # every score pattern holds a digit or one of these words
+    return bool(_DIGIT.search(text)) or _SCORE_WORDS.possible(text)
+
+
+def _dimension_possible(text: str) -> bool:
+    return _DIMENSIONS.possible(text)
+
+
+def _verdict_possible(text: str, shapes: Any = _SHAPES) -> bool:
+    # a verdict pair and a YAML line need a colon, a tag "<", a list "[", an object "{"
+    return any(c in text for c in ":<[{")
+
+
+_DIGIT = re.compile(r"\d")
+cues.possible = _cues_possible  # type: ignore[attr-defined]
+evaluative_fragment.possible = _fragment_possible  # type: ignore[attr-defined]
+score_expression.possible = _score_possible  # type: ignore[attr-defined]
+dimension_scores.possible = _dimension_possible  # type: ignore[attr-defined]
+verdict_data.possible = _verdict_possible  # type: ignore[attr-defined]
 
 DETECTORS = {
     "cues": cues,

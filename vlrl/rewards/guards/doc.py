@@ -55,7 +55,7 @@ def reads_as_english(text: str, least: float = 0.1) -> bool:
     dash is no reason to skip it), or text whose words are
     at least ``least`` English function words. French "un service à thé complet" is not repaired
     into "complete"."""
-    return all(c.isascii() for c in text if c.isalpha()) or english_share(text) >= least
+    return text.isascii() or all(c.isascii() for c in text if c.isalpha()) or english_share(text) >= least
 
 
 def normalize(text: str) -> str:

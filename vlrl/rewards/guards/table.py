@@ -264,12 +264,17 @@ class CompiledFamily:
         """The evidence (a snippet) when the family fires on ``doc``, else ``None``."""
         for text in doc.view(self.spec.view):
             pattern = self._runnable(text)
-            if pattern is None and self.detector is None:
+            detector = self.detector
+            # a detector may say that no unit of the text can give it a hit (:mod:`.detectors`)
+            if detector is not None and gates.ENABLED and (possible := getattr(detector, "possible", None)) \
+                    and not possible(text, **self.spec.options):
+                detector = None
+            if pattern is None and detector is None:
                 continue
             for unit in doc.units(text, self.spec.scope):
                 if self.exemptions and any(e.search(unit) for e in self.exemptions):
                     continue
-                if self.detector is not None and (hit := self.detector(unit, doc, **self.spec.options)):
+                if detector is not None and (hit := detector(unit, doc, **self.spec.options)):
                     return hit[:80]
                 if pattern is not None and (m := pattern.search(unit)) and (
                         self.requires is None or self.requires.search(unit)):

@@ -89,7 +89,12 @@ def fuzzy_fix(text: str) -> str:
     """``text`` with misspelt evaluative key words ("comprehensve", "acurate", "ignor") replaced by the
     word itself (first letter kept, one edit). A real English word ("through", "describe", "grade")
     is never "repaired" into a keyword: the typo check runs only on words the dictionary does not know."""
-    return re.sub(r"[a-z]{4,}", lambda m: _correct(m.group(0)), text)
+    if all(_correct(w) == w for w in set(_WORD4.findall(text))):
+        return text  # nothing to repair (the usual case): no substitution pass
+    return _WORD4.sub(lambda m: _correct(m.group(0)), text)
+
+
+_WORD4 = re.compile(r"[a-z]{4,}")
 
 
 # ------------------------------------------------------------------------------------------------
