@@ -393,6 +393,18 @@ class Gated:
 
 
 
+def first_literals(gs: Iterable[tuple[Gate, bool] | None]) -> frozenset[str] | None:
+    """The literals of the first clause of every gate in ``gs``: a text (of any case) that holds
+    none of them passes none of the gates. ``None`` when a pattern has no gate or a case-blind one
+    (then each gate is asked in turn)."""
+    out: set[str] = set()
+    for g in gs:
+        if g is None or g[1]:
+            return None
+        out |= g[0][0]
+    return frozenset(out)
+
+
 class Alternation:
     """Patterns tried as one alternation (``(?:p1)|(?:p2)|...``, so the leftmost match wins and, at one
     position, the first pattern in order), run with only the patterns whose gate a text passes: a
@@ -404,11 +416,15 @@ class Alternation:
         self.gates: list[tuple[Gate, bool] | None] = [cnf(p) for p in self.patterns]
         register(self.gates)
         self._subsets: dict[tuple[int, ...], re.Pattern[str] | None] = {}
+        self.first = first_literals(self.gates)
+        """Every literal of each gate's first clause: a text holding none of them runs no pattern."""
 
     def runnable(self, text: str) -> re.Pattern[str] | None:
         """The alternation of the patterns that can match in ``text``, or ``None`` if none can."""
         if self.whole is None or not ENABLED:
             return self.whole
+        if self.first is not None and present(text).isdisjoint(self.first):
+            return None
         keep = live(self.gates, text)
         if len(keep) == len(self.patterns):
             return self.whole
@@ -423,4 +439,4 @@ class Alternation:
         return pattern.search(text) if pattern is not None else None
 
 
-__all__ = ["Alternation", "Gated", "cnf", "disabled", "live", "passes", "present", "register"]
+__all__ = ["Alternation", "Gated", "cnf", "disabled", "first_literals", "live", "passes", "present", "register"]

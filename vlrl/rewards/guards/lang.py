@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vlrl.rewards.guards import gates
 from vlrl.rewards.guards.gates import Alternation, Gated
 
 TABLE = Path(__file__).parent / "data" / "languages.yaml"
@@ -157,10 +158,24 @@ def _readings(native: str, path: str) -> tuple[tuple[_Compiled, str], ...]:
     return tuple((lang, lang.strip_image_text(native)) for lang in _compiled(path) if lang.applies(native))
 
 
+@lru_cache(maxsize=16)
+def _first_literals(family: str, path: str) -> frozenset[str] | None:
+    """The first-clause literals of every pattern of ``family`` in every language (:mod:`.gates`)."""
+    langs = _compiled(path)
+    found = [g for lang in langs if family in lang.families for g in lang.families[family].gates]
+    if family == "score":
+        found += [lang.score_block.gate for lang in langs if lang.score_block is not None]
+    return gates.first_literals(found)
+
+
 def language_family_hit(native: str, family: str, path: str | Path = TABLE) -> str | None:
     """The evidence of one family (``claim``, ``address``, ``score`` with the maximal score block, or
     ``injection``) in whatever language of the table matches ``native``, else ``None``."""
-    for lang, text in _readings(native, str(path)):
+    readings = _readings(native, str(path))
+    if gates.ENABLED and all(text is native for _, text in readings) and \
+            (first := _first_literals(family, str(path))) is not None and gates.present(native).isdisjoint(first):
+        return None  # no language's pattern of the family can match (no image text was removed)
+    for lang, text in readings:
         pat = lang.families.get(family)
         if pat is not None and (m := pat.search(text)):
             return f"lang {lang.code} {family}: {m.group(0)[:80]}"
