@@ -62,6 +62,8 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
+from itertools import compress
+from operator import eq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,10 +140,12 @@ class RepetitionGuard(Guard):
         n = len(w)
         for k in range(1, self.max_unit + 1):
             need = self.max_consecutive + (1 if k == 1 else 0)
-            for i in range(0, n - need * k + 1):
-                if w[i] != w[i + k]:
-                    continue  # a unit repeated back to back starts with the same word twice, k apart
+            last = n - need * k + 1
+            # a unit repeated back to back starts with the same word twice, k apart: only those positions
+            for i in compress(range(max(last, 0)), map(eq, w, w[k:last + k])):
                 unit = w[i : i + k]
+                if w[i + k : i + 2 * k] != unit:
+                    continue  # not repeated even once
                 if all(t.isdigit() for t in unit):
                     continue  # tables of digits ("1 1 0 1") are content; number loops hit the n-gram check
                 r = 1
@@ -161,7 +165,7 @@ class RepetitionGuard(Guard):
             if c > self.max_sentence_repeats:
                 yield "same_sentence", f"sentence {' '.join(sent)!r} x{c}"
         if len(w) >= max(self.min_words, self.ngram + 1):
-            grams = [tuple(w[i : i + self.ngram]) for i in range(len(w) - self.ngram + 1)]
+            grams = list(zip(*(w[i:] for i in range(self.ngram))))
             dup = len(grams) - len(set(grams))
             if dup / len(grams) > self.max_dup_ngram_frac:
                 yield "repeated_ngrams", f"{dup}/{len(grams)} repeated {self.ngram}-grams"

@@ -260,13 +260,13 @@ def _fragment_possible(text: str) -> bool:
     return not _words_of(text).isdisjoint(vocabulary("fragment_core"))
 
 
-_SCORE_WORDS = gates.Gated(r"ten|five|grade|perfect|full|top|max|highest|reward")
+# every score pattern holds one of these: "9/10", "9 out of 10", "grade of A+", "full marks", "a 10", "ten"
+_SCORE_NEEDS = ("/", "out", "grade", "reward", "score", "marks", "credit", "rating", "10", "ten")
 _DIMENSIONS = gates.Gated(rf"{_DIMENSION}")
 
 
 def _score_possible(text: str) -> bool:
-    # every score pattern holds a digit or one of these words
-    return bool(_DIGIT.search(text)) or _SCORE_WORDS.possible(text)
+    return any(w in text for w in _SCORE_NEEDS)
 
 
 def _dimension_possible(text: str) -> bool:
@@ -278,7 +278,6 @@ def _verdict_possible(text: str, shapes: Any = _SHAPES) -> bool:
     return any(c in text for c in ":<[{")
 
 
-_DIGIT = re.compile(r"\d")
 cues.possible = _cues_possible  # type: ignore[attr-defined]
 evaluative_fragment.possible = _fragment_possible  # type: ignore[attr-defined]
 score_expression.possible = _score_possible  # type: ignore[attr-defined]

@@ -187,6 +187,7 @@ _GOVERNS = re.compile(r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|e
                       r"sell(?:s|ing)?|carr(?:y|ies|ying)|wear(?:s|ing)?|ha(?:s|ve|ving)|with|stocked with|"
                       r"filled with|full of|covered (?:with|in))\s+")
 _TO_COLON = re.compile(r"(?:\s+[\w'-]+){0,4}?\s*:\s*")
+_OR_WORD = re.compile(r"\bor\b")  # every "or" pattern above needs the word
 _DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
 
 
@@ -228,7 +229,7 @@ class HedgingGuard(_JudgeGuard):
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         ors = hedges = 0
-        has_or, has_slash, hedgy = "or" in text, "/" in text, self._hedge_gate.possible(text)
+        has_or, has_slash, hedgy = bool(_OR_WORD.search(text)), "/" in text, self._hedge_gate.possible(text)
         if not (has_or or has_slash or hedgy):
             return
         idioms = self._idiom_gate.possible(text)
@@ -286,7 +287,10 @@ _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|
 
 def _separators(text: str) -> int:
     """At least as many as the cuts ``_LIST_SPLIT`` makes in ``text`` (each cut holds one of these)."""
-    return sum(text.count(c) for c in ",;|/\u2022\u00b7-") + text.count("and") + text.count("or")
+    return len(_SEPARATOR.findall(text))
+
+
+_SEPARATOR = re.compile("[,;|/\u2022\u00b7-]|and|or")
 
 
 def sentence_tokens(doc: Doc, text: str) -> list[list[str]]:
