@@ -238,32 +238,54 @@ def _has_ci(items: list[Any]) -> bool:
 
 
 class _Index:
-    """Every literal any gate names, and the trie regexes that find them in a text: one of the ASCII
-    literals (an ASCII text holds no other; the regex engine runs a trie of ASCII letters several
-    times faster than one with other scripts in it) and one of the rest."""
+    """Every literal any gate names, and how :func:`present` finds them in a text.
+
+    A literal needed anywhere (or only before a word boundary, which is then not checked: finding
+    more than is there only runs a pattern for nothing) is found by a trie regex tried at every
+    position; one needed at the start of a word by a trie tried only where a word starts; a whole
+    word by the text's set of words. Each trie is split in two: the ASCII literals (an ASCII text
+    holds no other, and the regex engine runs a trie of ASCII letters several times faster than one
+    with other scripts in it) and the rest. At one position the trie finds the longest literal; every
+    shorter literal that starts there is one of its prefixes (``closures``)."""
 
     def __init__(self) -> None:
-        self.literals: set[str] = set()
-        self._scans: tuple[re.Pattern[str] | None, re.Pattern[str] | None] | None = None
-        self._prefixes: dict[str, tuple[tuple[str, int], ...]] = {}
+        self.marked: set[str] = set()
+        self._built: tuple[Any, ...] | None = None
+
+    @property
+    def literals(self) -> set[str]:
+        return {bare(x) for x in self.marked}
 
     def add(self, literals: Iterable[str]) -> None:
-        new = set(literals) - self.literals
+        new = set(literals) - self.marked
         if new:
-            self.literals |= new
-            self._scans = None
+            self.marked |= new
+            self._built = None
             _present.cache_clear()
 
-    def scan(self) -> tuple[tuple[re.Pattern[str] | None, re.Pattern[str] | None], dict[str, tuple[tuple[str, int], ...]]]:
-        if self._scans is None:
-            ascii_ = {w for w in self.literals if w.isascii()}
-            self._scans = (_trie(ascii_), _trie(self.literals - ascii_))
-            self._prefixes = {w: tuple((w[:k], k) for k in range(1, len(w) + 1) if w[:k] in self.literals)
-                              for w in self.literals}
-        return self._scans, self._prefixes
+    def build(self) -> tuple[Any, ...]:
+        if self._built is None:
+            anywhere, at_start, words = set(), set(), set()
+            for x in self.marked:
+                w = bare(x)
+                if not x.startswith(LEFT):
+                    anywhere.add(w)
+                elif x.endswith(RIGHT) and all(_word(c) for c in w):
+                    words.add(w)
+                else:
+                    at_start.add(w)
+            tries = []
+            for group, lead, left in ((anywhere, "", ""), (at_start, r"(?<!\w)", LEFT)):
+                ascii_ = {w for w in group if w.isascii()}
+                for part in (ascii_, group - ascii_):
+                    closure = {w: frozenset(form for k in range(1, len(w) + 1) if w[:k] in part
+                                            for form in (left + w[:k], left + w[:k] + RIGHT)) for w in part}
+                    tries.append((_trie(part, lead), closure))
+            self._built = (tries[0], tries[2], tries[1], tries[3], frozenset(words))
+        return self._built
 
 
-def _trie(literals: set[str]) -> re.Pattern[str] | None:
+def _trie(literals: set[str], lead: str = "") -> re.Pattern[str] | None:
     if not literals:
         return None
     trie: dict[str, Any] = {}
@@ -272,7 +294,7 @@ def _trie(literals: set[str]) -> re.Pattern[str] | None:
         for ch in w:
             node = node.setdefault(ch, {})
         node[""] = {}
-    return re.compile(f"(?=({_emit(trie)}))")
+    return re.compile(f"{lead}(?=({_emit(trie)}))")
 
 
 def _emit(node: dict[str, Any]) -> str:
@@ -284,33 +306,26 @@ def _emit(node: dict[str, Any]) -> str:
 
 
 INDEX = _Index()
+_TOKENS = re.compile(r"\w+")
 
 
 @lru_cache(maxsize=256)
 def _present(text: str, size: int) -> frozenset[str]:
-    (ascii_, other), prefixes = INDEX.scan()
+    *tries, words = INDEX.build()
     found: set[str] = set()
-    add = found.add
-    n = len(text)
-    scans = [s for s in (ascii_, None if text.isascii() else other) if s is not None]
-    for m in (m for s in scans for m in s.finditer(text)):
-        p = m.start()
-        left = p == 0 or not _word(text[p - 1])
-        for w, k in prefixes[m.group(1)]:
-            add(w)
-            right = p + k == n or not _word(text[p + k])
-            if left:
-                add(LEFT + w)
-                if right:
-                    add(LEFT + w + RIGHT)
-            if right:
-                add(w + RIGHT)
+    for i, (scan, closure) in enumerate(tries):
+        if scan is None or (i >= 2 and text.isascii()):
+            continue  # (the last two tries hold literals in other scripts)
+        for longest in set(scan.findall(text)):
+            found |= closure[longest]
+    found.update(LEFT + w + RIGHT for w in words.intersection(_TOKENS.findall(text)))
     return frozenset(found)
 
 
 def present(text: str) -> frozenset[str]:
-    """The literals of every registered gate that occur in ``text``."""
-    return _present(text, len(INDEX.literals))
+    """The literals of every registered gate that occur in ``text`` (with their boundary marks),
+    and possibly some more (never fewer)."""
+    return _present(text, len(INDEX.marked))
 
 
 @lru_cache(maxsize=64)
@@ -320,7 +335,7 @@ def _lower(text: str) -> str:
 
 def register(gates: Iterable[tuple[Gate, bool] | None]) -> None:
     """Make the literals of ``gates`` findable by :func:`present`."""
-    INDEX.add(bare(x) for g in gates if g is not None for clause in g[0] for x in clause)
+    INDEX.add(x for g in gates if g is not None for clause in g[0] for x in clause)
 
 
 def live(gs: list[tuple[Gate, bool] | None], text: str) -> tuple[int, ...]:

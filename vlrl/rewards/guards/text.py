@@ -65,6 +65,15 @@ def fold(text: str) -> str:
 
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
 _MIXED = re.compile(r"(?<![\w@$!])(?=[\w@$!]*[a-zA-Z])(?=[\w@$!]*[0-9@$]|[\w@$]*![\w@$])[\w@$!]*[\w@$](?![\w@$])")
+# what every _MIXED match holds: a digit (or @ $) and a letter in one word, either way round (read
+# backwards for the second: a pattern that starts at the rare character is found fast), or "!" in a word
+_DIGIT_THEN_LETTER = re.compile(r"[0-9@$][\w@$!]*[a-zA-Z]")
+_BANG_IN_WORD = re.compile(r"![\w@$]")
+
+
+def _mixed_possible(text: str) -> bool:
+    return bool(_DIGIT_THEN_LETTER.search(text) or _DIGIT_THEN_LETTER.search(text[::-1]) or _BANG_IN_WORD.search(text))
+
 _UNIT = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|cm|mm|kg|g|h|am|pm|x|k|d|p|l|ml|ft|lb|oz|mb|gb|px|hz|v|w|kw|mph|yo)",
                    re.IGNORECASE)
 _SPREAD = re.compile(r"(?<![\w])(?:[A-Za-z0-9][ .\-_*·|]){2,}[A-Za-z0-9](?![\w])")
@@ -102,7 +111,8 @@ def deobfuscate(text: str) -> tuple[str, bool]:
     guards then also look at the text with every separator removed).
     """
     out = _SPREAD.sub(_unspread, text)
-    out = _MIXED.sub(lambda m: m.group(0) if _UNIT.fullmatch(m.group(0)) else m.group(0).translate(_LEET), out)
+    if _mixed_possible(out):  # (else no word mixes letters with digits or marks: nothing to translate)
+        out = _MIXED.sub(lambda m: m.group(0) if _UNIT.fullmatch(m.group(0)) else m.group(0).translate(_LEET), out)
     payloads = _b64_payloads(text)
     if payloads:
         out = out + " . " + " . ".join(payloads)
