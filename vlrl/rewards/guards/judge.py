@@ -133,7 +133,7 @@ class _Vocab:
 
 
 def _share(tokens: list[str], function: frozenset[str]) -> float:
-    return sum(t in function for t in tokens) / len(tokens) if tokens else 0.0
+    return sum(map(function.__contains__, tokens)) / len(tokens) if tokens else 0.0
 
 
 def _stem(word: str, synonym: dict[str, str]) -> str:
@@ -321,11 +321,11 @@ class KeywordStuffingGuard(_JudgeGuard):
         labels = _alt([*self.vocab.stuff_labels, *extra_labels])
         self.label = re.compile(rf"(?:^|(?<=[\s(\[]))(?:{labels})\s*(?::|-|\u2013|\u2014)\s*(.+)$")
 
-    def _list(self, body: str, tokens: int | None = None) -> list[str] | None:
+    def _list(self, body: str, tokens: int | None = None, cuts: int | None = None) -> list[str] | None:
         """The items of ``body`` when it is a list of short phrases (no clause among them).
         ``tokens``: the number of ``_TOKEN`` words in ``body``, when known (a sentence with more
         words than three per possible item, plus its "and"/"or" cuts, is no such list: not split)."""
-        if tokens is not None and tokens > 4 * _separators(body) + 3:
+        if tokens is not None and tokens > 4 * (_separators(body) if cuts is None else cuts) + 3:
             return None
         items = [i for i in _LIST_SPLIT.split(body.strip(" .!:")) if i and i.strip()]
         if len(items) < 3 or any(len(_TOKEN.findall(i)) > 3 for i in items):
@@ -340,11 +340,12 @@ class KeywordStuffingGuard(_JudgeGuard):
         text = doc.lower
         if not self.english(doc):
             return
-        if len(_HASHTAG.findall(text)) >= self.hashtags:
+        if "#" in text and len(_HASHTAG.findall(text)) >= self.hashtags:
             yield "hashtags", f"{len(_HASHTAG.findall(text))} hashtags"
         sents = doc.units(text, "sentence")
         toks_of = sentence_tokens(doc, text)
-        for m in _PAREN.finditer(text):  # "(dog, park, grass, tree, bench)"
+        labelled = any(c in text for c in ":-\u2013\u2014")  # a label is followed by one of these
+        for m in (_PAREN.finditer(text) if "(" in text or "[" in text else ()):  # "(dog, park, grass, tree, bench)"
             if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
                     sum(map(self._bare, items)) / len(items) >= self.bare_share:
                 yield "noun_dump", f"noun dump: {m.group(0)[:80]}"
@@ -362,13 +363,15 @@ class KeywordStuffingGuard(_JudgeGuard):
             return set().union(*stems[:k])
 
         for k, sent in enumerate(sents):
-            if (m := self.label.search(sent)) and (items := self._list(m.group(1))) and len(items) >= self.labelled_items:
+            if labelled and (m := self.label.search(sent)) and (items := self._list(m.group(1))) and \
+                    len(items) >= self.labelled_items:
                 yield "tag_line", f"tag line: {sent[:80]}"
-            if _separators(sent) + 1 >= self.max_list and \
+            cuts = _separators(sent)
+            if cuts + 1 >= self.max_list and \
                     len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
                     all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
                 yield "long_list", f"{len(long)}-item list: {sent[:80]}"
-            items = self._list(sent, len(toks_of[k]))
+            items = self._list(sent, len(toks_of[k]), cuts)
             if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
                 bare = [i for i in items if self._bare(i)]
                 if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share:
