@@ -41,6 +41,10 @@ _NOT_CATEGORIES = ("self_strong", "scene_intro")
 @lru_cache(maxsize=4096)
 def _cue_hit(sentence: str) -> tuple[str, str] | None:
     pats = cue_patterns()
+    # without a category other than "self", nothing can add up to a hit: the costly self-reference
+    # pattern is tried only after the others
+    if not any(pat.search(sentence) for name, pat in pats.items() if name not in (*_NOT_CATEGORIES, "self")):
+        return None
     cats = [name for name, pat in pats.items() if name not in _NOT_CATEGORIES and pat.search(sentence)]
     if "metric" in cats and "self" not in cats:
         cats.remove("metric")  # quality nouns count only beside the caption itself

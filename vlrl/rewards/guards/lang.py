@@ -52,6 +52,14 @@ SCRIPTS = {
 _MAX_SCORE = r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|10\s+из\s+10|10\s*分)"
 
 
+@lru_cache(maxsize=64)
+def _scripts_in(text: str) -> frozenset[str]:
+    """The scripts ``text`` holds (an ASCII text only Latin letters, if any)."""
+    if text.isascii():
+        return frozenset({"latin"}) if SCRIPTS["latin"].search(text) else frozenset()
+    return frozenset(name for name, pat in SCRIPTS.items() if pat.search(text))
+
+
 def _check(patterns: list[str]) -> list[str]:
     for p in patterns:
         try:
@@ -99,6 +107,7 @@ class _Compiled:
     def __init__(self, code: str, lang: Language) -> None:
         self.code = code
         self.scripts = [SCRIPTS[s] for s in lang.scripts]
+        self.script_names = tuple(lang.scripts)
         # each family's patterns run only where their literals occur (:mod:`.gates`; the same matches)
         self.families = {f: Alternation(getattr(lang, f)) for f in FAMILY_GUARD if getattr(lang, f)}
         if lang.score_labels:
@@ -113,7 +122,8 @@ class _Compiled:
                                   if lang.image_text_before else None)
 
     def applies(self, text: str) -> bool:
-        return any(s.search(text) for s in self.scripts)
+        held = _scripts_in(text)
+        return any(s in held for s in self.script_names)
 
     def strip_image_text(self, text: str) -> str:
         if self.image_text is not None:

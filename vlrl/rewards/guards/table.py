@@ -272,14 +272,20 @@ class CompiledFamily:
             if pattern is None and detector is None:
                 continue
             for unit in doc.units(text, self.spec.scope):
-                if self.exemptions and any(e.search(unit) for e in self.exemptions):
-                    continue
-                if detector is not None and (hit := detector(unit, doc, **self.spec.options)):
-                    return hit[:80]
+                # an exempt unit is skipped; asked before a detector, and after a pattern matched
+                exempt = None
+                if detector is not None:
+                    exempt = self._exempt(unit)
+                    if not exempt and (hit := detector(unit, doc, **self.spec.options)):
+                        return hit[:80]
                 if pattern is not None and (m := pattern.search(unit)) and (
-                        self.requires is None or self.requires.search(unit)):
+                        self.requires is None or self.requires.search(unit)) and not (
+                        self._exempt(unit) if exempt is None else exempt):
                     return m.group(0)[:80]
         return None
+
+    def _exempt(self, unit: str) -> bool:
+        return any(e.search(unit) for e in self.exemptions)
 
     def _runnable(self, text: str) -> re.Pattern[str] | None:
         """The family's patterns that can match in ``text`` (by their gates, :mod:`.gates`), as one
