@@ -44,15 +44,29 @@ Gate = tuple[Clause, ...]
 ENABLED = True
 
 
+_CACHES: list[Any] = []
+
+
+def remembered(fn: Any) -> Any:
+    """Mark an ``lru_cache``d function whose results were computed through gates: :func:`disabled`
+    empties it, so the reference path recomputes everything itself."""
+    _CACHES.append(fn)
+    return fn
+
+
 @contextmanager
 def disabled() -> Iterator[None]:
     """Every prefilter off inside the block: every regular expression runs (the reference path)."""
     global ENABLED
     was, ENABLED = ENABLED, False
+    for fn in _CACHES:
+        fn.cache_clear()
     try:
         yield
     finally:
         ENABLED = was
+        for fn in _CACHES:
+            fn.cache_clear()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -454,4 +468,5 @@ class Alternation:
         return pattern.search(text) if pattern is not None else None
 
 
-__all__ = ["Alternation", "Gated", "cnf", "disabled", "first_literals", "live", "passes", "present", "register"]
+__all__ = ["Alternation", "Gated", "cnf", "disabled", "first_literals", "live", "passes", "present", "register",
+           "remembered"]

@@ -79,9 +79,11 @@ class JudgeVocab(BaseModel):
     restatement_markers: list[str]
     placeholders: list[str]
     synonyms: list[list[str]]
+    padding_words: str = ""
+    tautologies: list[str] = []
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
-                     "placeholders")
+                     "placeholders", "tautologies")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         for p in v:
@@ -459,21 +461,28 @@ class PaddingGuard(_JudgeGuard):
     """Words toward a length that say nothing about the image (see the module docstring)."""
 
     def __init__(self, penalty: float = 1.0, generic_sentences: int = 3, generic_share: float = 0.4,
-                 generic_word_share: float = 0.75, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
+                 generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
                  extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.generic_sentences = generic_sentences
         self.generic_share = generic_share
         self.generic_word_share = generic_word_share
+        self.generic_min_words = generic_min_words
         self.fillers = fillers
         self.symbol_share = symbol_share
         self.symbol_run = re.compile(_SYMBOL_RUN.pattern % (symbol_run - 1))
         self.filler = Gated(_words_re([*self.vocab.filler_phrases, *extra_fillers]))
         self.placeholder = Gated(_words_re(self.vocab.placeholders))
+        self.boilerplate = self.v.generic | frozenset(self.vocab.padding_words.split())
+        self.tautology = [re.compile(p) for p in self.vocab.tautologies]
 
-    def _generic(self, tokens: list[str]) -> bool:
+    def _generic(self, sentence: str, tokens: list[str]) -> bool:
+        """A sentence that fits any image: its content words are words about any picture or text, or
+        it says that a thing is itself."""
         content = [t for t in tokens if t not in self.v.function]
-        return len(content) >= 3 and sum(t in self.v.generic for t in content) / len(content) >= self.generic_word_share
+        if len(content) >= self.generic_min_words and sum(t in self.boilerplate for t in content) / len(content) >= self.generic_word_share:
+            return True
+        return any(p.search(sentence) for p in self.tautology)
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         raw = doc.norm
@@ -493,7 +502,7 @@ class PaddingGuard(_JudgeGuard):
         if len(fill) >= self.fillers:
             yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
         sents = doc.units(text, "sentence")
-        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(toks)]
+        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(s, toks)]
         if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:
             yield "generic_sentences", f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
         return

@@ -33,7 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vlrl.rewards.guards import gates
-from vlrl.rewards.guards.gates import Alternation, Gated
+from vlrl.rewards.guards.gates import Alternation, Gated, remembered
 
 TABLE = Path(__file__).parent / "data" / "languages.yaml"
 FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
@@ -162,6 +162,7 @@ def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | Non
     return None
 
 
+@remembered
 @lru_cache(maxsize=256)
 def _readings(native: str, path: str) -> tuple[tuple[_Compiled, str], ...]:
     """Each language whose script ``native`` holds, with the text its image-text words leave."""

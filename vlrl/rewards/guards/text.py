@@ -21,7 +21,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from vlrl.rewards.guards.gates import Gated
+from vlrl.rewards.guards.gates import Gated, remembered
 
 # ------------------------------------------------------------------------------------------------
 # Normalisation
@@ -161,6 +161,7 @@ _IMAGE_TEXT_COLON = Gated(
 )
 
 
+@remembered
 @lru_cache(maxsize=256)
 def strip_image_text(text: str) -> str:
     """Remove clauses that report text written in the image (they describe, they do not claim)."""

@@ -1,0 +1,83 @@
+"""The literal prefilters of the cheap guard layer (:mod:`vlrl.rewards.guards.gates`): exact skips.
+
+A gate only skips regular expressions that cannot match; these tests hold the engine to that. The
+reference is the same engine with every prefilter off (``gates.disabled()``): every default guard
+must give the same verdict, family and evidence on every caption of the development corpora (the
+held-out corpora whose captions the tests may read are included: a skip that changed a verdict
+there would be a bug, not a tuning), and every pattern of the two phrase tables that matches a
+caption's view must pass its gate there."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.support.paths import FIXTURES
+from vlrl.bench.guards import synthetic_captions
+from vlrl.rewards.guards import Doc, GuardSet, gates
+from vlrl.rewards.guards.lang import _compiled
+from vlrl.rewards.guards.table import expand, table
+
+CORPORA = ("guard_corpus.jsonl", "guard_corpus_dev2.jsonl", "guard_corpus_heldout.jsonl", "guard_corpus_heldout2.jsonl",
+           "guard_lang_dev.jsonl", "guard_judge_dev.jsonl", "guard_regressions.jsonl", "guard_dev3.jsonl")
+
+
+def _captions(*names: str) -> list[str]:
+    return [json.loads(line)["caption"] for name in names
+            for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_gates_read_conjunctions_boundaries_and_case():
+    clauses, blind = gates.cnf(r"\b(?:this|my)\s+caption\b.*?\b(?:perfect|flawless)\b")
+    words = [{gates.bare(x) for x in c} for c in clauses]
+    assert {"caption"} in words and {"perfect", "flawless"} in words and not blind
+    assert any(x.startswith(gates.LEFT) and x.endswith(gates.RIGHT) for c in clauses for x in c)  # \b...\b
+    assert gates.cnf(r"a?b") is None and gates.cnf(r"[a-z]+\d") is None
+    assert gates.cnf(r"(?i:IGNORE) all")[1]  # case-blind: read lower-cased, ASCII text only
+    # a word boundary makes "mark" absent from "market"; the scan finds both kinds
+    g = gates.cnf(r"\bmark\b")
+    gates.register([g])
+    assert not gates.passes(g, "a market stall") and gates.passes(g, "top mark here")
+
+
+def test_every_table_pattern_passes_its_gate_where_it_matches():
+    caps = _captions("guard_regressions.jsonl", "guard_lang_dev.jsonl", "guard_judge_dev.jsonl", "guard_corpus.jsonl")
+    docs = [Doc.of(c) for c in caps]
+    t = table()
+    patterns = [expand(p, t.fragments) for f in t.families for p in [*f.patterns, *f.requires]]
+    patterns += [p for lang in _compiled() for alt in lang.families.values() for p in alt.patterns]
+    checked = 0
+    for p in patterns:
+        g, rx = gates.cnf(p), re.compile(p)
+        gates.register([g])
+        for d in docs:
+            for text in {d.lower, d.meta, d.unquoted, d.native, d.shaped, d.norm}:
+                if rx.search(text):
+                    checked += 1
+                    assert gates.passes(g, text), (p[:80], text[:80])
+    assert checked > 500
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    caps = _captions(*CORPORA) + synthetic_captions(300, seed=7)
+    guards = GuardSet.from_settings()
+    on = [guards.evaluate(c) for c in caps]
+    with gates.disabled():
+        off = [guards.evaluate(c) for c in caps]
+    return caps, on, off
+
+
+def test_prefilters_change_no_verdict(verdicts):
+    caps, on, off = verdicts
+    assert len(caps) > 4000 and sum(bool(r.fired) for r in on) > 1000
+    for c, a, b in zip(caps, on, off, strict=True):
+        assert (a.fired, a.families, a.evidence, a.penalty) == (b.fired, b.families, b.evidence, b.penalty), c[:120]
+
+
+def test_disabled_restores_the_prefilters():
+    with gates.disabled():
+        assert not gates.ENABLED
+    assert gates.ENABLED
