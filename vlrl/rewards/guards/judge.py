@@ -81,9 +81,10 @@ class JudgeVocab(BaseModel):
     synonyms: list[list[str]]
     padding_words: str = ""
     tautologies: list[str] = []
+    list_verbs: list[str] = []
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
-                     "placeholders", "tautologies")
+                     "placeholders", "tautologies", "list_verbs")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         for p in v:
@@ -183,11 +184,12 @@ _WORD = r"(?!(?:or|and|but|nor|either|with|of|in|on|at)\b)[a-z0-9][\w'-]*"
 _ITEM = rf"{_WORD}(?:\s+{_WORD}){{0,2}}"
 _OR_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,?\s+or\s+({_ITEM})(?![\w'-])")
 _ANY_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,?\s+(?:or|and)\s+({_ITEM})(?![\w'-])")
+# after a hedge and a verb or colon that governs a list, the list may go without "and"/"or" ("could be
+# present: a coat rack, an umbrella stand, a mirror, a shoe cabinet")
+_COMMA_LIST = re.compile(rf"(?<![\w'-])({_ITEM}(?:\s*,\s*{_ITEM})+)\s*,\s*({_ITEM})(?![\w'-])")
 _OR_CHAIN = re.compile(rf"(?<![\w'-]){_ITEM}(?:\s+or\s+{_ITEM}){{2,}}(?![\w'-])")
 _SLASHES = re.compile(r"(?<![\w/])[a-z]{2,}(?:\s*/\s*[a-z]{2,}){2,}(?![\w/])")
-_GOVERNS = re.compile(r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|elements?|options?))?\s*(?:be\s+|also\s+)?(?:hold(?:s|ing)?|contain(?:s|ing)?|includ(?:e|es|ing)|show(?:s|ing)?|"
-                      r"sell(?:s|ing)?|carr(?:y|ies|ying)|wear(?:s|ing)?|ha(?:s|ve|ving)|with|stocked with|"
-                      r"filled with|full of|covered (?:with|in))\s+")
+_GOVERNS = r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|elements?|options?))?\s*(?:be\s+|also\s+)?(?:{verbs})\s+"
 _TO_COLON = re.compile(r"(?:\s+[\w'-]+){0,4}?\s*:\s*")
 _OR_WORD = re.compile(r"\bor\b")  # every "or" pattern above needs the word
 _DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
@@ -222,6 +224,7 @@ class HedgingGuard(_JudgeGuard):
         self.hedge = _words_re([*self.vocab.hedges, *extra_hedges])
         self.exempt = _words_re([*self.vocab.list_exemptions, *extra_exemptions])
         self.idiom = _words_re(self.vocab.or_idioms)
+        self.governs = re.compile(_GOVERNS.format(verbs=_alt(self.vocab.list_verbs)))
         # literal gates (:mod:`.gates`): a caption without a hedge word, "or" or "/" has nothing to check
         self._hedge_gate, self._idiom_gate = Gated(self.hedge), Gated(self.idiom)
 
@@ -254,9 +257,11 @@ class HedgingGuard(_JudgeGuard):
                 after = bare[h.end():h.end() + 160]
                 # "possibly holds X, Y and Z" lists what is held; "possibly a phone, a book and a cup"
                 # must be a parallel list ("probably a tourist, holds a map" is an aside and a clause)
-                verb = _GOVERNS.match(after) or _TO_COLON.match(after)
+                verb = self.governs.match(after) or _TO_COLON.match(after)
                 governs = bool(verb) or bool(re.search(r"(?:have|include|contain|hold|show)$", h.group(0)))
                 lm = _ANY_LIST.match(after[verb.end():] if verb else after.lstrip(" ,:"))
+                if lm is None and verb is not None:
+                    lm = _COMMA_LIST.match(after[verb.end():])
                 if lm:
                     items = _items(lm.group(1), lm.group(2))
                     shaped = all(len(i.split()) <= 3 for i in items[1:]) if governs else _parallel(items)
