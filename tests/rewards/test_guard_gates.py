@@ -36,14 +36,15 @@ def test_gates_read_conjunctions_boundaries_and_case():
     assert any(x.startswith(gates.LEFT) and x.endswith(gates.RIGHT) for c in clauses for x in c)  # \b...\b
     assert gates.cnf(r"a?b") is None and gates.cnf(r"[a-z]+\d") is None
     assert gates.cnf(r"(?i:IGNORE) all")[1]  # case-blind: read lower-cased, ASCII text only
-    # a word boundary makes "mark" absent from "market"; the scan finds both kinds
-    g = gates.cnf(r"\bmark\b")
+    # a word boundary makes "quokka" absent from "quokkas" (a word no other gate names: the scan may
+    # report more than is there for a literal other gates need elsewhere in a word, never less)
+    g = gates.cnf(r"\bquokka\b")
     gates.register([g])
-    assert not gates.passes(g, "a market stall") and gates.passes(g, "top mark here")
+    assert not gates.passes(g, "two quokkas eat") and gates.passes(g, "a quokka eats")
 
 
 def test_every_table_pattern_passes_its_gate_where_it_matches():
-    caps = _captions("guard_regressions.jsonl", "guard_lang_dev.jsonl", "guard_judge_dev.jsonl", "guard_corpus.jsonl")
+    caps = _captions("guard_regressions.jsonl", "guard_lang_dev.jsonl", "guard_judge_dev.jsonl", "guard_dev3.jsonl")
     docs = [Doc.of(c) for c in caps]
     t = table()
     patterns = [expand(p, t.fragments) for f in t.families for p in [*f.patterns, *f.requires]]
@@ -72,7 +73,7 @@ def verdicts():
 
 def test_prefilters_change_no_verdict(verdicts):
     caps, on, off = verdicts
-    assert len(caps) > 4000 and sum(bool(r.fired) for r in on) > 1000
+    assert len(caps) > 3000 and sum(bool(r.fired) for r in on) > 1000
     for c, a, b in zip(caps, on, off, strict=True):
         assert (a.fired, a.families, a.evidence, a.penalty) == (b.fired, b.families, b.evidence, b.penalty), c[:120]
 

@@ -152,6 +152,9 @@ def bench_guards_cmd(
                f"median {res['median_ms']:.3f} ms, p90 {res['p90_ms']:.3f} ms per caption")
     typer.echo(f"preparing the views: median {res['prepare']['median_ms']:.3f} ms; per guard: "
                + ", ".join(f"{k} {v['median_ms']:.3f}" for k, v in res["per_guard"].items()))
+    pre = res["prefilters"]
+    typer.echo(f"literal prefilters (same verdicts), {pre['captions']} captions timed alternately: median "
+               f"{pre['median_ms_on']:.3f} ms on, {pre['median_ms_off']:.3f} ms off ({pre['speedup']:.1f}x)")
 
 
 @app.command("serve", help="Reward service vs in-process scoring on one backend: rows/s, p50/p99 latency, batching gain (1 vs 8 clients).")

@@ -62,10 +62,10 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from itertools import compress
-from operator import eq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import eq
 from typing import Any
 
 from vlrl.rewards import register_reward
@@ -165,7 +165,7 @@ class RepetitionGuard(Guard):
             if c > self.max_sentence_repeats:
                 yield "same_sentence", f"sentence {' '.join(sent)!r} x{c}"
         if len(w) >= max(self.min_words, self.ngram + 1):
-            grams = list(zip(*(w[i:] for i in range(self.ngram))))
+            grams = list(zip(*(w[i:] for i in range(self.ngram)), strict=False))  # stops at the last whole n-gram
             dup = len(grams) - len(set(grams))
             if dup / len(grams) > self.max_dup_ngram_frac:
                 yield "repeated_ngrams", f"{dup}/{len(grams)} repeated {self.ngram}-grams"

@@ -385,7 +385,7 @@ class KeywordStuffingGuard(_JudgeGuard):
                     yield "noun_dump", f"noun dump: {sent[:80]}"
                 heads = [self.v.stem(_TOKEN.findall(i)[-1]) for i in items if _TOKEN.findall(i)]
                 if len(heads) >= self.repeat_items and \
-                        sum(h in (seen := seen_before(k)) for h in heads) / len(heads) >= self.repeat_share:
+                        sum(map(seen_before(k).__contains__, heads)) / len(heads) >= self.repeat_share:
                     yield "repeated_nouns", f"repeated nouns: {sent[:80]}"
         run = 0
         for piece in re.split(r"[^\w\s'-]", text):
