@@ -159,8 +159,14 @@ class RepetitionGuard(Guard):
         w = doc.words
         if hit := self._tandem(w):
             yield "loop", hit
-        sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in doc.units(doc.norm, "sentence")]
-        counts = Counter(s for s in sentences if len(s) >= self.sentence_min_words)
+        # a sentence said twice repeats its first words: without a repeated run of that many words
+        # (the caption's words are its sentences' words in order), no sentence can repeat
+        k = max(1, self.sentence_min_words)
+        runs = list(zip(*(w[i:] for i in range(k)), strict=False))
+        counts: Counter[tuple[str, ...]] = Counter()
+        if len(set(runs)) < len(runs):
+            sentences = [tuple(re.findall(r"[\w']+", s.lower())) for s in doc.units(doc.norm, "sentence")]
+            counts = Counter(s for s in sentences if len(s) >= self.sentence_min_words)
         for sent, c in counts.items():
             if c > self.max_sentence_repeats:
                 yield "same_sentence", f"sentence {' '.join(sent)!r} x{c}"

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 try:  # the regex parser the gates read (renamed in Python 3.11)
@@ -106,8 +107,20 @@ def _rare(literal: str) -> bool:
 _CHANCE = {1: 0.3, 2: 0.5, 3: 0.25, 4: 0.1, 5: 0.05, 6: 0.03}
 
 
+@lru_cache(maxsize=1)
+def _common() -> frozenset[str]:
+    """English function words ("with", "the", "this"): in nearly every caption, so a poor gate. Read
+    from the guards' own list (``data/english_function_words.txt``)."""
+    path = Path(__file__).parent / "data" / "english_function_words.txt"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
+
+
 def _chance(literal: str) -> float:
-    """A rough chance that a caption holds ``literal``: short letter runs are everywhere."""
+    """A rough chance that a caption holds ``literal``: short letter runs and function words are
+    everywhere (only which clauses a gate keeps depends on it, never what a gate lets through)."""
+    if bare(literal).strip() in _common():
+        return 0.9
     word = bare(literal).strip()
     p = _CHANCE.get(len(word), 0.01)
     p = p if word.isalpha() else p / 4

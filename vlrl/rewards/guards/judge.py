@@ -392,7 +392,10 @@ class KeywordStuffingGuard(_JudgeGuard):
             run = 0
             if piece.count(" ") + 1 < self.run_words:
                 continue  # too few words for a run
-            for t in piece.split():
+            words = piece.split()
+            if len(words) - sum(map(self.v.function.__contains__, words)) < self.run_words:
+                continue  # too few words outside the function words for a run
+            for t in words:
                 run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
                 if run >= self.run_words:
                     yield "function_free_run", f"{run} words without a function word: {piece.strip()[:80]}"
@@ -483,11 +486,15 @@ class PaddingGuard(_JudgeGuard):
 
     def _generic(self, sentence: str, tokens: list[str]) -> bool:
         """A sentence that fits any image: its content words are words about any picture or text, or
-        it says that a thing is itself."""
+        it says that a thing is itself with at least half its content words such words ("The scene
+        is a scene.", "The colours in the image are colours.")."""
         content = [t for t in tokens if t not in self.v.function]
-        if len(content) >= self.generic_min_words and sum(t in self.boilerplate for t in content) / len(content) >= self.generic_word_share:
+        if not content:
+            return False
+        share = sum(map(self.boilerplate.__contains__, content)) / len(content)
+        if len(content) >= self.generic_min_words and share >= self.generic_word_share:
             return True
-        return any(p.search(sentence) for p in self.tautology)
+        return share >= 0.5 and any(p.search(sentence) for p in self.tautology)
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         raw = doc.norm

@@ -90,6 +90,9 @@ def _unspread(m: re.Match[str]) -> str:
 
 
 def _b64_payloads(text: str) -> list[str]:
+    # a payload is a run of 16 base64 characters (none of them a space) or ends in "="
+    if "=" not in text and max(map(len, text.split()), default=0) < 16:
+        return []
     out = []
     for m in _B64.finditer(text):
         tok = m.group(0)
