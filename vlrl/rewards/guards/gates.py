@@ -37,6 +37,8 @@ except ImportError:  # pragma: no cover
 MIN_LITERAL = 2
 """Shortest literal a clause may hold (one letter is in every text); a lone non-ASCII character is kept."""
 MAX_CLAUSES = 4
+RARE_MARKS = frozenset("[]{}<>|#=*~^+%@$&\\/")
+"""ASCII marks rare enough in captions that one alone is a gate ("[inst]", "<|system|>", "{...}")."""
 """Clauses kept per pattern: the most selective ones."""
 
 Clause = frozenset[str]
@@ -97,8 +99,8 @@ def _rare(literal: str) -> bool:
     if not word.isascii():
         return True
     if len(word) < MIN_LITERAL:
-        return False
-    # a two-letter run counts only as a whole word ("ai", "my"), three letters at least at its start
+        return word in RARE_MARKS
+    # a two-letter run counts only as a whole word ("ai", "my")
     if word.isalpha() and len(word) == 2:
         return literal.startswith(LEFT) and literal.endswith(RIGHT)
     return True
@@ -223,7 +225,7 @@ def _node(op: Any, av: Any, ci: bool, lb: bool = False, rb: bool = False) -> lis
         return _seq(list(av[2]), ci)
     if op is sre_c.IN and av and all(o is sre_c.LITERAL for o, _ in av):
         chars = {chr(v) for _, v in av}
-        return [frozenset(chars)] if all(not c.isascii() for c in chars) and not ci else []
+        return [frozenset(chars)] if all(not c.isascii() or c in RARE_MARKS for c in chars) and not ci else []
     return []
 
 
@@ -349,10 +351,18 @@ def _present(text: str, size: int) -> frozenset[str]:
     return frozenset(found)
 
 
+_LAST: list[Any] = [None, -1, frozenset()]
+
+
 def present(text: str) -> frozenset[str]:
     """The literals of every registered gate that occur in ``text`` (with their boundary marks),
     and possibly some more (never fewer)."""
-    return _present(text, len(INDEX.marked))
+    size = len(INDEX.marked)
+    if _LAST[0] is text and _LAST[1] == size:  # the same text asked again (family after family)
+        return _LAST[2]
+    found = _present(text, size)
+    _LAST[:] = [text, size, found]
+    return found
 
 
 @lru_cache(maxsize=64)
