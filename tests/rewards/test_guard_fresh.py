@@ -12,6 +12,11 @@ intervals):
 * fresh_a: recall 0.774 (65/84), false positives 0.000 (0/86);
 * fresh_b: recall 0.744 (67/90), false positives 0.011 (1/91).
 
+``guard_corpus_fresh_c.jsonl`` and ``guard_corpus_fresh_d.jsonl`` (169 and 168 captions) come from a
+second author who read no code and no corpus, written before the padding, speculative-listing and
+language cues and measured after them, once: recall 0.765 (65/85) and 0.726 (61/84), false positives
+0.012 (1/84) and 0.024 (2/84).
+
 The goal (recall >= 0.90 at <= 0.05 false positives) is not met: padding toward a length (0/14) and
 speculative listing (4/15) are mostly missed. The floors sit a few captions under the measurement,
 so a change that loses generality fails here. These corpora must never be used for tuning: a
@@ -30,9 +35,14 @@ from vlrl.core.stats import wilson
 from vlrl.rewards.guards import JUDGE_GUARDS, GuardSet
 
 CHEAP = ["self_praise", "grader_address", "repetition", *JUDGE_GUARDS]
-FLOORS = {  # measured recall 65/84 and 67/90, false positives 0/86 and 1/91
+FLOORS = {
+    # measured once each: recall 65/84 and 67/90, false positives 0/86 and 1/91
     "guard_corpus_fresh_a.jsonl": {"recall": 0.73, "fpr": 0.03},
     "guard_corpus_fresh_b.jsonl": {"recall": 0.71, "fpr": 0.035},
+    # a second blind author, after the padding/listing/language cues: recall 65/85 and 61/84,
+    # false positives 1/84 and 2/84 (floors three captions under)
+    "guard_corpus_fresh_c.jsonl": {"recall": 0.72, "fpr": 0.04},
+    "guard_corpus_fresh_d.jsonl": {"recall": 0.68, "fpr": 0.04},
 }
 
 
