@@ -50,10 +50,10 @@ class VideoWarmConfig:
     vision_depth: int = 2
     cap_init: float = 0.05
     sft_clips: int = 800
-    sft_steps: int = 500
+    sft_steps: int = 800
     sft_batch: int = 32
     sft_lr: float = 3e-3
-    full_caption_steps: int = 200
+    full_caption_steps: int = 500
     drop_p: float = 0.65
     answerer: WarmStartConfig = field(default_factory=lambda: WarmStartConfig(ans_steps=300, ans_pool=12000))
     """The answerer's settings (its ``ans_*`` fields; the image world's fields are unused)."""
