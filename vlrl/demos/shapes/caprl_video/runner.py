@@ -19,8 +19,8 @@ Stages (markers under ``DIR/state``, so an interrupted run resumes; the image de
    the world's grammar as a format reward;
 5. **evaluation after RL**, ``metrics.json`` and ``report.html`` (frames beside their captions).
 
-There is no QA-curation stage: every question is asked (the image demo's text-only filter drops
-nothing in a world whose distractors stay in range, and this world's are built the same way).
+There is no QA-curation stage: every question is asked. (The image demo's text-only filter drops
+nothing in its world; whether it would drop any of this world's questions is not measured.)
 """
 
 from __future__ import annotations
