@@ -1,5 +1,5 @@
-"""`vlrl demo`: the shapes-world loops on a laptop CPU (CapRL by default, RubiCap, Vision-R1, and the
-reward comparison). Each runner lives in :mod:`vlrl.demos.shapes`; this module only parses flags,
+"""`vlrl demo`: the shapes-world loops on a laptop CPU (CapRL by default, RubiCap, Vision-R1, CapRL on
+video clips, and the reward comparison). Each runner lives in :mod:`vlrl.demos.shapes`; this module only parses flags,
 picks the runner and prints its headline metrics."""
 
 from __future__ import annotations
@@ -18,13 +18,18 @@ RUNNERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "vision-r1": ("vlrl.demos.shapes.vision_r1.runner:run_vision_r1_demo",
                   ("acc_before", "acc_after", "format_before", "format_after", "mean_tokens_before",
                    "mean_tokens_after", "single_stage_acc_after", "wall_seconds", "seed")),
+    "caprl-video": ("vlrl.demos.shapes.caprl_video.runner:run_video_demo",
+                    ("method", "acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps",
+                     "wall_seconds", "seed")),
     "compare": ("vlrl.demos.shapes.compare.runner:run_compare", ("acc_before", "rows", "wall_seconds", "seed")),
 }
+METHODS = ", ".join(k for k in RUNNERS if k != "compare")
+"""The ``--method`` choices, as the help and the error name them."""
 
 
 def demo(
     out: Path | None = typer.Option(None, "--out", help="Output folder (metrics.json, report.html); default runs/demo[-METHOD]."),
-    method: str = typer.Option("caprl", "--method", help="Which loop: caprl (default), rubicap or vision-r1."),
+    method: str = typer.Option("caprl", "--method", help=f"Which loop: {METHODS} (caprl by default; caprl-video: CapRL on clips)."),
     compare: bool = typer.Option(False, "--compare", help="Train the same warm start with each reward design and compare them."),
     quick: bool = typer.Option(False, "--quick", help="Fewer GRPO steps and eval scenes (what CI runs)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the world, the warm starts and training."),
@@ -54,7 +59,7 @@ def demo(
         raise typer.Exit(2)
     name = "compare" if compare else method
     if name not in RUNNERS or name == "compare" and not compare:
-        typer.echo(f"vlrl demo: unknown --method {method!r}; choose caprl, rubicap or vision-r1", err=True)
+        typer.echo(f"vlrl demo: unknown --method {method!r}; choose {METHODS}", err=True)
         raise typer.Exit(2)
     if rechecks and name != "vision-r1":
         typer.echo("vlrl demo: --rechecks applies to --method vision-r1 only", err=True)

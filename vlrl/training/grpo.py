@@ -242,6 +242,10 @@ def build_trainer(
     from vlrl.training.data import video_spec
 
     trainer._vlrl_video_spec = video_spec(recipe.data)  # video rows: the frames the data check decoded
+    if "video" in (getattr(train_dataset, "column_names", None) or []):
+        from vlrl.training.video import suppress_video_token
+
+        suppress_video_token(trainer)
     trainer._vlrl_none_guard = NoneRewardGuard(recipe.run.max_none_reward_steps)
     return trainer, ckpt
 

@@ -58,6 +58,36 @@ def video_part(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def suppress_video_token(trainer: Any) -> None:
+    """Never sample ``<|video_pad|>`` in TRL's own generation (it already suppresses the image token).
+
+    A sampled placeholder in a completion is counted by the model's loss forward as one more video
+    token than the features it is given, and the step stops ("Video features and video tokens do
+    not match"); a tiny policy at temperature 1 with top-k off draws it now and then."""
+    vid = getattr(getattr(trainer.model, "config", None), "video_token_id", None)
+    kwargs = getattr(trainer, "generation_kwargs", None)
+    if vid is None or not isinstance(kwargs, dict):
+        return
+    tokens = list(kwargs.get("suppress_tokens") or [])
+    if vid not in tokens:
+        kwargs["suppress_tokens"] = [*tokens, vid]
+        if getattr(trainer, "generation_config", None) is not None:
+            trainer.generation_config.suppress_tokens = kwargs["suppress_tokens"]
+
+
+def encode_video_prompt(processor, prompt: list[dict[str, Any]], clip: Any, **template_kwargs: Any):
+    """One prompt with its video, tokenized as the trainer's generation sees it: the video part
+    placed by :func:`video_part`, the chat template (generation prompt added), and the processor
+    told which source frames the clip's are (``do_sample_frames=False``, as the ``hf:`` backend
+    does). Code that trains on the same prompts outside GRPO (a demo's warm start) encodes here."""
+    text = processor.apply_chat_template(video_part(prompt), tokenize=False, add_generation_prompt=True,
+                                         **template_kwargs)
+    meta = [{"fps": clip.source_fps, "frames_indices": clip.meta.get("frames_indices", list(range(len(clip.frames)))),
+             "total_num_frames": clip.total_frames}]
+    return processor(text=[text], videos=[clip.frames], video_metadata=meta, do_sample_frames=False,
+                     return_tensors="pt")
+
+
 class VideoGRPOMixin:
     """Video rows through TRL's ``GRPOTrainer`` (see the module docstring). Mixed in before it."""
 
@@ -101,14 +131,10 @@ class VideoGRPOMixin:
         proc = self.processing_class
         prompt_ids, fields, cache = [], {}, {}
         for i, (prompt, clip) in enumerate(zip(prompts, clips, strict=True)):
-            text = proc.apply_chat_template(video_part(prompt), tokenize=False, add_generation_prompt=True,
-                                            chat_template=self.chat_template, **self.chat_template_kwargs)
-            key = (id(clip), text)
+            key = (id(clip), repr(prompt))
             if key not in cache:  # a GRPO group's copies of one prompt are encoded once
-                meta = [{"fps": clip.source_fps, "frames_indices": clip.meta.get("frames_indices", list(range(len(clip.frames)))),
-                         "total_num_frames": clip.total_frames}]
-                cache[key] = proc(text=[text], videos=[clip.frames], video_metadata=meta, do_sample_frames=False,
-                                  return_tensors="pt")
+                cache[key] = encode_video_prompt(proc, prompt, clip, chat_template=self.chat_template,
+                                                 **self.chat_template_kwargs)
             enc = cache[key]
             prompt_ids.append(enc["input_ids"][0].tolist())
             device = self.accelerator.device

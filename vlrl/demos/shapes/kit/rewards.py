@@ -5,7 +5,9 @@ still rewards but a strict reader cannot parse ("... on the left and small red t
 right", run-ons that chain items with "on"). In a closed world the grammar is known, so the demo
 adds a format reward in the spirit of DeepSeek-R1's: 0 for a caption that parses
 (:func:`vlrl.demos.shapes.kit.world.parse_caption`), ``-penalty`` otherwise. Recipes name it by its dotted path,
-``vlrl.demos.shapes.kit.rewards:GrammarReward``, like any user reward.
+``vlrl.demos.shapes.kit.rewards:GrammarReward``, like any user reward. ``parser`` names another
+world's grammar (``module:function``, returning None for a caption that does not parse; the video
+demo's is :func:`vlrl.demos.shapes.caprl_video.world.parse_caption`).
 """
 
 from __future__ import annotations
@@ -19,17 +21,24 @@ from vlrl.rewards.base import Reward, Score
 class GrammarReward(Reward):
     name = "shapes_grammar"
 
-    def __init__(self, penalty: float = 1.0) -> None:
+    def __init__(self, penalty: float = 1.0, parser: str | None = None) -> None:
         self.penalty = float(penalty)
+        self.parse = parse_caption
+        if parser:
+            import importlib
+
+            module, _, name = parser.partition(":")
+            self.parse = getattr(importlib.import_module(module), name)
 
     def score(self, completions: list[str], **_: Any) -> list[Score]:
         out = []
         for text in completions:
-            ok = parse_caption(text or "") is not None
+            ok = self.parse(text or "") is not None
             out.append(Score(0.0 if ok else -self.penalty, {"parse_ok": float(ok)}))
         return out
 
 
-def grammar_reward_block() -> dict[str, Any]:
+def grammar_reward_block(parser: str | None = None) -> dict[str, Any]:
     """The recipes' ``rewards[]`` entry for :class:`GrammarReward` (every GRPO demo adds it beside its main reward)."""
-    return {"name": "vlrl.demos.shapes.kit.rewards:GrammarReward", "weight": 1.0, "settings": {"penalty": 1.0}}
+    settings: dict[str, Any] = {"penalty": 1.0, **({"parser": parser} if parser else {})}
+    return {"name": "vlrl.demos.shapes.kit.rewards:GrammarReward", "weight": 1.0, "settings": settings}

@@ -35,15 +35,15 @@ VALUES = (*W.COLOURS, *W.SHAPES, *W.SIZES, *W.WORDS, *W.NUMBERS, "yes", "no")
 def answerer_examples(cfg: WarmStartConfig, n: int, seed: int, render_request: Callable[[str], str],
                       choice_token: Callable[[str, str], int]) -> list[dict[str, Any]]:
     """``n`` labelled answerer requests, rendered exactly as the caprl_qa reward sends them."""
-    from vlrl.core.prompts import render
-    from vlrl.methods.caprl.ask import PREFILL
-    from vlrl.methods.caprl.mcq import CANNOT_ANSWER, normalize_mcq, present
-
     rng = random.Random(f"answerer/{seed}")
+    return label_requests(cfg, n, rng, image_cases(cfg, n, seed, rng), render_request, choice_token)
+
+
+def image_cases(cfg: WarmStartConfig, n: int, seed: int, rng: random.Random):
+    """The shapes world's answerer cases: ``(caption, questions, answer)`` per scene, where
+    ``answer(q)`` is what a strict reader of the caption answers (None: "cannot answer")."""
     world = replace(cfg.world)
-    out = []
-    scenes = W.make_scenes(n // 4 + 1, seed, world, prefix="ans")
-    for sc in scenes:
+    for sc in W.make_scenes(n // 4 + 1, seed, world, prefix="ans"):
         stated = W.stated_items(sc, rng, rng.uniform(0, cfg.ans_drop_max))
         if rng.random() < cfg.ans_corrupt_p:
             stated = corrupt(stated, rng)
@@ -52,17 +52,30 @@ def answerer_examples(cfg: WarmStartConfig, n: int, seed: int, render_request: C
         if not empty and rng.random() < cfg.ans_garble_p:
             cap = garble(cap, rng)
         read = None if empty else W.parse_caption(cap)  # what a strict reader gets from the caption
-        qs = W.questions(sc, rng)
+        yield cap, W.questions(sc, rng), lambda q, read=read: W.answer_from_caption(read, q)
+
+
+def label_requests(cfg: WarmStartConfig, n: int, rng: random.Random, cases, render_request: Callable[[str], str],
+                   choice_token: Callable[[str, str], int], values: tuple[str, ...] = VALUES) -> list[dict[str, Any]]:
+    """Up to 4 questions of each case as the reward's requests (its option presentation, prompt and
+    pre-fill), labelled by the case's reader: the gold letter and the stated value (index in
+    ``values``; ``len(values)`` for none). The draws from ``rng`` interleave with the cases' own."""
+    from vlrl.core.prompts import render
+    from vlrl.methods.caprl.ask import PREFILL
+    from vlrl.methods.caprl.mcq import CANNOT_ANSWER, normalize_mcq, present
+
+    out = []
+    for cap, qs, answer in cases:
         for q in rng.sample(qs, min(4, len(qs))):
             mcq = normalize_mcq(q.to_dict())
             pres = present(mcq, rng, CANNOT_ANSWER)
-            value = W.answer_from_caption(read, q)
+            value = answer(q)
             gold = pres.letters[pres.options.index(value)] if value in pres.options else pres.abstain
             user = render(cfg.answer_prompt, caption=cap, question=mcq.question, options=pres.lines())
             text = render_request(user) + PREFILL
             out.append({"text": text, "gold": choice_token(text, " " + gold),
                         "choices": [choice_token(text, " " + L) for L in pres.letters],
-                        "value": VALUES.index(value) if value in VALUES and value in pres.options else len(VALUES)})
+                        "value": values.index(value) if value in values and value in pres.options else len(values)})
             if len(out) >= n:
                 return out
     return out
@@ -105,7 +118,11 @@ def fast_choice(choice_token: Callable[[str, str], int]) -> Callable[[str, str],
     return f
 
 
-def train_answerer(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
+def train_answerer(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int, examples: Callable | None = None,
+                   values: tuple[str, ...] = VALUES) -> dict[str, Any]:
+    """Train the answerer in ``out``. ``examples`` (default :func:`answerer_examples`, the shapes
+    world's) draws the labelled requests with the signature of :func:`answerer_examples`, their
+    stated values indexed in ``values`` (another world's answerer, e.g. the video demo's)."""
     import torch
 
     # The backend the reward will use, around the model being trained: its prompt rendering and
@@ -116,14 +133,14 @@ def train_answerer(cfg: WarmStartConfig, tok_dir: Path, out: Path, seed: int) ->
     def render_request(user: str) -> str:
         return backend.render_prompt([{"role": "user", "content": user}])
 
-    exs = answerer_examples(cfg, cfg.ans_pool, seed, fast_render(render_request), fast_choice(backend.choice_token))
+    exs = (examples or answerer_examples)(cfg, cfg.ans_pool, seed, fast_render(render_request), fast_choice(backend.choice_token))
     held = exs[: 1000]
     train = exs[1000:]
     enc = tok([e["text"] for e in exs], add_special_tokens=False)["input_ids"]
     ids_all = [torch.tensor(x) for x in enc]
     gold = torch.tensor([e["gold"] for e in exs])
     value = torch.tensor([e["value"] for e in exs])
-    aux = torch.nn.Linear(cfg.ans_hidden, len(VALUES) + 1)
+    aux = torch.nn.Linear(cfg.ans_hidden, len(values) + 1)
     pad = tok.pad_token_id
     rng = random.Random(f"answerer-batches/{seed}")
 
