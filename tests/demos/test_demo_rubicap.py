@@ -373,3 +373,35 @@ def test_demo_cli_refuses_guards_outside_rubicap():
     assert res.exit_code == 2 and "rubicap only" in res.output
     res = CliRunner().invoke(app, ["demo", "--method", "rubicap", "--guards", "some"])
     assert res.exit_code == 2 and "all or basic" in res.output
+
+
+def _oracle_backend(alternatives_fail: bool):
+    from vlrl.core.backends.python import FunctionBackend
+
+    def judge(messages, sampling):  # answers like the tiny judge: one word
+        text = messages[-1]["content"]
+        crit = next(line[len("Criterion: "):] for line in text.splitlines() if line.startswith("Criterion: "))
+        cap = json.loads(next(line for line in text.splitlines() if line.startswith('"')))
+        return PASS if oracle_verdict(crit, cap, alternatives_fail=alternatives_fail) else FAIL
+
+    return FunctionBackend(judge, "oracle")
+
+
+def test_hedge_probe_tells_a_judge_that_follows_the_rule_from_one_that_does_not(monkeypatch, tmp_path):
+    from vlrl.demos.shapes.rubicap import runner
+    from vlrl.demos.shapes.rubicap.runner import RubicapConfig, hedge_verdict_accuracy
+
+    cfg = RubicapConfig.make(quick=True)
+    got = {}
+    for rule in (True, False):
+        block = {"name": "rubicap_rubric", "settings": {"judge": _oracle_backend(rule), "per_rubric": True,
+                                                        "max_tokens": 4, "max_retries": 0}}
+        monkeypatch.setattr(runner, "rubicap_reward_block", lambda judge_dir, cfg, b=block: b)
+        got[rule] = hedge_verdict_accuracy(tmp_path, cfg, scenes=30, seed=4)
+    follows, naive = got[True], got[False]
+    assert follows["n_repeat"] > 20 and follows["n_or"] == follows["n_repeat"] == follows["n_plain"]
+    assert follows["acc_repeat"] == follows["acc_or"] == follows["acc_plain"] == 1.0
+    assert follows["pass_rate_repeat"] == follows["pass_rate_or"] == 0.0
+    # a reader that keeps the last value passes the hedges whose true value comes last
+    assert 0.0 < naive["pass_rate_repeat"] < 1.0 and naive["acc_repeat"] == 1.0 - naive["pass_rate_repeat"]
+    assert naive["acc_or"] == 1.0 and naive["acc_plain"] == 1.0  # an 'or' does not parse: nothing is stated
