@@ -350,18 +350,19 @@ def test_guard_flags_set_flagged_captions_against_false_facts(tmp_path):
             "a large green circle on the left and a small blue square on the right.",  # false, clean
             "a large red, blue or green circle on the left and a small blue square on the right.",  # hedge, flagged
             "a large red circle on the left and a red circle on the left and a red circle on the left "
-            "and a red circle on the left."]                                     # loop and too long: flagged
+            "and a red circle on the left.",                                     # loop and too long: flagged
+            "a shape on the left and a shape on the right."]                     # states no fact: none false
     guards = GuardSet.from_settings(**guard_settings(RubicapConfig.make(quick=True)))
     f = guard_flags(caps, [row] * len(caps), guards)
-    assert f["captions"] == 4 and f["flagged_share"] == 0.5
-    assert f["false_fact_captions_share"] == 0.25  # the hedge does not parse: it states nothing
-    assert f["flagged_among_false_fact"] == 0.0 and f["flagged_among_rest"] == pytest.approx(2 / 3, abs=1e-4)
-    assert f["by_family"]["hedging/alternatives"] == 0.25
+    assert f["captions"] == 5 and f["flagged_share"] == 0.4
+    assert f["false_fact_captions_share"] == 0.2  # the hedge does not parse: it states nothing
+    assert f["flagged_among_false_fact"] == 0.0 and f["flagged_among_rest"] == 0.5
+    assert f["by_family"]["hedging/alternatives"] == 0.2
     # the caption files are what `vlrl reward guard --input` reads
-    ev = {"ids": ["a", "b", "c", "d"], "captions": {"greedy": caps, "sampled": caps[::-1]}}
+    ev = {"ids": ["a", "b", "c", "d", "e"], "captions": {"greedy": caps, "sampled": caps[::-1]}}
     write_caption_files(tmp_path, ev, ev)
     rep = guard_rows_file(guards, str(tmp_path / "eval" / "captions_after_greedy.jsonl"))
-    assert rep["summary"]["rows"] == 4 and rep["summary"]["any_rate"] == 0.5
+    assert rep["summary"]["rows"] == 5 and rep["summary"]["any_rate"] == 0.4
 
 
 def test_demo_cli_refuses_guards_outside_rubicap():

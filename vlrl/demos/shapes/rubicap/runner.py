@@ -367,7 +367,8 @@ def guard_flags(captions: list[str], rows: list[dict[str, Any]], guards) -> dict
     false = []
     for cap, row in zip(captions, rows, strict=True):
         st = caprl.caption_stats([cap], [row])
-        false.append(st["parse_rate"] == 1.0 and st["stated_correct"] < 1.0)
+        # a caption that states no fact ("a shape in the middle.") states no false one either
+        false.append(st["parse_rate"] == 1.0 and st["facts_stated"] > 0 and st["stated_correct"] < 1.0)
     n = len(captions)
 
     def share(k: int, of: int) -> float | None:
