@@ -237,10 +237,11 @@ def test_rubicap_demo_quick_learns(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     for key in ("method", "acc_before", "acc_after", "reward_first", "reward_last", "wall_seconds", "seed",
-                "judge_verdict_acc", "judge_verdict_acc_heldout"):
+                "judge_verdict_acc", "judge_verdict_acc_heldout", "guards_flagged_share", "false_fact_share"):
         assert key in m, key
     assert m["method"] == "rubicap" and m["seed"] == 0
     assert m["acc_after"] >= m["acc_before"] + 0.20, m
+    assert len((out / "eval" / "captions_after_greedy.jsonl").read_text().splitlines()) == m["guards_greedy_after"]["captions"]
     assert m["reward_last"] > m["reward_first"]
     recipe = (out / "recipe.yaml").read_text()
     assert "rubicap_rubric" in recipe and "caprl_qa" not in recipe
