@@ -250,7 +250,7 @@ def hedge_verdict_accuracy(judge_dir: Path, cfg, scenes: int = 100, seed: int = 
         _, rubrics = scene_rubrics(sc, rng)
         for rub in rubrics:
             mode, key, _ = criterion_fact(rub["criterion"])
-            if mode != "states" or key[1] == "count":
+            if mode != "states" or key[1] == "count" or key[0] not in {it.position for it in sc.shapes}:
                 continue
             jobs["plain"].append((W.caption(sc), [rub], [oracle_verdict(rub["criterion"], W.caption(sc))]))
             for form in ("repeat", "or"):

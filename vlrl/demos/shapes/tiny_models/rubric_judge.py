@@ -229,7 +229,8 @@ def scene_rubrics(scene: W.Scene, rng: random.Random) -> tuple[str, list[dict[st
 def _hedge_key(scene: W.Scene, criterion: str, rng: random.Random) -> tuple[str, str]:
     """The fact a training hedge gives alternatives for: mostly the criterion's own, else any."""
     _, key, _ = criterion_fact(criterion)
-    if key[1] != "count" and rng.random() < 0.7:
+    # (the draw comes before the place check, so judges built before the check keep their examples)
+    if key[1] != "count" and rng.random() < 0.7 and key[0] in {it.position for it in scene.shapes}:
         return key
     return rng.choice([(it.position, a) for it in scene.shapes for a in _POOLS])
 
