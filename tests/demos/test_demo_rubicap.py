@@ -196,14 +196,19 @@ def test_metrics_carry_the_issue_keys(tmp_path):
     (tmp_path / "judge" / "warmstart.json").write_text(json.dumps({"heldout_acc": 0.93}))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "rubicap_train_stats.json").write_text(json.dumps({"rows": 5}))
+    scene = W.Scene("a", [W.Item("middle", shape="circle", colour="red", size="large")])
+    (tmp_path / "data" / "eval.jsonl").write_text(json.dumps({"id": "a", "scene": scene.to_dict()}) + "\n")
     history = [{"step": i, "reward": 0.1 * i, "rewards/rubicap_rubric/mean": 0.05 * i} for i in range(1, 11)]
     cur = {"train": {}, "eval": {}, "dropped_rate": 0.1, "by_kind": {}}
     m = build_metrics(RubicapConfig.make(seed=2, quick=True), _eval(0.3), _eval(0.6), history, cur, {},
                       tmp_path / "judge", tmp_path)
     for key in ("method", "acc_before", "acc_after", "reward_first", "reward_last", "wall_seconds", "seed",
-                "judge_verdict_acc", "judge_verdict_acc_heldout"):
+                "judge_verdict_acc", "judge_verdict_acc_heldout", "guards", "guards_flagged_share",
+                "false_fact_share", "guards_greedy_after"):
         assert key in m, key
     assert m["method"] == "rubicap" and m["seed"] == 2 and m["judge_verdict_acc_heldout"] == 0.93
+    assert m["false_fact_share"] == pytest.approx(0.1) and m["guards"] == "all"  # 1 - stated_correct
+    assert m["guards_flagged_share"] == 1.0  # "x" is one word: under the length band
     assert m["reward_first"] == pytest.approx(0.15) and m["reward_last"] == pytest.approx(0.4)  # the rubric reward
     assert not any(k.startswith("reward_answerer_") for k in m)  # no QA answerer is a reward here
 
@@ -232,11 +237,173 @@ def test_rubicap_demo_quick_learns(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     for key in ("method", "acc_before", "acc_after", "reward_first", "reward_last", "wall_seconds", "seed",
-                "judge_verdict_acc", "judge_verdict_acc_heldout"):
+                "judge_verdict_acc", "judge_verdict_acc_heldout", "guards_flagged_share", "false_fact_share"):
         assert key in m, key
     assert m["method"] == "rubicap" and m["seed"] == 0
     assert m["acc_after"] >= m["acc_before"] + 0.20, m
+    assert len((out / "eval" / "captions_after_greedy.jsonl").read_text().splitlines()) == m["guards_greedy_after"]["captions"]
     assert m["reward_last"] > m["reward_first"]
     recipe = (out / "recipe.yaml").read_text()
     assert "rubicap_rubric" in recipe and "caprl_qa" not in recipe
     assert Path(out / "report.html").read_text().count("data:image/png;base64,") >= 4
+
+
+# -- hedges: the judge prompt's rule in the shapes world, and the guards over the policy's captions ----
+
+
+def test_hedged_captions_give_the_true_value_among_alternatives_and_the_rule_fails_them():
+    from vlrl.demos.shapes.tiny_models.rubric_judge import hedged_caption, stated_value
+
+    rng = random.Random(8)
+    for sc in _scenes(60, 9):
+        for it in sc.shapes:
+            for attr in ("shape", "colour", "size"):
+                key = (it.position, attr)
+                value = getattr(it, attr)
+                criterion, _ = rubric_for(key, value)
+                for form in ("repeat", "or"):
+                    cap = hedged_caption(sc, key, rng, form)
+                    items = W.parse_caption(cap)
+                    if form == "or":
+                        assert items is None and f" or {W.WHERE[it.position]}" not in cap, cap  # the grammar has no 'or'
+                        assert value in cap
+                        assert not oracle_verdict(criterion, cap, alternatives_fail=True)
+                        continue
+                    said = [getattr(x, attr) for x in items if x.position == it.position]
+                    assert value in said and len(set(said)) == len(said) >= 2, cap
+                    assert len(items) <= 3  # the world has three places at most
+                    assert not oracle_verdict(criterion, cap, alternatives_fail=True)
+                    assert stated_value(criterion, cap, alternatives_fail=True) is None
+                    # a plain reader keeps the last value: whether it passes depends on the order alone
+                    assert oracle_verdict(criterion, cap) == (said[-1] == value)
+                    # facts the hedge leaves alone are still read
+                    for other in sc.shapes:
+                        if other.position != it.position:
+                            crit, _ = rubric_for((other.position, "colour"), other.colour)
+                            assert oracle_verdict(crit, cap, alternatives_fail=True)
+
+
+def test_judge_examples_with_hedges_carry_them_and_label_them_by_the_rule():
+    from vlrl.demos.shapes.tiny_models.rubric_judge import JudgeConfig
+
+    plain = judge_examples(400, 0, "h", CFG, lambda c, r: f"{r['criterion']}|{c}")
+    assert plain == judge_examples(400, 0, "h", CFG, lambda c, r: f"{r['criterion']}|{c}", hedged=0.0)
+    ex = judge_examples(1500, 0, "h", CFG, lambda c, r: f"{r['criterion']}|{c}", hedged=0.3)
+    hedged = []
+    for e in ex:
+        crit, cap = e["text"].split("|", 1)
+        items = W.parse_caption(cap)
+        repeated = items is not None and len({it.position for it in items}) < len(items)
+        if " or " in cap or repeated:
+            hedged.append((crit, cap, e["label"]))
+    assert len(hedged) > 50
+    for crit, cap, label in hedged:
+        assert label == oracle_verdict(crit, cap, alternatives_fail=True)
+    # a judge that learns the rule is another judge; one that does not keeps its cache key
+    assert JudgeConfig(hedged=0.3).key() != JudgeConfig().key()
+    import hashlib
+    from dataclasses import asdict
+
+    from vlrl.demos.shapes.tiny_models.rubric_judge import CHAT_TEMPLATE, VERSION, request_fingerprint
+
+    old = asdict(JudgeConfig())
+    del old["hedged"]  # the key as it was computed before the setting existed
+    blob = json.dumps([VERSION, old, CHAT_TEMPLATE, request_fingerprint(CFG)], sort_keys=True, default=str)
+    assert JudgeConfig().key() == hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+def test_guard_sets_of_the_demo_and_old_folders_resume(tmp_path):
+    from vlrl.demos.shapes.kit.base import prepare_out
+    from vlrl.demos.shapes.rubicap.runner import GUARD_SETS, RubicapConfig, rubicap_reward_block
+    from vlrl.rewards import build_reward
+
+    every = build_reward("rubicap_rubric", judge="py:vlrl.demos.shapes.standins.committee:writer", per_rubric=True,
+                         guards=rubicap_reward_block(tmp_path, RubicapConfig.make(quick=True))["guards"])
+    basic_block = rubicap_reward_block(tmp_path, RubicapConfig.make(quick=True, guards="basic"))["guards"]
+    basic = build_reward("rubicap_rubric", judge="py:vlrl.demos.shapes.standins.committee:writer", per_rubric=True,
+                         guards=basic_block)
+    assert basic.guards.names == GUARD_SETS["basic"]
+    assert {"hedging", "keyword_stuffing", "rewording", "padding"} <= set(every.guards.names) - set(basic.guards.names)
+    hedge = "a red, blue or green circle on the left and a small square on the right."
+    assert every.guards.evaluate(hedge).fired and not basic.guards.evaluate(hedge).fired
+    # the default settings are left out of the fingerprint: folders from before the setting resume
+    cfg = RubicapConfig.make(quick=True)
+    assert "guards" not in cfg.identity() and "hedged" not in cfg.identity()["judge"]
+    assert RubicapConfig.make(quick=True, guards="basic").fingerprint() != cfg.fingerprint()
+    prepare_out(tmp_path / "run", cfg, force=False)
+    from vlrl.demos.shapes.kit.base import DemoError
+
+    with pytest.raises(DemoError, match="guards"):
+        prepare_out(tmp_path / "run", RubicapConfig.make(quick=True, guards="basic"), force=False)
+    with pytest.raises(ValueError, match="guards"):
+        RubicapConfig.make(guards="none")
+
+
+def test_guard_flags_set_flagged_captions_against_false_facts(tmp_path):
+    from vlrl.demos.shapes.rubicap.runner import RubicapConfig, guard_flags, guard_settings, write_caption_files
+    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.scoring import guard_rows_file
+
+    sc = W.Scene("s", [W.Item("left", shape="circle", colour="red", size="large"),
+                       W.Item("right", shape="square", colour="blue", size="small")])
+    row = {"scene": sc.to_dict()}
+    caps = [W.caption(sc),                                                       # true, clean
+            "a large green circle on the left and a small blue square on the right.",  # false, clean
+            "a large red, blue or green circle on the left and a small blue square on the right.",  # hedge, flagged
+            "a large red circle on the left and a red circle on the left and a red circle on the left "
+            "and a red circle on the left.",                                     # loop and too long: flagged
+            "a shape on the left and a shape on the right."]                     # states no fact: none false
+    guards = GuardSet.from_settings(**guard_settings(RubicapConfig.make(quick=True)))
+    f = guard_flags(caps, [row] * len(caps), guards)
+    assert f["captions"] == 5 and f["flagged_share"] == 0.4
+    assert f["false_fact_captions_share"] == 0.2  # the hedge does not parse: it states nothing
+    assert f["flagged_among_false_fact"] == 0.0 and f["flagged_among_rest"] == 0.5
+    assert f["by_family"]["hedging/alternatives"] == 0.2
+    # the caption files are what `vlrl reward guard --input` reads
+    ev = {"ids": ["a", "b", "c", "d", "e"], "captions": {"greedy": caps, "sampled": caps[::-1]}}
+    write_caption_files(tmp_path, ev, ev)
+    rep = guard_rows_file(guards, str(tmp_path / "eval" / "captions_after_greedy.jsonl"))
+    assert rep["summary"]["rows"] == 5 and rep["summary"]["any_rate"] == 0.4
+
+
+def test_demo_cli_refuses_guards_outside_rubicap():
+    from typer.testing import CliRunner
+
+    from vlrl.cli import app
+
+    res = CliRunner().invoke(app, ["demo", "--method", "caprl", "--guards", "basic"])
+    assert res.exit_code == 2 and "rubicap only" in res.output
+    res = CliRunner().invoke(app, ["demo", "--method", "rubicap", "--guards", "some"])
+    assert res.exit_code == 2 and "all or basic" in res.output
+
+
+def _oracle_backend(alternatives_fail: bool):
+    from vlrl.core.backends.python import FunctionBackend
+
+    def judge(messages, sampling):  # answers like the tiny judge: one word
+        text = messages[-1]["content"]
+        crit = next(line[len("Criterion: "):] for line in text.splitlines() if line.startswith("Criterion: "))
+        cap = json.loads(next(line for line in text.splitlines() if line.startswith('"')))
+        return PASS if oracle_verdict(crit, cap, alternatives_fail=alternatives_fail) else FAIL
+
+    return FunctionBackend(judge, "oracle")
+
+
+def test_hedge_probe_tells_a_judge_that_follows_the_rule_from_one_that_does_not(monkeypatch, tmp_path):
+    from vlrl.demos.shapes.rubicap import runner
+    from vlrl.demos.shapes.rubicap.runner import RubicapConfig, hedge_verdict_accuracy
+
+    cfg = RubicapConfig.make(quick=True)
+    got = {}
+    for rule in (True, False):
+        block = {"name": "rubicap_rubric", "settings": {"judge": _oracle_backend(rule), "per_rubric": True,
+                                                        "max_tokens": 4, "max_retries": 0}}
+        monkeypatch.setattr(runner, "rubicap_reward_block", lambda judge_dir, cfg, b=block: b)
+        got[rule] = hedge_verdict_accuracy(tmp_path, cfg, scenes=30, seed=4)
+    follows, naive = got[True], got[False]
+    assert follows["n_repeat"] > 20 and follows["n_or"] == follows["n_repeat"] == follows["n_plain"]
+    assert follows["acc_repeat"] == follows["acc_or"] == follows["acc_plain"] == 1.0
+    assert follows["pass_rate_repeat"] == follows["pass_rate_or"] == 0.0
+    # a reader that keeps the last value passes the hedges whose true value comes last
+    assert 0.0 < naive["pass_rate_repeat"] < 1.0 and naive["acc_repeat"] == 1.0 - naive["pass_rate_repeat"]
+    assert naive["acc_or"] == 1.0 and naive["acc_plain"] == 1.0  # an 'or' does not parse: nothing is stated

@@ -14,7 +14,8 @@ RUNNERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "caprl": ("vlrl.demos.shapes.caprl.runner:run_demo",
               ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed")),
     "rubicap": ("vlrl.demos.shapes.rubicap.runner:run_rubicap_demo",
-                ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "wall_seconds", "seed")),
+                ("acc_before", "acc_after", "gain", "reward_first", "reward_last", "false_fact_share",
+                 "guards_flagged_share", "guards", "wall_seconds", "seed")),
     "vision-r1": ("vlrl.demos.shapes.vision_r1.runner:run_vision_r1_demo",
                   ("acc_before", "acc_after", "format_before", "format_after", "mean_tokens_before",
                    "mean_tokens_after", "single_stage_acc_after", "wall_seconds", "seed")),
@@ -38,6 +39,10 @@ def demo(
     rechecks: int = typer.Option(0, "--rechecks", min=0,
                                  help="vision-r1 only: the cold start's stand-in reasoner re-states its step up to N "
                                       "extra times (R1-style overthinking, the habit PTST targets)."),
+    guards: str = typer.Option("all", "--guards",
+                               help="rubicap only: the guards that veto a rollout before the rubric reward: all (every "
+                                    "default guard, the judge-hack ones included) or basic (self_praise, "
+                                    "grader_address, repetition, length)."),
     bench_inputs: Path | None = typer.Option(None, "--bench-inputs", help="Instead of a run: build (or reuse) the CapRL "
                                              "demo's trained reward answerer and write captions of its world with their "
                                              "questions to DIR, for `vlrl bench reward --qa` (prints the command)."),
@@ -64,12 +69,23 @@ def demo(
     if rechecks and name != "vision-r1":
         typer.echo("vlrl demo: --rechecks applies to --method vision-r1 only", err=True)
         raise typer.Exit(2)
+    if guards != "all" and name != "rubicap":
+        typer.echo("vlrl demo: --guards applies to --method rubicap only", err=True)
+        raise typer.Exit(2)
+    if guards != "all":
+        from vlrl.demos.shapes.rubicap.runner import GUARD_SETS
+
+        if guards not in GUARD_SETS:
+            typer.echo(f"vlrl demo: unknown --guards {guards!r}; choose {' or '.join(GUARD_SETS)}", err=True)
+            raise typer.Exit(2)
     target, keys = RUNNERS[name]
     out = out or Path("runs/demo" if name == "caprl" else f"runs/demo-{name}")
     module, func = target.split(":")
     run = getattr(importlib.import_module(module), func)
     try:
         extra = {"rechecks": rechecks} if rechecks else {}
+        if guards != "all":
+            extra["guards"] = guards
         metrics = run(out, seed=seed, quick=quick, force=force, cache_dir=cache_dir, **extra)
     except DemoError as e:
         typer.echo(f"vlrl demo: {e}", err=True)

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,17 @@ from vlrl.demos.shapes.kit.rewards import grammar_reward_block
 from vlrl.demos.shapes.standins.committee import COMMITTEE
 from vlrl.demos.shapes.tiny_models.rubric_judge import JudgeConfig, build_rubric_judge, oracle_verdict
 from vlrl.demos.shapes.tiny_models.warmstart import WarmStart, build_all
+from vlrl.rewards.guards import GuardSet
 
 logger = logging.getLogger(__name__)
 
 STAND_INS = "py:vlrl.demos.shapes.standins.committee"
 RUBRIC_FIELDS = ("id", "criterion", "pass_rule", "severity", "weight", "kind")
+GUARD_SETS: dict[str, list[str] | None] = {
+    "all": None,  # every default guard (GuardSet.from_settings with no ``enabled``)
+    "basic": ["self_praise", "grader_address", "repetition", "length"],
+}
+"""The ``guards`` settings of :class:`RubicapConfig`: the guards that veto a rollout (None: all defaults)."""
 
 
 @dataclass(frozen=True)
@@ -60,14 +67,29 @@ class RubicapConfig(caprl.DemoConfig):
     method: str = "rubicap"
     teachers: tuple[tuple[str, str, float], ...] = COMMITTEE
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    guards: str = "all"
+    """Which guards veto a rollout before the rubric reward (:data:`GUARD_SETS`): ``all``, every
+    default guard, the judge-hack ones (``hedging``, ``keyword_stuffing``, ``rewording``,
+    ``padding``) included; ``basic``, only those the demo had before them."""
 
     @classmethod
-    def make(cls, seed: int = 0, quick: bool = False) -> RubicapConfig:
+    def make(cls, seed: int = 0, quick: bool = False, guards: str = "all") -> RubicapConfig:
+        if guards not in GUARD_SETS:
+            raise ValueError(f"guards must be one of {', '.join(GUARD_SETS)}, got {guards!r}")
         # Fewer steps than CapRL's demo: each step asks the judge ~5 rubrics x 32 captions (about
         # 170 prompts of ~230 tokens), and the rubric reward rises within ~20 steps anyway.
         if quick:
-            return cls(seed=seed, quick=True, grpo_steps=30, eval_scenes=60)
-        return cls(seed=seed, grpo_steps=100, eval_scenes=100)
+            return cls(seed=seed, quick=True, grpo_steps=30, eval_scenes=60, guards=guards)
+        return cls(seed=seed, grpo_steps=100, eval_scenes=100, guards=guards)
+
+    def identity(self) -> dict[str, Any]:
+        # settings at their defaults are left out, so run folders written before they existed still resume
+        d = asdict(self)
+        if d["guards"] == "all":
+            del d["guards"]
+        if not d["judge"]["hedged"]:
+            del d["judge"]["hedged"]
+        return d
 
 
 def teacher_specs(cfg) -> list[str]:
@@ -91,9 +113,18 @@ def rubicap_reward_block(judge_dir: Path, cfg) -> dict[str, Any]:
         "name": "rubicap_rubric",
         "settings": {"judge": judge_spec(judge_dir), "per_rubric": True, "temperature": 0.0, "max_tokens": 4,
                      "max_retries": 0, "on_judge_failure": "drop", "seed": cfg.seed},
-        "guards": {"policy": "veto", "min_words": 3, "max_words": 8 * caprl.max_items(cfg.warm.world),
-                   "repetition": {"max_consecutive": 2}},
+        "guards": {"policy": "veto", **guard_settings(cfg, getattr(cfg, "guards", "all"))},
     }
+
+
+def guard_settings(cfg, which: str = "all") -> dict[str, Any]:
+    """The guard settings of the demo's veto (:data:`GUARD_SETS`): the length band of this world
+    (the longest honest caption has 8 words per item) and loops, plus the guards ``which`` names."""
+    block: dict[str, Any] = {"min_words": 3, "max_words": 8 * caprl.max_items(cfg.warm.world),
+                             "repetition": {"max_consecutive": 2}}
+    if GUARD_SETS[which] is not None:
+        block["enabled"] = list(GUARD_SETS[which])
+    return block
 
 
 def _build_judge_job(seed: int, cache_dir: str, cfg: JudgeConfig) -> str:
@@ -173,18 +204,10 @@ def prepare_eval_rubrics(out: Path, cfg, ws: WarmStart) -> Path:
 def verdict_accuracy(judge_dir: Path, cfg, captions: list[str], ids: list[str],
                      rubrics: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The judge's per-rubric verdicts, through the reward, against the world oracle."""
-    from vlrl.rewards import build_reward
-
-    block = rubicap_reward_block(judge_dir, cfg)
-    reward = build_reward(block["name"], **block["settings"])
-    inner = getattr(reward, "inner", reward)
-    inner.keep_verdicts = True
     pairs = [(c, rubrics[i]) for c, i in zip(captions, ids, strict=True) if i in rubrics]
-    scores = inner.score([c for c, _ in pairs], rubrics=[r for _, r in pairs])
     n = right = failed = 0
     by_kind: dict[str, list[int]] = {}
-    for (cap, rset), s in zip(pairs, scores, strict=True):
-        got = (s.details or {}).get("verdicts")
+    for (cap, rset), got in zip(pairs, judge_verdicts(judge_dir, cfg, pairs), strict=True):
         if got is None:
             failed += len(rset) if (cap or "").strip() else 0
             continue
@@ -195,6 +218,53 @@ def verdict_accuracy(judge_dir: Path, cfg, captions: list[str], ids: list[str],
             by_kind.setdefault(r.get("kind") or "criterion", []).append(ok)
     return {"acc": round(right / n, 4) if n else None, "verdicts": n, "failed": failed,
             "by_kind": {k: round(sum(v) / len(v), 4) for k, v in by_kind.items()}}
+
+
+def judge_verdicts(judge_dir: Path, cfg, pairs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, bool] | None]:
+    """The tiny judge's verdict per rubric id for each ``(caption, rubrics)``, asked through the
+    demo's reward exactly as in training (None where the verdicts could not be read)."""
+    from vlrl.rewards import build_reward
+
+    block = rubicap_reward_block(judge_dir, cfg)
+    reward = build_reward(block["name"], **block["settings"])
+    inner = getattr(reward, "inner", reward)
+    inner.keep_verdicts = True
+    scores = inner.score([c for c, _ in pairs], rubrics=[r for _, r in pairs])
+    return [(s.details or {}).get("verdicts") for s in scores]
+
+
+def hedge_verdict_accuracy(judge_dir: Path, cfg, scenes: int = 100, seed: int = 0) -> dict[str, Any]:
+    """The judge prompt's hedge rule, checked on the tiny judge: for held-out scenes, every rubric
+    that asks for a fact of one shape, against the scene's full caption with that fact given as
+    alternatives, the true value among them (:func:`~vlrl.demos.shapes.tiny_models.rubric_judge.hedged_caption`,
+    both forms). Under the rule each such criterion fails; ``acc_*`` is the share of verdicts that
+    agree with the rule's label, ``pass_rate_*`` the share the judge passes. ``acc_plain`` is the
+    accuracy on the same rubrics against the full caption, where nothing is hedged."""
+    import random
+
+    from vlrl.demos.shapes.tiny_models.rubric_judge import criterion_fact, hedged_caption, scene_rubrics
+
+    rng = random.Random(f"hedge-probe/{seed}")
+    jobs: dict[str, list[tuple[str, list[dict[str, Any]], list[bool]]]] = {"plain": [], "repeat": [], "or": []}
+    for sc in W.make_scenes(scenes, seed, cfg.warm.world, prefix="rj-hedge"):
+        _, rubrics = scene_rubrics(sc, rng)
+        for rub in rubrics:
+            mode, key, _ = criterion_fact(rub["criterion"])
+            if mode != "states" or key[1] == "count" or key[0] not in {it.position for it in sc.shapes}:
+                continue
+            jobs["plain"].append((W.caption(sc), [rub], [oracle_verdict(rub["criterion"], W.caption(sc))]))
+            for form in ("repeat", "or"):
+                cap = hedged_caption(sc, key, rng, form)
+                jobs[form].append((cap, [rub], [oracle_verdict(rub["criterion"], cap, alternatives_fail=True)]))
+    out: dict[str, Any] = {"scenes": scenes, "seed": seed}
+    for name, items in jobs.items():
+        verdicts = judge_verdicts(judge_dir, cfg, [(c, r) for c, r, _ in items])
+        got = [(v[r[0]["id"]], want[0]) for (_, r, want), v in zip(items, verdicts, strict=True) if v is not None]
+        out[f"acc_{name}"] = round(sum(g == w for g, w in got) / len(got), 4) if got else None
+        out[f"pass_rate_{name}"] = round(sum(g for g, _ in got) / len(got), 4) if got else None
+        out[f"n_{name}"] = len(got)
+        out[f"failed_{name}"] = len(items) - len(got)
+    return out
 
 
 def evaluate(model_dir: Path, out: Path, cfg, ws: WarmStart, judge_dir: Path) -> dict[str, Any]:
@@ -209,9 +279,11 @@ def evaluate(model_dir: Path, out: Path, cfg, ws: WarmStart, judge_dir: Path) ->
 
 
 def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick: bool = False, force: bool = False,
-                     cache_dir: str | Path | None = None, config: RubicapConfig | None = None) -> dict[str, Any]:
-    """Run (or resume, or reuse) the RubiCap demo in ``out``; returns the metrics."""
-    cfg = config or RubicapConfig.make(seed=seed, quick=quick)
+                     cache_dir: str | Path | None = None, config: RubicapConfig | None = None,
+                     guards: str = "all") -> dict[str, Any]:
+    """Run (or resume, or reuse) the RubiCap demo in ``out``; returns the metrics. ``guards`` picks
+    the veto's guards (:data:`GUARD_SETS`)."""
+    cfg = config or RubicapConfig.make(seed=seed, quick=quick, guards=guards)
     run = open_run(out, cfg, force, cache_dir)
     if run.reused is not None:
         return run.reused
@@ -230,6 +302,7 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
 
     before = json.loads((out / "eval" / "before.json").read_text())
     after = json.loads((out / "eval" / "after.json").read_text())
+    write_caption_files(out, before, after)
     history = read_history(out / "grpo")
     curation = json.loads((out / "data" / "curation.json").read_text())
     metrics = build_metrics(cfg, before, after, history, curation, stages.times, judge_dir, out)
@@ -267,7 +340,59 @@ def build_metrics(cfg, before: dict, after: dict, history: list[dict], curation:
             m[f"judge_verdict_by_kind_{kind}_{when}"] = r["by_kind"]
     m["judge_verdict_acc"] = m["judge_verdict_acc_greedy_after"]
     m["rubric_data"] = json.loads((out / "data" / "rubicap_train_stats.json").read_text())
+    m["guards"] = getattr(cfg, "guards", "all")
+    rows = {r["id"]: r for r in read_jsonl(out / "data" / "eval.jsonl")}
+    guards = GuardSet.from_settings(**guard_settings(cfg, "all"))
+    for when, ev in (("before", before), ("after", after)):
+        for kind in ("greedy", "sampled"):
+            flags = guard_flags(ev["captions"][kind], [rows[i] for i in ev["ids"]], guards)
+            m[f"guards_{kind}_{when}"] = flags
+            m[f"guards_flagged_share_{kind}_{when}"] = flags["flagged_share"]
+            m[f"false_fact_share_{kind}_{when}"] = round(1 - ev[f"stats_{kind}"]["stated_correct"], 4)
+    m["guards_flagged_share"] = m["guards_flagged_share_greedy_after"]
+    m["false_fact_share"] = m["false_fact_share_greedy_after"]
     return m
+
+
+# -- the guards over the policy's captions -----------------------------------------------------
+
+
+def guard_flags(captions: list[str], rows: list[dict[str, Any]], guards) -> dict[str, Any]:
+    """What every default guard (``guards``, a :class:`~vlrl.rewards.guards.GuardSet`) flags among
+    ``captions``, beside which of them state a false fact about their scene (a fact the world's
+    grammar reads from the caption that the scene contradicts). Caption-level, so the two can be
+    set against each other: the share of false-fact captions flagged, and of the others."""
+    reports = guards.evaluate_many(captions)
+    flagged = [bool(r.fired) for r in reports]
+    false = []
+    for cap, row in zip(captions, rows, strict=True):
+        st = caprl.caption_stats([cap], [row])
+        # a caption that states no fact ("a shape in the middle.") states no false one either
+        false.append(st["parse_rate"] == 1.0 and st["facts_stated"] > 0 and st["stated_correct"] < 1.0)
+    n = len(captions)
+
+    def share(k: int, of: int) -> float | None:
+        return round(k / of, 4) if of else None
+
+    n_false = sum(false)
+    by_family = Counter(f"{g}/{f}" for r in reports for g, f in r.families.items())
+    return {
+        "captions": n,
+        "flagged_share": share(sum(flagged), n),
+        "false_fact_captions_share": share(n_false, n),
+        "flagged_among_false_fact": share(sum(f and x for f, x in zip(flagged, false, strict=True)), n_false),
+        "flagged_among_rest": share(sum(f and not x for f, x in zip(flagged, false, strict=True)), n - n_false),
+        "by_family": {k: share(v, n) for k, v in sorted(by_family.items())},
+    }
+
+
+def write_caption_files(out: Path, before: dict, after: dict) -> None:
+    """``DIR/eval/captions_{before,after}_{greedy,sampled}.jsonl`` (``{"id", "caption"}`` rows), so
+    the project's own commands read the policy's captions (``vlrl reward guard --input ...``)."""
+    for when, ev in (("before", before), ("after", after)):
+        for kind in ("greedy", "sampled"):
+            write_jsonl(out / "eval" / f"captions_{when}_{kind}.jsonl",
+                        [{"id": i, "caption": c} for i, c in zip(ev["ids"], ev["captions"][kind], strict=True)])
 
 
 def report_parts(m: dict[str, Any]) -> dict[str, Any]:
@@ -284,8 +409,12 @@ def report_parts(m: dict[str, Any]) -> dict[str, Any]:
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{m.get(k)}</td></tr>"
         for k in ("judge_verdict_acc_heldout", "judge_verdict_acc_greedy_before", "judge_verdict_acc_greedy_after",
-                  "judge_verdict_acc_sampled_before", "judge_verdict_acc_sampled_after"))
-    extra = (f"<h2>Rubric judge (verdicts against the world oracle)</h2><table>{rows}</table>"
+                  "judge_verdict_acc_sampled_before", "judge_verdict_acc_sampled_after", "guards",
+                  "guards_flagged_share_greedy_before", "false_fact_share_greedy_before",
+                  "guards_flagged_share_greedy_after", "false_fact_share_greedy_after",
+                  "guards_flagged_share_sampled_after", "false_fact_share_sampled_after"))
+    extra = (f"<h2>Rubric judge (verdicts against the world oracle) and guards (every default guard over the "
+             f"held-out captions, beside the share of stated facts that are false)</h2><table>{rows}</table>"
              f"<p>Rubric data: {html.escape(json.dumps(m.get('rubric_data')))}</p>")
     return {"title": "RubiCap", "intro_html": intro, "reward_key": "rubicap_rubric", "extra_html": extra,
             "answerer_label": "filter_answerer"}

@@ -73,12 +73,20 @@ class JudgeConfig:
     aux_weight: float = 1.0
     pool: int = 16000
     held: int = 1200
+    hedged: float = 0.0
+    """Share of training captions written with alternatives (:func:`hedged_caption`), labelled by the
+    judge prompt's hedge rule (a fact stated only among alternatives is not stated). 0 (the
+    default): the judge never sees one, and the prompt's rule is text it cannot read."""
 
     def key(self) -> str:
         """Settings plus what the judge learns to read: a request rendered by the reward's own code
         for the committee's rubrics of a fixed scene, and the chat template. A changed judge
-        template, writer, schema or committee is a new judge, never a stale cached one."""
-        blob = json.dumps([VERSION, asdict(self), CHAT_TEMPLATE, request_fingerprint(self.world)], sort_keys=True,
+        template, writer, schema or committee is a new judge, never a stale cached one. ``hedged``
+        joins the key only when set, so judges built before it existed keep their folders."""
+        settings = asdict(self)
+        if not self.hedged:
+            settings.pop("hedged")
+        blob = json.dumps([VERSION, settings, CHAT_TEMPLATE, request_fingerprint(self.world)], sort_keys=True,
                           default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
@@ -124,19 +132,61 @@ def criterion_fact(criterion: str) -> tuple[str, tuple[str, str], str]:
     raise ValueError(f"not a shapes-world criterion: {criterion!r}")
 
 
-def stated_value(criterion: str, caption: str) -> str | None:
-    """What ``caption`` states (strictly read) for the fact ``criterion`` is about, or None."""
+def stated_value(criterion: str, caption: str, alternatives_fail: bool = False) -> str | None:
+    """What ``caption`` states (strictly read) for the fact ``criterion`` is about, or None.
+
+    The grammar's one way to give alternatives is to describe one place more than once ("a red
+    circle on the left and a blue circle on the left"); a plain reader keeps the last value. With
+    ``alternatives_fail`` (the judge prompt's hedge rule) a fact given two or more different values
+    is not stated at all."""
     _, key, _ = criterion_fact(criterion)
-    return facts_of(W.parse_caption(caption or "")).get(key)
+    items = W.parse_caption(caption or "")
+    if alternatives_fail and key[1] != "count" and items:
+        values = {getattr(it, key[1]) for it in items if it.position == key[0] and not it.is_word} - {None}
+        if len(values) > 1:
+            return None
+    return facts_of(items).get(key)
 
 
-def oracle_verdict(criterion: str, caption: str) -> bool:
-    """Whether ``caption`` meets ``criterion``, read by a strict reader of the world's grammar."""
+def oracle_verdict(criterion: str, caption: str, alternatives_fail: bool = False) -> bool:
+    """Whether ``caption`` meets ``criterion``, read by a strict reader of the world's grammar
+    (``alternatives_fail``: see :func:`stated_value`)."""
     mode, _, value = criterion_fact(criterion)
-    got = stated_value(criterion, caption)
+    got = stated_value(criterion, caption, alternatives_fail)
     if mode == "states":
         return got == value
     return got is not None and got != value
+
+
+_POOLS = {"shape": W.SHAPES, "colour": tuple(W.COLOURS), "size": W.SIZES}
+
+
+def hedged_caption(scene: W.Scene, key: tuple[str, str], rng: random.Random, form: str = "repeat",
+                   n: int | None = None) -> str:
+    """The scene's full caption with the fact ``key`` (place, attribute) given as ``n`` alternatives,
+    the true value among them: ``repeat`` describes the place once per alternative ("a red circle on
+    the left and a blue circle on the left", the only form the grammar parses), ``or`` joins them
+    inside one phrase ("a red or blue circle on the left", which the grammar does not parse).
+    A criterion about that fact is met only inside the hedge, so the hedge rule fails it."""
+    place, attr = key
+    items = W.stated_items(scene)
+    slot = next(i for i, it in enumerate(items) if it.position == place and not it.is_word)
+    true = getattr(items[slot], attr)
+    pool = _POOLS[attr]
+    # the world has at most three places: a repeated place may not make a caption of more items
+    most = len(pool) if form == "or" else max(2, 3 - len(items) + 1)
+    n = min(n or rng.randint(2, len(pool)), most)
+    values = [true, *rng.sample([v for v in pool if v != true], min(n, len(pool)) - 1)]
+    rng.shuffle(values)
+    if form == "repeat":
+        alts = [replace(items[slot], **{attr: v}) for v in values]
+        return W.caption_from_items(items[:slot] + alts + items[slot + 1:])
+    if form != "or":
+        raise ValueError(f"hedge form {form!r} is not 'repeat' or 'or'")
+    joined = ", ".join(values[:-1]) + " or " + values[-1]
+    item = items[slot]
+    phrase = W.item_phrase(replace(item, **{attr: "{}"})).replace("{}", joined)
+    return W.caption_from_items(items).replace(f"{W.item_phrase(item)} {W.WHERE[place]}", f"{phrase} {W.WHERE[place]}", 1)
 
 
 # -- training examples -------------------------------------------------------------------------
@@ -176,8 +226,22 @@ def scene_rubrics(scene: W.Scene, rng: random.Random) -> tuple[str, list[dict[st
     return student, out["rubrics"]
 
 
-def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request) -> list[dict[str, Any]]:
-    """``n`` (rendered request, verdict) pairs; ``request(caption, rubric_dict) -> text``."""
+def _hedge_key(scene: W.Scene, criterion: str, rng: random.Random) -> tuple[str, str]:
+    """The fact a training hedge gives alternatives for: mostly the criterion's own, else any."""
+    _, key, _ = criterion_fact(criterion)
+    # (the draw comes before the place check, so judges built before the check keep their examples)
+    if key[1] != "count" and rng.random() < 0.7 and key[0] in {it.position for it in scene.shapes}:
+        return key
+    return rng.choice([(it.position, a) for it in scene.shapes for a in _POOLS])
+
+
+def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request,
+                   hedged: float = 0.0) -> list[dict[str, Any]]:
+    """``n`` (rendered request, verdict) pairs; ``request(caption, rubric_dict) -> text``.
+
+    ``hedged``: the chance that a rubric also gets a caption with alternatives (either form of
+    :func:`hedged_caption`), and every label follows the hedge rule. At 0 no draw is made for it,
+    so the examples are exactly those of judges built before the setting existed."""
     rng = random.Random(f"rubric-judge/{prefix}/{seed}")
     out: list[dict[str, Any]] = []
     for sc in W.make_scenes(n, seed, world, prefix=prefix):
@@ -186,13 +250,16 @@ def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request
             caps = [caption_variant(sc, rng) for _ in range(2)]
             if rng.random() < 0.25:
                 caps.append(student)
+            if hedged and rng.random() < hedged:
+                caps.append(hedged_caption(sc, _hedge_key(sc, rub["criterion"], rng), rng,
+                                           rng.choice(("repeat", "or"))))
             for cap in caps:
-                label = oracle_verdict(rub["criterion"], cap)
+                label = oracle_verdict(rub["criterion"], cap, alternatives_fail=bool(hedged))
                 # regression pitfalls are rarely met by a random rewrite: thin their negatives so
                 # both verdicts stay common for every kind of criterion
                 if not label and rng.random() < (0.6 if rub["kind"] == "regression" else 0.2):
                     continue
-                got = stated_value(rub["criterion"], cap)
+                got = stated_value(rub["criterion"], cap, alternatives_fail=bool(hedged))
                 out.append({"text": request(cap, rub), "label": label, "kind": rub["kind"],
                             "value": VALUES.index(got) if got in VALUES else len(VALUES)})
                 if len(out) >= n:
@@ -239,7 +306,8 @@ def build_rubric_judge(seed: int, cache_dir: Path, cfg: JudgeConfig | None = Non
     """The cached tiny rubric judge for ``seed`` (trained on first use, ~minutes on one core)."""
     cfg = cfg or JudgeConfig()
     cache_dir = Path(cache_dir)
-    tok = cached(cache_dir / f"judge-tokenizer-{cfg.key()}", lambda out: _train_tokenizer(cfg, out))
+    # the tokenizer reads the world's text whatever the judge learns from it: one per world and template
+    tok = cached(cache_dir / f"judge-tokenizer-{replace(cfg, hedged=0.0).key()}", lambda out: _train_tokenizer(cfg, out))
     return cached(judge_dir(seed, cache_dir, cfg), lambda out: train_rubric_judge(cfg, tok, out, seed))
 
 
@@ -270,9 +338,9 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
     chat = fast_render(lambda user: backend.render_prompt([{"role": "user", "content": user}]))
     request = request_renderer()
     t0 = time.time()
-    train = judge_examples(cfg.pool, seed, "rj-train", cfg.world, lambda c, r: chat(request(c, r)))
+    train = judge_examples(cfg.pool, seed, "rj-train", cfg.world, lambda c, r: chat(request(c, r)), cfg.hedged)
     # held-out criteria: scenes (and so criteria and captions) drawn with another prefix
-    held = judge_examples(cfg.held, seed, "rj-held", cfg.world, lambda c, r: chat(request(c, r)))
+    held = judge_examples(cfg.held, seed, "rj-held", cfg.world, lambda c, r: chat(request(c, r)), cfg.hedged)
     probe = train[0]["text"]
     verdict_tok = {True: backend.choice_token(probe, PASS), False: backend.choice_token(probe, FAIL)}
     eos = tok.eos_token_id
