@@ -62,6 +62,9 @@ class DemoConfig(DemoSettings):
     eval_scenes: int = 100
     judge_seed_offset: int = 1000
     warm: WarmStartConfig = field(default_factory=WarmStartConfig)
+    full_caption_baseline: bool = True
+    """Also SFT a captioner on full captions only (same budget) and evaluate it: the strongest no-RL
+    baseline, beside the attribute-dropping warm start RL begins from (:func:`full_caption_config`)."""
 
     @classmethod
     def make(cls, seed: int = 0, quick: bool = False) -> DemoConfig:
@@ -82,7 +85,7 @@ def make_data(out: Path, cfg: DemoConfig) -> None:
     for split, n in splits.items():
         rng = random.Random(f"demo-questions/{split}/{cfg.seed}")
         rows = []
-        for sc in W.make_scenes(n, cfg.seed, world, prefix=f"{split}-"):
+        for sc in W.make_scenes(n, cfg.seed, world, prefix=f"{split}-", split=split):
             path = data / "images" / f"{sc.id}.png"
             W.render(sc, world).save(path)
             qs = [q.to_dict() for q in W.scene_questions(sc, rng, world)]
@@ -164,12 +167,17 @@ def judge(backend, captions: list[str], rows: list[dict[str, Any]], prompt: str)
     return out
 
 
-def caption_stats(captions: list[str], rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Parser-based statistics for the report (facts stated, and how many of them are right)."""
-    stated = correct = total = parsed = 0
+def caption_stats(captions: list[str], rows: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Parser-based statistics for the report (facts stated, and how many of them are right), with
+    bootstrap intervals over scenes for the shares of facts stated and of stated facts that are false."""
+    from vlrl.demos.shapes.kit.judging import interval
+
+    per = []  # [stated, correct, total facts] per scene
+    parsed = 0
     for cap, r in zip(captions, rows, strict=True):
         sc = W.Scene.from_dict(r["scene"])
-        total += sum(3 if not it.is_word else 1 for it in sc.items)
+        c = [0, 0, sum(3 if not it.is_word else 1 for it in sc.items)]
+        per.append(c)
         items = W.parse_caption(cap)
         if items is None:
             continue
@@ -179,33 +187,51 @@ def caption_stats(captions: list[str], rows: list[dict[str, Any]]) -> dict[str, 
             for a in ("colour", "shape", "size", "word"):
                 v = getattr(it, a)
                 if v:
-                    stated += 1
-                    correct += it.position in truth and getattr(truth[it.position], a) == v
+                    c[0] += 1
+                    c[1] += it.position in truth and getattr(truth[it.position], a) == v
+    stated, correct, total = (sum(c[i] for c in per) for i in range(3))
     return {
         "parse_rate": parsed / max(1, len(rows)),
         "facts_stated": stated / max(1, total),
+        "facts_stated_ci": interval([c[0] for c in per], [c[2] for c in per], seed),
         "stated_correct": correct / max(1, stated),
+        "false_fact_rate": 1 - correct / max(1, stated),
+        "false_fact_rate_ci": interval([c[0] - c[1] for c in per], [c[0] for c in per], seed),
         "words": sum(len(c.split()) for c in captions) / max(1, len(captions)),
     }
 
 
 def evaluate(model_dir: str | Path, out: Path, cfg: DemoConfig, judge_dir: Path, answerer_dir: Path) -> dict[str, Any]:
+    """Held-out captions of ``model_dir`` judged three ways: ``reader_*`` (the rule-based reader, the
+    headline: :mod:`vlrl.demos.shapes.kit.judging`), ``twin_judge_*`` (an answerer trained like the
+    reward answerer with another seed: the reward's twin, not an independent judge) and
+    ``reward_answerer_*`` (the reward's own reader); each rate with its interval over scenes."""
     from vlrl.core.backends import load_backend
+    from vlrl.demos.shapes.kit.judging import check_reader, rate_intervals, reader_eval
 
     rows = list(read_jsonl(out / "data" / "eval.jsonl"))
     caps = caption_scenes(model_dir, out, rows, cfg)
-    result: dict[str, Any] = {"captions": caps, "ids": [r["id"] for r in rows]}
+    result: dict[str, Any] = {"captions": caps, "ids": [r["id"] for r in rows], "reader_check": check_reader(rows)}
     prompt = cfg.warm.answer_prompt
-    for who, path in (("judge", judge_dir), ("reward_answerer", answerer_dir)):
+    for kind, c in caps.items():
+        result[f"reader_{kind}"] = reader_eval(c, rows)
+    for who, path in (("twin_judge", judge_dir), ("reward_answerer", answerer_dir)):
         backend = load_backend(hf_spec(path, 256))
         try:
             for kind, c in caps.items():
                 result[f"{who}_{kind}"] = judge(backend, c, rows, prompt)
         finally:
             backend.close()
+    for who in JUDGES:
+        for kind in caps:
+            result[f"{who}_{kind}"].update(rate_intervals(result[f"{who}_{kind}"], cfg.seed))
     for kind, c in caps.items():
-        result[f"stats_{kind}"] = caption_stats(c, rows)
+        result[f"stats_{kind}"] = caption_stats(c, rows, cfg.seed)
     return result
+
+
+JUDGES = ("reader", "twin_judge", "reward_answerer")
+"""The evaluation's judges, headline first (see :func:`evaluate`)."""
 
 
 # -- GRPO --------------------------------------------------------------------------------------
@@ -293,7 +319,8 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     if run.reused is not None:
         return run.reused
     out, stages, seed = run.out, run.stages, cfg.seed
-    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, seed + cfg.judge_seed_offset, run.cache))
+    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, seed + cfg.judge_seed_offset, run.cache,
+                                                      full_caption=cfg.full_caption_baseline))
     answerer_spec = hf_spec(ws.answerer, 256)
 
     stages.run("data", lambda: make_data(out, cfg))
@@ -301,6 +328,9 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
                                              100 * curate(out, cfg, answerer_spec)["dropped_rate"]))
     stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                         evaluate(ws.captioner, out, cfg, ws.judge, ws.answerer)))
+    if ws.full_captioner is not None:
+        stages.run("eval_full_sft", lambda: atomic_write_json(
+            out / "eval" / "full_sft.json", evaluate(ws.full_captioner, out, cfg, ws.judge, ws.answerer)))
     stages.run("grpo", lambda: run_recipe(write_recipe(out, cfg, ws.captioner, ws.answerer)))
     stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                        evaluate(out / "grpo", out, cfg, ws.judge, ws.answerer)))
@@ -311,43 +341,78 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     after = json.loads((out / "eval" / "after.json").read_text())
     history = read_history(out / "grpo")
     curation = json.loads((out / "data" / "curation.json").read_text())
-    metrics = build_metrics(cfg, before, after, history, curation, stages.times)
-    # Wall time of the work, summed over resumed invocations (a reused warm start costs ~0 s).
-    metrics["wall_seconds"] = round(sum(stages.times.values()), 1)
-    write_report(out, cfg, metrics, before, after, history)
+    full_sft = load_full_sft(out)
+    metrics = build_metrics(cfg, before, after, history, curation, stages.times, full_sft=full_sft)
+    write_report(out, cfg, metrics, before, after, history, full_sft=full_sft)
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
 
 
+def load_full_sft(out: Path) -> dict[str, Any] | None:
+    """The full-caption captioner's evaluation, if this run made one."""
+    p = Path(out) / "eval" / "full_sft.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def timing(times: dict[str, float]) -> dict[str, float]:
+    """Wall time split into the warm start (cached models: ~0 s when reused) and the run itself,
+    each summed over resumed invocations."""
+    warm = sum(v for k, v in times.items() if k == "warm_start")
+    rest = sum(v for k, v in times.items() if k != "warm_start")
+    return {"wall_seconds": round(warm + rest, 1), "warm_start_seconds": round(warm, 1), "run_seconds": round(rest, 1)}
+
+
 def build_metrics(cfg: DemoConfig, before: dict, after: dict, history: list[dict], curation: dict,
-                  times: dict[str, float], window: int = 5) -> dict[str, Any]:
+                  times: dict[str, float], window: int = 5, full_sft: dict | None = None) -> dict[str, Any]:
+    """The run's numbers. Headline: the rule-based reader's accuracy on greedy captions of the
+    held-out scenes (``acc_*``, with 95% intervals over scenes ``*_ci``); the twin judge and the
+    reward answerer give the same rates under their own names."""
+    from vlrl.demos.shapes.kit.judging import gain_interval, kind_accuracy
+
     # The QA reward alone (the total adds the format reward, 0 for well-formed captions).
     rewards = [h.get("rewards/caprl_qa/mean", h["reward"]) for h in history]
+    rb, ra = before["reader_greedy"], after["reader_greedy"]
     m: dict[str, Any] = {
         "seed": cfg.seed,
         "quick": cfg.quick,
-        "acc_before": round(before["judge_greedy"]["acc"], 4),
-        "acc_after": round(after["judge_greedy"]["acc"], 4),
+        "judge": "reader",
+        "acc_before": round(rb["acc"], 4),
+        "acc_before_ci": rb.get("acc_ci"),
+        "acc_after": round(ra["acc"], 4),
+        "acc_after_ci": ra.get("acc_ci"),
         "reward_first": window_mean(rewards, window, last=False),
         "reward_last": window_mean(rewards, window, last=True),
         "reward_window_steps": window,
         "grpo_steps": len(history) and max(h["step"] for h in history),
-        "wall_seconds": None,
     }
     m["gain"] = round(m["acc_after"] - m["acc_before"], 4)
-    for who in ("judge", "reward_answerer"):
+    m["gain_ci"] = gain_interval(rb, ra, cfg.seed)
+    m["acc_by_kind_before"] = kind_accuracy(rb)
+    m["acc_by_kind_after"] = kind_accuracy(ra)
+    m["reader_check"] = after.get("reader_check")
+    if full_sft is not None:
+        rf = full_sft["reader_greedy"]
+        m["acc_full_sft"] = round(rf["acc"], 4)
+        m["acc_full_sft_ci"] = rf.get("acc_ci")
+        m["gain_over_full_sft"] = round(ra["acc"] - rf["acc"], 4)
+        m["gain_over_full_sft_ci"] = gain_interval(rf, ra, cfg.seed)
+        m["acc_by_kind_full_sft"] = kind_accuracy(rf)
+    evals = [("before", before), ("after", after)] + ([("full_sft", full_sft)] if full_sft is not None else [])
+    for who in JUDGES:
         for kind in ("greedy", "sampled"):
-            for when, ev in (("before", before), ("after", after)):
+            for when, ev in evals:
                 r = ev[f"{who}_{kind}"]
-                m[f"{who}_{kind}_acc_{when}"] = round(r["acc"], 4)
-                m[f"{who}_{kind}_hallucination_{when}"] = round(r["hallucination_rate"], 4)
-                m[f"{who}_{kind}_cannot_answer_{when}"] = round(r["cannot_answer_rate"], 4)
+                for rate, short in (("acc", "acc"), ("hallucination_rate", "hallucination"),
+                                    ("cannot_answer_rate", "cannot_answer")):
+                    m[f"{who}_{kind}_{short}_{when}"] = round(r[rate], 4)
+                    m[f"{who}_{kind}_{short}_{when}_ci"] = r.get(f"{rate}_ci")
     for kind in ("greedy", "sampled"):
-        for when, ev in (("before", before), ("after", after)):
+        for when, ev in evals:
             for k, v in ev[f"stats_{kind}"].items():
-                m[f"captions_{kind}_{k}_{when}"] = round(v, 4)
+                m[f"captions_{kind}_{k}_{when}"] = round(v, 4) if isinstance(v, float) else v
     zero = [h.get("frac_reward_zero_std") for h in history if h.get("frac_reward_zero_std") is not None]
     m["frac_reward_zero_std_mean"] = round(sum(zero) / len(zero), 4) if zero else None
     m["curation"] = {k: curation[k] for k in ("train", "eval", "dropped_rate", "by_kind")}
     m["stage_seconds"] = times
+    m.update(timing(times))
     return m

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +39,8 @@ def answerer_examples(cfg: WarmStartConfig, n: int, seed: int, render_request: C
     from vlrl.methods.caprl.mcq import CANNOT_ANSWER, normalize_mcq, present
 
     rng = random.Random(f"answerer/{seed}")
-    world = replace(cfg.world)
     out = []
-    scenes = W.make_scenes(n // 4 + 1, seed, world, prefix="ans")
+    scenes = answerer_scenes(cfg, n, seed)
     for sc in scenes:
         stated = W.stated_items(sc, rng, rng.uniform(0, cfg.ans_drop_max))
         if rng.random() < cfg.ans_corrupt_p:
@@ -66,6 +64,11 @@ def answerer_examples(cfg: WarmStartConfig, n: int, seed: int, render_request: C
             if len(out) >= n:
                 return out
     return out
+
+
+def answerer_scenes(cfg: WarmStartConfig, n: int, seed: int) -> list[W.Scene]:
+    """The scenes behind ``n`` answerer examples (four questions each): training layouts only."""
+    return W.make_scenes(n // 4 + 1, seed, cfg.world, prefix="ans", split="train")
 
 
 def fast_render(render_request: Callable[[str], str]) -> Callable[[str], str]:

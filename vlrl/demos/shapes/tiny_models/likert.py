@@ -167,6 +167,11 @@ def judge_text(caption: str) -> str:
     return render(PROMPT, **fence_caption(caption), with_image=True, low=LOW, high=HIGH)
 
 
+def likert_scenes(cfg: LikertConfig, warm, seed: int) -> list[W.Scene]:
+    """The judge's scenes (its first ``heldout`` only measure it): the world's training layouts only."""
+    return W.make_scenes(cfg.scenes, seed, warm.world, prefix="likert", split="train")
+
+
 def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int) -> dict[str, Any]:
     import shutil
 
@@ -192,7 +197,7 @@ def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int
         return backend.render_prompt([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}])
 
     rng = random.Random(f"likert/{seed}")
-    scenes = W.make_scenes(cfg.scenes, seed, warm.world, prefix="likert")
+    scenes = likert_scenes(cfg, warm, seed)
     images = [W.render(s, warm.world) for s in scenes]
     held_idx = list(range(cfg.heldout))
     train_idx = list(range(cfg.heldout, len(scenes)))

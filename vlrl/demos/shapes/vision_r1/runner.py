@@ -141,20 +141,29 @@ def eval_cap(cfg: VR1Config) -> int:
 
 
 def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldConfig) -> Path:
-    """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl``."""
-    return write_rows(folder, split, P.make_problems(n, seed, world, split), world)
+    """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl`` (every split but
+    ``eval`` from the world's training layouts, :func:`vlrl.demos.shapes.kit.world.layout_split`)."""
+    return write_rows(folder, split, P.make_problems(n, seed, world, split, layouts(split)), world)
+
+
+def layouts(split: str) -> str:
+    """The world's layout split a problem set draws from: ``eval`` for the held-out set, else ``train``."""
+    return "eval" if split == "eval" else "train"
 
 
 def write_splits(folder: Path, cfg: VR1Config) -> dict[str, Any]:
-    """The RL set and the held-out set; the held-out one shares no (layout, question) pair and no
-    image with the cold start's problems or the RL set (:func:`vlrl.demos.shapes.kit.problems.make_heldout`).
+    """The RL set and the held-out set. Training problems (RL and cold start) come from the world's
+    training layouts, held-out ones from its held-out layouts (:func:`vlrl.demos.shapes.kit.world.layout_split`,
+    the same split every demo model trains apart from), and :func:`vlrl.demos.shapes.kit.problems.make_heldout`
+    checks again that none shares a (layout, question) pair or an image with the cold start or the RL set.
 
     The cold start's problems are drawn again from their seed (the student's cache holds only what
     it needs), exactly as :func:`build_student` draws them."""
     world = cfg.warm.world
-    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train")
-    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart")
-    heldout, skipped = P.make_heldout(cfg.eval_problems, cfg.seed, world, "eval", P.seen_keys(cold) | P.seen_keys(train))
+    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train", layouts("train"))
+    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart", layouts("coldstart"))
+    heldout, skipped = P.make_heldout(cfg.eval_problems, cfg.seed, world, "eval", P.seen_keys(cold) | P.seen_keys(train),
+                                      layouts("eval"))
     write_rows(folder, "train", train, world)
     write_rows(folder, "eval", heldout, world)
     info = {"train": len(train), "cold_start": len(cold), "eval": len(heldout), "eval_skipped_as_seen": skipped,
