@@ -136,3 +136,49 @@ def test_bootstrap_ratio_resamples_clusters():
     # a cluster with many questions weighs more than a small one
     lo, hi = bootstrap_ratio([9, 0], [10, 1], seed=0, resamples=500)
     assert hi == 0.9 and lo == 0.0
+
+
+def _fake_eval(rows, captions):
+    from vlrl.demos.shapes.caprl.runner import caption_stats
+
+    ev = {"ids": [r["id"] for r in rows], "captions": {"greedy": captions, "sampled": captions},
+          "reader_check": J.check_reader(rows)}
+    for who in ("reader", "twin_judge", "reward_answerer"):
+        for kind in ("greedy", "sampled"):
+            res = J.reader_eval(captions, rows)  # the learned judges' records have the same shape
+            ev[f"{who}_{kind}"] = {**res, **J.rate_intervals(res)}
+    for kind in ("greedy", "sampled"):
+        ev[f"stats_{kind}"] = caption_stats(captions, rows)
+    return ev
+
+
+def test_caprl_metrics_and_report_carry_intervals_kinds_baseline_and_marked_facts(tmp_path):
+    from vlrl.demos.shapes.caprl.runner import build_metrics
+    from vlrl.demos.shapes.kit.report import write_report
+
+    cfg = DemoConfig.make(seed=3, quick=True)
+    (tmp_path / "data" / "images").mkdir(parents=True)
+    rng, rows = random.Random(0), []
+    for sc in W.make_scenes(12, 3, WORLD, prefix="eval-", split="eval"):
+        W.render(sc, WORLD).save(tmp_path / "data" / "images" / f"{sc.id}.png")
+        rows.append({"id": sc.id, "image": f"images/{sc.id}.png", "scene": sc.to_dict(), "caption_full": W.caption(sc),
+                     "questions": [q.to_dict() for q in W.scene_questions(sc, rng, WORLD)]})
+    (tmp_path / "data" / "eval.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    terse = [W.caption(W.Scene.from_dict(r["scene"]), rng, 0.65) for r in rows]
+    wrong = []
+    for r in rows:
+        items = W.stated_items(W.Scene.from_dict(r["scene"]))
+        items[0].shape = next(s for s in W.SHAPES if s != items[0].shape)
+        wrong.append(W.caption_from_items(items))
+    before, after, full = _fake_eval(rows, terse), _fake_eval(rows, wrong), _fake_eval(rows, [r["caption_full"] for r in rows])
+    history = [{"step": i, "reward": 0.1 * i, "rewards/caprl_qa/mean": 0.1 * i} for i in range(1, 11)]
+    cur = {"train": {}, "eval": {}, "dropped_rate": 0.0, "by_kind": {}}
+    m = build_metrics(cfg, before, after, history, cur, {"warm_start": 100.0, "grpo": 20.0, "eval_after": 5.0},
+                      full_sft=full)
+    assert m["acc_full_sft"] == 1.0 and m["acc_after"] < 1.0 and m["gain_over_full_sft_ci"][1] < 0
+    assert m["acc_before_ci"][0] <= m["acc_before"] <= m["acc_before_ci"][1]
+    assert m["acc_by_kind_after"]["shape"] < 1.0 == m["acc_by_kind_after"]["colour"]
+    assert (m["warm_start_seconds"], m["run_seconds"], m["wall_seconds"]) == (100.0, 25.0, 125.0)
+    assert m["twin_judge_greedy_acc_after_ci"] and m["captions_greedy_false_fact_rate_after"] > 0
+    page = write_report(tmp_path, cfg, m, before, after, history, full_sft=full).read_text()
+    assert "<mark>" in page and "full-caption SFT" in page and "twin judge" in page and "[" in page
