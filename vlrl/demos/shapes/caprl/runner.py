@@ -62,6 +62,9 @@ class DemoConfig(DemoSettings):
     eval_scenes: int = 100
     judge_seed_offset: int = 1000
     warm: WarmStartConfig = field(default_factory=WarmStartConfig)
+    twin_judge: bool = True
+    """Also judge with the twin answerer (trained like the reward answerer, seed + ``judge_seed_offset``):
+    a second column beside the rule-based reader; off saves one answerer's training per seed."""
     full_caption_baseline: bool = True
     """Also SFT a captioner on full captions only (same budget) and evaluate it: the strongest no-RL
     baseline, beside the attribute-dropping warm start RL begins from (:func:`full_caption_config`)."""
@@ -216,6 +219,8 @@ def evaluate(model_dir: str | Path, out: Path, cfg: DemoConfig, judge_dir: Path,
     for kind, c in caps.items():
         result[f"reader_{kind}"] = reader_eval(c, rows)
     for who, path in (("twin_judge", judge_dir), ("reward_answerer", answerer_dir)):
+        if path is None:  # no twin judge in this run
+            continue
         backend = load_backend(hf_spec(path, 256))
         try:
             for kind, c in caps.items():
@@ -224,7 +229,8 @@ def evaluate(model_dir: str | Path, out: Path, cfg: DemoConfig, judge_dir: Path,
             backend.close()
     for who in JUDGES:
         for kind in caps:
-            result[f"{who}_{kind}"].update(rate_intervals(result[f"{who}_{kind}"], cfg.seed))
+            if f"{who}_{kind}" in result:
+                result[f"{who}_{kind}"].update(rate_intervals(result[f"{who}_{kind}"], cfg.seed))
     for kind, c in caps.items():
         result[f"stats_{kind}"] = caption_stats(c, rows, cfg.seed)
     return result
@@ -301,6 +307,11 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
     }
 
 
+def judge_seed(cfg: DemoConfig) -> int | None:
+    """The twin judge answerer's seed, or None when the config leaves it out."""
+    return cfg.seed + cfg.judge_seed_offset if getattr(cfg, "twin_judge", True) else None
+
+
 def max_items(world: W.WorldConfig) -> int:
     return min(3, world.max_shapes + (world.word_prob > 0))
 
@@ -319,7 +330,7 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     if run.reused is not None:
         return run.reused
     out, stages, seed = run.out, run.stages, cfg.seed
-    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, seed + cfg.judge_seed_offset, run.cache,
+    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, judge_seed(cfg), run.cache,
                                                       full_caption=cfg.full_caption_baseline))
     answerer_spec = hf_spec(ws.answerer, 256)
 
@@ -401,6 +412,8 @@ def build_metrics(cfg: DemoConfig, before: dict, after: dict, history: list[dict
     for who in JUDGES:
         for kind in ("greedy", "sampled"):
             for when, ev in evals:
+                if f"{who}_{kind}" not in ev:  # no twin judge in this run
+                    continue
                 r = ev[f"{who}_{kind}"]
                 for rate, short in (("acc", "acc"), ("hallucination_rate", "hallucination"),
                                     ("cannot_answer_rate", "cannot_answer")):

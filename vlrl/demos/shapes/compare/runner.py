@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
-from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, make_data, recipe_dict, timing
+from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, judge_seed, make_data, recipe_dict, timing
 from vlrl.demos.shapes.kit.base import DemoError, DemoSettings, hf_spec, open_run
 from vlrl.demos.shapes.kit.history import read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
@@ -148,7 +148,7 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
     if run.reused is not None:
         return run.reused
     out, stages, cache, dcfg = run.out, run.stages, run.cache, cfg.demo
-    ws = stages.timed("warm_start", lambda: build_all(dcfg.warm, cfg.seed, cfg.seed + dcfg.judge_seed_offset, cache))
+    ws = stages.timed("warm_start", lambda: build_all(dcfg.warm, cfg.seed, judge_seed(dcfg), cache))
     answerer_spec = hf_spec(ws.answerer, 256)
 
     stages.run("data", lambda: make_data(out, dcfg))
@@ -231,8 +231,8 @@ def row_metrics(row: str, ev: dict[str, Any], history: list[dict[str, Any]], win
         "sampled_acc_after_ci": s.get("acc_ci"),
         "sampled_hallucination_rate": round(s["hallucination_rate"], 4),
         "sampled_mean_words": round(ev["stats_sampled"]["words"], 2),
-        "twin_judge_acc_after": round(ev["twin_judge_greedy"]["acc"], 4),
-        "twin_judge_acc_after_ci": ev["twin_judge_greedy"].get("acc_ci"),
+        "twin_judge_acc_after": round(ev["twin_judge_greedy"]["acc"], 4) if "twin_judge_greedy" in ev else None,
+        "twin_judge_acc_after_ci": (ev.get("twin_judge_greedy") or {}).get("acc_ci"),
         "reward_answerer_acc_after": round(ev["reward_answerer_greedy"]["acc"], 4),
         "reward_key": key,
         "reward_first": window_mean(rewards, window, last=False),

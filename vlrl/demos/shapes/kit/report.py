@@ -58,7 +58,8 @@ def _plots(metrics: dict[str, Any], history: list[dict[str, Any]], reward_key: s
     plt.close(fig)
 
     fig, ax = plt.subplots(1, 2, figsize=(12, 3.6))
-    groups = [("reader", "greedy"), ("reader", "sampled"), ("twin_judge", "greedy"), (answerer, "greedy")]
+    groups = [(w, k) for w, k in (("reader", "greedy"), ("reader", "sampled"), ("twin_judge", "greedy"),
+                                  (answerer, "greedy")) if f"{w}_{k}_acc_before" in metrics]
     short = answerer.replace("_answerer", " ans.")
     labels = [f"{ {'reader': 'reader', 'twin_judge': 'twin judge'}.get(w, short)}\n{k}" for w, k in groups]
     x = range(len(groups))

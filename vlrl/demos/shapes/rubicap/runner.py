@@ -111,10 +111,10 @@ def warm_start(cfg: RubicapConfig, cache: Path) -> tuple[WarmStart, Path]:
     final = judge_dir(cfg.seed, cache, cfg.judge)
     full = getattr(cfg, "full_caption_baseline", False)
     if (final / "warmstart.json").exists():
-        return build_all(cfg.warm, cfg.seed, cfg.seed + cfg.judge_seed_offset, cache, full_caption=full), final
+        return build_all(cfg.warm, cfg.seed, caprl.judge_seed(cfg), cache, full_caption=full), final
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as ex:
         fut = ex.submit(_build_judge_job, cfg.seed, str(cache), cfg.judge)
-        ws = build_all(cfg.warm, cfg.seed, cfg.seed + cfg.judge_seed_offset, cache, full_caption=full)
+        ws = build_all(cfg.warm, cfg.seed, caprl.judge_seed(cfg), cache, full_caption=full)
         return ws, Path(fut.result())
 
 

@@ -75,8 +75,9 @@ class WarmStart:
     tokenizer: Path
     captioner: Path
     answerer: Path
-    judge: Path
-    """The twin judge: an answerer trained exactly like the reward answerer, with another seed."""
+    judge: Path | None
+    """The twin judge: an answerer trained exactly like the reward answerer, with another seed
+    (None when not asked for)."""
     full_captioner: Path | None = None
     """The captioner SFT'd on full captions only (:func:`full_caption_config`): the strongest
     no-RL baseline, reported beside the warm start RL begins from (None when not asked for)."""
@@ -90,26 +91,27 @@ def full_caption_config(cfg: WarmStartConfig) -> WarmStartConfig:
     return replace(cfg, full_caption_steps=cfg.sft_steps, drop_p=0.0)
 
 
-def paths(cfg: WarmStartConfig, seed: int, judge_seed: int, cache_dir: Path, full_caption: bool = False) -> WarmStart:
+def paths(cfg: WarmStartConfig, seed: int, judge_seed: int | None, cache_dir: Path, full_caption: bool = False) -> WarmStart:
     tok = cache_dir / f"tokenizer-{cfg.key('vocab')}"
     return WarmStart(
         tok,
         cache_dir / f"captioner-{cfg.key('cap')}-s{seed}",
         cache_dir / f"answerer-{cfg.key('ans')}-s{seed}",
-        cache_dir / f"answerer-{cfg.key('ans')}-s{judge_seed}",
+        cache_dir / f"answerer-{cfg.key('ans')}-s{judge_seed}" if judge_seed is not None else None,
         cache_dir / f"captioner-{full_caption_config(cfg).key('cap')}-s{seed}" if full_caption else None,
     )
 
 
-def build_all(cfg: WarmStartConfig, seed: int, judge_seed: int, cache_dir: Path | None = None, workers: int = 2,
+def build_all(cfg: WarmStartConfig, seed: int, judge_seed: int | None, cache_dir: Path | None = None, workers: int = 2,
               full_caption: bool = False) -> WarmStart:
-    """Tokenizer, captioner, reward answerer and judge answerer (and with ``full_caption`` the
-    full-caption captioner); cached, trained in parallel."""
+    """Tokenizer, captioner, reward answerer and the twin judge answerer (none when ``judge_seed`` is
+    None; with ``full_caption`` also the full-caption captioner); cached, trained in parallel."""
     cache_dir = Path(cache_dir or default_cache_dir())
     ws = paths(cfg, seed, judge_seed, cache_dir, full_caption)
     build_tokenizer(cfg, cache_dir)
-    jobs = [("captioner", ws.captioner, seed, cfg), ("answerer", ws.answerer, seed, cfg),
-            ("answerer", ws.judge, judge_seed, cfg)]
+    jobs = [("captioner", ws.captioner, seed, cfg), ("answerer", ws.answerer, seed, cfg)]
+    if ws.judge is not None:
+        jobs.append(("answerer", ws.judge, judge_seed, cfg))
     if full_caption:
         jobs.append(("captioner", ws.full_captioner, seed, full_caption_config(cfg)))
     todo = [j for j in jobs if not (j[1] / "warmstart.json").exists()]
