@@ -34,7 +34,7 @@ from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.kit.rewards import grammar_reward_block
@@ -363,14 +363,6 @@ def load_full_sft(out: Path) -> dict[str, Any] | None:
     """The full-caption captioner's evaluation, if this run made one."""
     p = Path(out) / "eval" / "full_sft.json"
     return json.loads(p.read_text()) if p.exists() else None
-
-
-def timing(times: dict[str, float]) -> dict[str, float]:
-    """Wall time split into the warm start (cached models: ~0 s when reused) and the run itself,
-    each summed over resumed invocations."""
-    warm = sum(v for k, v in times.items() if k == "warm_start")
-    rest = sum(v for k, v in times.items() if k != "warm_start")
-    return {"wall_seconds": round(warm + rest, 1), "warm_start_seconds": round(warm, 1), "run_seconds": round(rest, 1)}
 
 
 def build_metrics(cfg: DemoConfig, before: dict, after: dict, history: list[dict], curation: dict,

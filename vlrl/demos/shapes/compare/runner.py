@@ -37,8 +37,8 @@ from typing import Any
 import yaml
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
-from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, judge_seed, make_data, recipe_dict, timing
-from vlrl.demos.shapes.kit.base import DemoError, DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, judge_seed, make_data, recipe_dict
+from vlrl.demos.shapes.kit.base import DemoError, DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.tiny_models.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge

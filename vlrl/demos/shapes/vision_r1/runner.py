@@ -46,7 +46,7 @@ from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.core.prompts import template_path
 from vlrl.demos.shapes.kit import problems as P
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.cache import cached
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
@@ -452,6 +452,14 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
         "trained_on": trained_on(cfg),
         "sft": {k: info.get("sft", {}).get(k) for k in ("global_step", "loss_first", "loss_last", "rows")},
         "stage_seconds": times,
-        "wall_seconds": round(sum(times.values()), 1),
+        **timing(times),
     }
+    # 95% intervals of the greedy accuracies: one problem per scene, so the Wilson interval over problems
+    # is the interval over scenes
+    from vlrl.core.stats import wilson
+
+    for key, ev in (("acc_before", "before"), ("acc_after", "ptst"), ("single_stage_acc_after", "single")):
+        n = evals[ev].get("n") or 0
+        ci = wilson(round(m[key] * n), n) if m.get(key) is not None else None
+        m[f"{key}_ci"] = [round(ci[0], 4), round(ci[1], 4)] if ci else None
     return m
