@@ -220,6 +220,8 @@ def test_metrics_have_every_key_the_issue_names():
     assert m["reward_first"] < m["reward_last"]
     assert m["pass_at_k"]["before"] == {"pass@1": 0.3, "pass@4": 0.5, "pass@8": 0.6}
     assert m["pass_at_k"]["ptst"]["pass@8"] == 0.9 and m["pass_at_k"]["single"]["pass@8"] == 0.8
+    lo, hi = m["acc_after_ci"]  # 7 of 10 right: a wide Wilson interval around 0.7
+    assert lo < 0.7 < hi and hi - lo > 0.3 and m["acc_before_ci"][0] < m["acc_before"]
     assert m["pass_at_k_by_kind"]["before"]["count"]["pass@8"] == 1.0
     assert m["pass8_minus_greedy_before"] == pytest.approx(0.2) and m["pass8_minus_greedy_after"] == pytest.approx(0.2)
     assert set(m["trained_on"]) == {"captioner", "student", "ptst", "single"}
