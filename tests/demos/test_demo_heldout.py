@@ -66,7 +66,9 @@ def test_no_evaluation_image_equals_any_training_image_of_any_model(tmp_path, se
     for s in (seed, seed + cfg.judge_seed_offset, seed + LikertConfig().init_seed_offset):
         training += captioner_scenes(warm, s)
         training += answerer_scenes(warm, warm.ans_pool, s)
-    training += likert_scenes(LikertConfig(), warm, seed)
+    lik = likert_scenes(LikertConfig(), warm, seed)
+    training += lik[LikertConfig().heldout:]  # the first ones only measure the judge, from held-out layouts
+    assert all(W.layout_split(W.layout(s), world.heldout_layouts) == "eval" for s in lik[:LikertConfig().heldout])
     training += W.make_scenes(cfg.grpo_steps * cfg.images_per_step, seed, world, prefix="train-", split="train")
     vr1 = VR1Config.make(seed=seed)
     training += [sc for sc, _ in P.make_problems(vr1.cold_start_problems, seed, world, "coldstart", layouts("coldstart"))]

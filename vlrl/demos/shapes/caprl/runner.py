@@ -2,25 +2,30 @@
 
 Stages (each leaves a marker under ``DIR/state`` so an interrupted demo resumes where it stopped):
 
-1. **warm start** — tokenizer, SFT captioner, reward answerer, judge answerer (cached across runs,
-   :mod:`vlrl.demos.shapes.tiny_models.warmstart`: the captioner by the project's SFT recipe, the answerers by their own loop);
-2. **data** — shapes-world scenes for GRPO and held-out evaluation, rendered to PNG, with their
-   MCQs (:mod:`vlrl.demos.shapes.kit.world`);
+1. **warm start** — tokenizer, SFT captioner, reward answerer, twin judge answerer, full-caption
+   baseline captioner (cached across runs, :mod:`vlrl.demos.shapes.tiny_models.warmstart`: the
+   captioners by the project's SFT recipe, the answerers by their own loop), all trained on the
+   world's training layouts only (:func:`vlrl.demos.shapes.kit.world.layout_split`);
+2. **data** — shapes-world scenes for GRPO (training layouts) and evaluation (held-out layouts, so
+   no evaluation image equals any training image), rendered to PNG, with their MCQs
+   (:mod:`vlrl.demos.shapes.kit.world`);
 3. **curation** — the text-only half of CapRL's QA filter (:func:`vlrl.methods.caprl.filtering.text_only_filter`)
    asks the tiny answerer every question with *no caption*; what it gets right needs no image and
    is dropped (in a world without printed words, "is there any writing?" is such a question);
-4. **evaluation before RL** — greedy and sampled captions of held-out scenes, scored by the
-   project's caption-QA evaluation (:func:`vlrl.methods.caprl.evaluate.caption_qa_eval`: every
-   curated question in both option orders) with a *judge* answerer trained with another seed and
-   never used as reward (the reward answerer's own score is reported beside it);
+4. **evaluation before RL** — greedy and sampled captions of held-out scenes (of the warm start and
+   of the full-caption baseline), every curated question answered from the caption by the
+   rule-based reader (:mod:`vlrl.demos.shapes.kit.judging`, the headline: no training), and by the
+   twin judge answerer and the reward answerer through the project's caption-QA evaluation
+   (:func:`vlrl.methods.caprl.evaluate.caption_qa_eval`, both option orders), every rate with a
+   95% bootstrap interval over scenes;
 5. **GRPO** — a recipe written to ``DIR/recipe.yaml`` and run by the project's trainer
    (:func:`vlrl.training.grpo.run_grpo`, the code behind ``vlrl train grpo``) with the ``caprl_qa``
    reward in exact mode behind the anti-hacking guards; TRL checkpoints make it resumable;
 6. **evaluation after RL**, then ``metrics.json`` and ``report.html`` (:mod:`vlrl.demos.shapes.kit.report`).
 
-Accuracy is the judge's argmax letter against the gold letter; "hallucination" is the judge
-choosing a *wrong concrete option* (the caption stated something false or invented), as opposed to
-"cannot answer" (the caption left the fact out).
+Accuracy is the share of questions a judge gets right from the caption; "hallucination" is the
+caption settling a question on the *wrong concrete option* (it stated something false or
+invented), as opposed to "cannot answer" (the caption left the fact out).
 """
 
 from __future__ import annotations
@@ -271,7 +276,8 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
                 # the answerer's own distribution (T=1), no letter-mass floor (its letters carry
                 # ~0.99 of the mass anyway), and fresh question draws every step: with draws frozen
                 # per image the policy is rewarded for the same few facts of each training image
-                # and held-out accuracy gains only ~+0.14 (seed 0, --quick) instead of ~+0.56
+                # and evaluation accuracy (scenes then drawn apart by seed only) gained only ~+0.14
+                # (seed 0, --quick) instead of ~+0.56
                 "temperature": 1.0,
                 "draws": "per_step",
                 "min_letter_mass": 0.0,

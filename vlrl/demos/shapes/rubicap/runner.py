@@ -2,9 +2,11 @@
 
 Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes where it stopped):
 
-1. **warm start** — the CapRL demo's captioner, reward answerer (used only by the text-only QA
-   filter) and judge answerer (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the
-   tiny rubric judge (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge`); all cached;
+1. **warm start** — the CapRL demo's captioner, full-caption baseline captioner, reward answerer
+   (used only by the text-only QA filter) and twin judge answerer
+   (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the tiny rubric judge
+   (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge`); all cached, all trained on the world's
+   training layouts;
 2. **data** and **curation** — the CapRL demo's scenes and curated questions
    (:func:`vlrl.demos.shapes.caprl.runner.make_data`, :func:`~vlrl.demos.shapes.caprl.runner.curate`), so the
    held-out QA evaluation is the same as CapRL's;
@@ -16,15 +18,17 @@ Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes whe
    schema and strictness checks included). Training images get a ``rubrics`` column; held-out
    images get rubrics too, only to measure the rubric judge;
 4. **evaluation before RL** — the CapRL demo's evaluation (greedy and sampled captions, every
-   curated question in both option orders, the judge answerer), plus the rubric
-   judge's verdict accuracy against the world oracle on the held-out images' rubrics;
+   curated question, the rule-based reader as the headline and the twin judge beside it, with
+   intervals), plus the rubric judge's verdict accuracy against the world oracle on the held-out
+   images' rubrics (plotted before and after RL in the report);
 5. **GRPO** — ``DIR/recipe.yaml`` run by :func:`vlrl.training.grpo.run_grpo` (``vlrl train grpo``)
    with the ``rubicap_rubric`` reward (``per_rubric``, the tiny judge through ``hf:``, greedy)
    behind the same guards as the CapRL demo, plus the demo's grammar format reward;
 6. **evaluation after RL**, ``metrics.json`` and ``report.html``.
 
-The QA judge answerer is never a reward here: the reward is the rubric judge, a different model
-trained on different data (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge` says what).
+No QA judge is a reward here: the reward is the rubric judge, a different model trained on
+different data (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge` says what), and the headline QA
+judge is the rule-based reader, which learned nothing.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ Stages (markers under ``DIR/state``; an interrupted run resumes where it stopped
    mis-perceives, and a text reasoner that solves from the description alone. Only samples whose
    answer HFRRF's checker calls right are kept. SFT is the project's (:func:`vlrl.training.sft.run_sft`,
    what ``vlrl train sft`` runs, TRL's SFTTrainer) on those kept chains.
-2. **data** — RL problems, and held-out problems that share no (layout, question) pair and no image
-   with the cold start's problems or the RL problems (:func:`write_splits`).
+2. **data** — RL problems from the world's training layouts, and held-out problems from its held-out
+   layouts, so they share no layout, (layout, question) pair or image with the cold start's
+   problems, the RL problems or the captioner's SFT images (:func:`write_splits`).
 3. **evaluation before RL** (i.e. after the SFT cold start) — the project's reasoning evaluation
    (:func:`vlrl.methods.vision_r1.evaluate.evaluate_reasoning`, what ``vlrl eval reasoning`` runs):
    greedy, one try per problem, accuracy read by HFRRF's own answer extraction and checker against
