@@ -109,11 +109,13 @@ def build_all(cfg: WarmStartConfig, seed: int, judge_seed: int | None, cache_dir
     cache_dir = Path(cache_dir or default_cache_dir())
     ws = paths(cfg, seed, judge_seed, cache_dir, full_caption)
     build_tokenizer(cfg, cache_dir)
-    jobs = [("captioner", ws.captioner, seed, cfg), ("answerer", ws.answerer, seed, cfg)]
-    if ws.judge is not None:
-        jobs.append(("answerer", ws.judge, judge_seed, cfg))
+    # the two captioners first (the long jobs, one per worker), then the answerers
+    jobs = [("captioner", ws.captioner, seed, cfg)]
     if full_caption:
         jobs.append(("captioner", ws.full_captioner, seed, full_caption_config(cfg)))
+    jobs.append(("answerer", ws.answerer, seed, cfg))
+    if ws.judge is not None:
+        jobs.append(("answerer", ws.judge, judge_seed, cfg))
     todo = [j for j in jobs if not (j[1] / "warmstart.json").exists()]
     if todo:
         logger.info("warm start: training %s (cached under %s)", ", ".join(f"{k}-s{s}" for k, _, s, _ in todo), cache_dir)
