@@ -396,9 +396,9 @@ def _gap(summ: dict[str, Any]) -> float | None:
 def trained_on(cfg: VR1Config) -> dict[str, str]:
     """What every model of the run saw in training (the held-out problems are none of it)."""
     return {
-        "captioner": "shapes-world captions of its own scenes (the CapRL demo's warm start, SFT)",
+        "captioner": "shapes-world captions of its own scenes, training layouts only (the CapRL demo's warm start, SFT)",
         "student": (f"the captioner, then SFT on the cold start's kept chains for {cfg.cold_start_problems} problems "
-                    f"(split 'coldstart', seed {cfg.seed}); the chains come from the stand-in VLM's description "
+                    f"(split 'coldstart', seed {cfg.seed}, training layouts); the chains come from the stand-in VLM's description "
                     "and the stand-in reasoner, kept only where HFRRF's checker calls the answer right"),
         "ptst": f"the student, then PTST with hfrrf on the {cfg.prompts_per_step * cfg.total_steps} RL problems (split 'train')",
         "single": "the student, then single-stage GRPO with hfrrf on the same RL problems",
