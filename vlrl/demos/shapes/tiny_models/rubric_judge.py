@@ -236,15 +236,16 @@ def _hedge_key(scene: W.Scene, criterion: str, rng: random.Random) -> tuple[str,
 
 
 def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request,
-                   hedged: float = 0.0) -> list[dict[str, Any]]:
-    """``n`` (rendered request, verdict) pairs; ``request(caption, rubric_dict) -> text``.
+                   hedged: float = 0.0, split: str | None = "train") -> list[dict[str, Any]]:
+    """``n`` (rendered request, verdict) pairs; ``request(caption, rubric_dict) -> text``; scenes of
+    the world's ``split`` layouts (:func:`vlrl.demos.shapes.kit.world.layout_split`).
 
     ``hedged``: the chance that a rubric also gets a caption with alternatives (either form of
     :func:`hedged_caption`), and every label follows the hedge rule. At 0 no draw is made for it,
     so the examples are exactly those of judges built before the setting existed."""
     rng = random.Random(f"rubric-judge/{prefix}/{seed}")
     out: list[dict[str, Any]] = []
-    for sc in W.make_scenes(n, seed, world, prefix=prefix):
+    for sc in W.make_scenes(n, seed, world, prefix=prefix, split=split):
         student, rubrics = scene_rubrics(sc, rng)
         for rub in rubrics:
             caps = [caption_variant(sc, rng) for _ in range(2)]
@@ -339,8 +340,9 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
     request = request_renderer()
     t0 = time.time()
     train = judge_examples(cfg.pool, seed, "rj-train", cfg.world, lambda c, r: chat(request(c, r)), cfg.hedged)
-    # held-out criteria: scenes (and so criteria and captions) drawn with another prefix
-    held = judge_examples(cfg.held, seed, "rj-held", cfg.world, lambda c, r: chat(request(c, r)), cfg.hedged)
+    # held-out criteria: scenes (and so criteria and captions) of the held-out layouts
+    held = judge_examples(cfg.held, seed, "rj-held", cfg.world, lambda c, r: chat(request(c, r)), cfg.hedged,
+                          split="eval")
     probe = train[0]["text"]
     verdict_tok = {True: backend.choice_token(probe, PASS), False: backend.choice_token(probe, FAIL)}
     eos = tok.eos_token_id
