@@ -116,10 +116,12 @@ def marked_caption(caption: str, scene_dict: dict[str, Any]) -> str:
     return "".join(f"<mark>{html.escape(t)}</mark>" if wrong else html.escape(t) for t, wrong in pieces)
 
 
-def ci_text(value: float | None, ci: list[float] | None) -> str:
-    """``0.812 [0.781, 0.840]`` (or just the value without an interval)."""
+def ci_text(value: float | str | None, ci: list[float] | None) -> str:
+    """``0.812 [0.781, 0.840]`` (or just the value without an interval; a setting such as a name as it is)."""
     if value is None:
         return "n/a"
+    if not isinstance(value, int | float):
+        return html.escape(str(value))
     return f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
