@@ -26,7 +26,9 @@ kind, and with probability ``slip`` makes the mistake that kind invites:
 * *count* — it **miscounts under clutter**: in a two-shape scene it overlooks one shape;
 * *not count* — it **compares the wrong pair**: it counts the shapes that *are* the colour instead
   of those that are not;
-* *larger* — it **compares the wrong pair** the other way round (right against left).
+* *larger* — it **compares the wrong pair** the other way round (right against left);
+* *what is the larger shape?* — it **compares the wrong way round** and names the smaller shape
+  (a slip that only shows when the sizes differ, so it is always thrown away).
 
 A slip mostly changes the answer, and the cold start's answer filter throws the chain away; where
 it does not (the overlooked shape was not the asked colour; one of two shapes is the colour;
@@ -43,7 +45,7 @@ import re
 from typing import Any
 
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.problems import LARGER, answer_larger
+from vlrl.demos.shapes.kit.problems import LARGER, LARGER_ITEM, answer_larger, answer_larger_item, item_name
 
 _COUNT = re.compile(r"^how many (\w+) shapes are there\?$")
 _NOT = re.compile(r"^how many shapes are not (\w+)\?$")
@@ -63,6 +65,9 @@ def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
     if question == LARGER and len(items) == 2:
         ans = answer_larger(items)
         return f"{said} left {items[0].size}, right {items[1].size}.", ans
+    if question == LARGER_ITEM and len(items) == 2:
+        return f"{said} left {items[0].size}, right {items[1].size}. larger: {answer_larger_item(items)}.", \
+            answer_larger_item(items)
     return None
 
 
@@ -109,6 +114,18 @@ def solve_varied(items: list[W.Item] | None, question: str, rng: random.Random, 
         if route == 1:
             return f"{said} sizes: {a.size} then {b.size}, larger: {ans}.", ans
         return f"{said} {'same size' if ans == 'same' else f'the {ans} one is larger'}.", ans
+    if question == LARGER_ITEM and len(items) == 2:
+        # the three routes: compare the sizes by position, then name; name the larger straight away;
+        # restate each shape with its size, then name
+        ans = answer_larger_item(items)
+        if slipped and ans != "same":  # compares the wrong way round: takes the smaller for the larger
+            ans = item_name(items[0] if items[0].size == "small" else items[1])
+        if route == 0:
+            return f"{said} left {items[0].size}, right {items[1].size}. larger: {ans}.", ans
+        if route == 1:
+            return f"{said} {'same size' if ans == 'same' else f'the larger one is the {ans}'}.", ans
+        sizes = ", ".join(f"{item_name(it)} {it.size}" for it in items)
+        return f"{said} {sizes}. so {ans}.", ans
     return None
 
 
