@@ -34,9 +34,12 @@ from vlrl.demos.shapes.kit import world as W
 KINDS = ("count", "not_count", "larger")
 LARGER = "which shape is larger?"
 LARGER_ITEM = "what is the larger shape?"
-QUESTION_SETS: dict[str, tuple[str, ...]] = {"counts": KINDS, "items": ("larger_item",)}
-"""Question sets: the kinds a problem set draws from. ``items`` needs two-shape scenes."""
-TWO_SHAPES = {"larger", "larger_item"}
+SMALLER_ITEM = "what is the smaller shape?"
+QUESTION_SETS: dict[str, tuple[str, ...]] = {"counts": KINDS, "items": ("larger_item",),
+                                             "item_mix": ("larger_item", "smaller_item", "other_item")}
+"""Question sets: the kinds a problem set draws from. ``items`` and ``item_mix`` need two-shape scenes."""
+TWO_SHAPES = {"larger", "larger_item", "smaller_item", "other_item"}
+_OTHER = "which shape is not {}?"
 
 
 def answer_space(kind: str) -> list[str]:
@@ -45,16 +48,20 @@ def answer_space(kind: str) -> list[str]:
         return ["0", "1", "2"]
     if kind == "larger":
         return ["left", "right", "same"]
-    if kind == "larger_item":
+    if kind in ("larger_item", "smaller_item"):
         return [f"{c} {s}" for c in W.COLOURS for s in W.SHAPES] + ["same"]
+    if kind == "other_item":
+        return [f"{c} {s}" for c in W.COLOURS for s in W.SHAPES]
     raise ValueError(f"unknown problem kind {kind!r}")
 
 
 def scene_answers(scene: W.Scene, kind: str) -> list[str]:
     """The answers a guesser that reads the scene right but guesses the step could give: for
     ``larger_item`` each shape's name and "same"; for the other kinds their whole answer space."""
-    if kind == "larger_item":
+    if kind in ("larger_item", "smaller_item"):
         return sorted({item_name(it) for it in scene.shapes} | {"same"})
+    if kind == "other_item":
+        return sorted({item_name(it) for it in scene.shapes})
     return answer_space(kind)
 
 
@@ -67,9 +74,10 @@ def item_name(it: W.Item) -> str:
     return f"{it.colour} {it.shape}"
 
 
-def answer_larger_item(shapes: list[W.Item]) -> str:
+def answer_larger_item(shapes: list[W.Item], size: str = "large") -> str:
+    """The shape of ``size`` (large: the larger one) by name, or "same" when the sizes are equal."""
     a, b = shapes[0], shapes[1]
-    return "same" if a.size == b.size else item_name(a if a.size == "large" else b)
+    return "same" if a.size == b.size else item_name(a if a.size == size else b)
 
 
 def make_problem(scene: W.Scene, rng: random.Random, kind: str | None = None,
@@ -87,6 +95,15 @@ def make_problem(scene: W.Scene, rng: random.Random, kind: str | None = None,
         return {"kind": kind, "question": LARGER, "answer": answer_larger(shapes)}
     if kind == "larger_item":
         return {"kind": kind, "question": LARGER_ITEM, "answer": answer_larger_item(shapes)}
+    if kind == "smaller_item":
+        return {"kind": kind, "question": SMALLER_ITEM, "answer": answer_larger_item(shapes, "small")}
+    if kind == "other_item":  # asked about a colour exactly one shape has, or, failing that, the larger shape
+        single = [it for it in shapes if sum(o.colour == it.colour for o in shapes) == 1]
+        if not single:
+            return {"kind": "larger_item", "question": LARGER_ITEM, "answer": answer_larger_item(shapes)}
+        it = rng.choice(single)
+        other = next(o for o in shapes if o is not it)
+        return {"kind": kind, "question": _OTHER.format(it.colour), "answer": item_name(other)}
     # ask about a colour present in the scene half the time (else counts would mostly be 0)
     present = [it.colour for it in shapes]
     colour = rng.choice(present) if rng.random() < 0.5 else rng.choice(list(W.COLOURS))

@@ -45,10 +45,11 @@ import re
 from typing import Any
 
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.problems import LARGER, LARGER_ITEM, answer_larger, answer_larger_item, item_name
+from vlrl.demos.shapes.kit.problems import LARGER, LARGER_ITEM, SMALLER_ITEM, answer_larger, answer_larger_item, item_name
 
 _COUNT = re.compile(r"^how many (\w+) shapes are there\?$")
 _NOT = re.compile(r"^how many shapes are not (\w+)\?$")
+_OTHER = re.compile(r"^which shape is not (\w+)\?$")
 
 
 def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
@@ -65,9 +66,15 @@ def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
     if question == LARGER and len(items) == 2:
         ans = answer_larger(items)
         return f"{said} left {items[0].size}, right {items[1].size}.", ans
-    if question == LARGER_ITEM and len(items) == 2:
-        return f"{said} left {items[0].size}, right {items[1].size}. larger: {answer_larger_item(items)}.", \
-            answer_larger_item(items)
+    if question in (LARGER_ITEM, SMALLER_ITEM) and len(items) == 2:
+        word, size = ("larger", "large") if question == LARGER_ITEM else ("smaller", "small")
+        ans = answer_larger_item(items, size)
+        return f"{said} left {items[0].size}, right {items[1].size}. {word}: {ans}.", ans
+    if (m := _OTHER.match(question)) and len(items) == 2:
+        rest = [it for it in items if it.colour != m.group(1)]
+        if len(rest) != 1:
+            return None
+        return f"{said} not {m.group(1)}: {item_name(rest[0])}.", item_name(rest[0])
     return None
 
 
@@ -114,16 +121,31 @@ def solve_varied(items: list[W.Item] | None, question: str, rng: random.Random, 
         if route == 1:
             return f"{said} sizes: {a.size} then {b.size}, larger: {ans}.", ans
         return f"{said} {'same size' if ans == 'same' else f'the {ans} one is larger'}.", ans
-    if question == LARGER_ITEM and len(items) == 2:
+    if (m := _OTHER.match(question)) and len(items) == 2:
+        colour = m.group(1)
+        rest = [it for it in items if it.colour != colour]
+        if len(rest) != 1:
+            return None
+        pick = [it for it in items if it.colour == colour][0] if slipped else rest[0]  # the wrong pair: the colour's own
+        ans = item_name(pick)
+        if route == 0:
+            return f"{said} not {colour}: {ans}.", ans
+        if route == 1:
+            marks = ", ".join(f"{it.position} {it.colour}: {'no' if it.colour == colour else 'yes'}" for it in items)
+            return f"{said} not {colour}? {marks}. so {ans}.", ans
+        own = [it for it in items if it.colour == colour][0]
+        return f"{said} the {colour} one is the {item_name(own)}, the other is the {ans}.", ans
+    if question in (LARGER_ITEM, SMALLER_ITEM) and len(items) == 2:
+        word, size = ("larger", "large") if question == LARGER_ITEM else ("smaller", "small")
         # the three routes: compare the sizes by position, then name; name the larger straight away;
         # restate each shape with its size, then name
-        ans = answer_larger_item(items)
+        ans = answer_larger_item(items, size)
         if slipped and ans != "same":  # compares the wrong way round: takes the smaller for the larger
-            ans = item_name(items[0] if items[0].size == "small" else items[1])
+            ans = answer_larger_item(items, "small" if size == "large" else "large")
         if route == 0:
-            return f"{said} left {items[0].size}, right {items[1].size}. larger: {ans}.", ans
+            return f"{said} left {items[0].size}, right {items[1].size}. {word}: {ans}.", ans
         if route == 1:
-            return f"{said} {'same size' if ans == 'same' else f'the larger one is the {ans}'}.", ans
+            return f"{said} {'same size' if ans == 'same' else f'the {word} one is the {ans}'}.", ans
         sizes = ", ".join(f"{item_name(it)} {it.size}" for it in items)
         return f"{said} {sizes}. so {ans}.", ans
     return None
