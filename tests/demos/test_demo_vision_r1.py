@@ -209,7 +209,7 @@ def test_heldout_problems_share_no_layout_question_pair_or_image_with_any_traini
     assert len(load(naive)[1] & load(cold)[1]) > 0.2 * cfg.eval_problems  # the overlap the split removes
     assert info["eval_skipped_as_seen"] == 0  # the layout split leaves the pair check nothing to skip
     chance = info["chance"]  # a guesser's pass@k on these problems, beside which the models' is read
-    assert chance["answer_space"] == {"larger_item": 13} and chance["uniform"]["pass@8"] == pytest.approx(0.4729, abs=1e-4)
+    assert chance["answer_space"] == {"larger_item": 13, "smaller_item": 13, "other_item": 12} and chance["uniform"]["pass@8"] < 0.5
     assert chance["uniform"]["pass@1"] < chance["scene_guesser"]["pass@1"] < chance["scene_guesser"]["pass@8"] < 1
 
 

@@ -68,7 +68,7 @@ class VR1Config(DemoSettings):
     seed: int = 0
     quick: bool = False
     # cold start + SFT (the cached student)
-    questions: str = "items"
+    questions: str = "item_mix"
     """The question set (:data:`vlrl.demos.shapes.kit.problems.QUESTION_SETS`): ``items`` asks "what is the
     larger shape?" (13 answers); ``counts`` the earlier count / *not* / larger kinds (three answers each)."""
     cold_start_problems: int = 800
