@@ -10,11 +10,16 @@ or subtract. Three kinds:
 
 Those three kinds (the question set ``counts``) have at most three answers each, so a guesser's
 pass@8 is 0.96 on them and pass@k cannot tell a sometimes-right procedure from coverage of the
-answer space. The question set ``items`` (the demo's default) asks about two-shape scenes only:
+answer space. The question sets ``items`` and ``item_mix`` (the demo's default) ask about
+two-shape scenes only, with shape names for answers:
 
 * ``larger_item`` — "what is the larger shape?" → the larger shape's colour and shape ("red
   circle"), or "same" when the sizes are equal: 4 × 3 + 1 = 13 answers, read off the stated
-  scene after one comparison.
+  scene after one comparison (``items`` is this kind alone; a 2-layer student learns it in SFT);
+* ``smaller_item`` — "what is the smaller shape?", the same the other way round;
+* ``other_item`` — "which shape is not red?", asked of a colour exactly one of the two shapes has:
+  the other shape's name (12 answers). The step depends on the question's words (compare the
+  asked colour with the stated ones), the step the student learns only sometimes.
 
 The gold answer is a short string graded by HFRRF's own checker (numbers as numbers, words as
 normalised text). The set is deliberately small: the student is a ~1M-parameter Qwen2.5-VL that

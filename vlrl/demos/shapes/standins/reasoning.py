@@ -45,7 +45,14 @@ import re
 from typing import Any
 
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.problems import LARGER, LARGER_ITEM, SMALLER_ITEM, answer_larger, answer_larger_item, item_name
+from vlrl.demos.shapes.kit.problems import (
+    LARGER,
+    LARGER_ITEM,
+    SMALLER_ITEM,
+    answer_larger,
+    answer_larger_item,
+    item_name,
+)
 
 _COUNT = re.compile(r"^how many (\w+) shapes are there\?$")
 _NOT = re.compile(r"^how many shapes are not (\w+)\?$")

@@ -69,8 +69,9 @@ class VR1Config(DemoSettings):
     quick: bool = False
     # cold start + SFT (the cached student)
     questions: str = "item_mix"
-    """The question set (:data:`vlrl.demos.shapes.kit.problems.QUESTION_SETS`): ``items`` asks "what is the
-    larger shape?" (13 answers); ``counts`` the earlier count / *not* / larger kinds (three answers each)."""
+    """The question set (:data:`vlrl.demos.shapes.kit.problems.QUESTION_SETS`): ``item_mix`` asks for the larger
+    or smaller shape or the shape that is not a colour, by name (12–13 answers; ``items`` the first alone);
+    ``counts`` the earlier count / *not* / larger kinds (three answers each, what ``--rechecks`` uses)."""
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
     reasoner_rechecks: int = 0
