@@ -73,6 +73,33 @@ def test_item_questions_name_the_larger_shape_from_a_thirteen_answer_space():
     assert P.chance_pass_at_k(3, 8) == pytest.approx(1 - (2 / 3) ** 8) and P.chance_pass_at_k(13, 1) == pytest.approx(1 / 13)
 
 
+def test_item_mix_asks_larger_smaller_and_not_colour_and_the_reasoner_answers_each_by_three_routes():
+    """The default question set: each kind's answer recomputed from the scene; the varied reasoner
+    is right on every route without slips, and its slips name the wrong shape of the pair."""
+    probs = P.make_problems(600, 6, CFG, "m", questions="item_mix")
+    kinds = Counter(p["kind"] for _, p in probs)
+    assert set(kinds) == set(P.QUESTION_SETS["item_mix"]) and min(kinds.values()) > 100, kinds
+    clean, slippy = R.reasoner(styles="3"), R.reasoner(styles="3", slip="0.3")
+    chains = Counter()
+    for sc, p in probs:
+        a, b = sc.shapes
+        if p["kind"] == "other_item":
+            colour = p["question"].removeprefix("which shape is not ").rstrip("?")
+            assert [a.colour, b.colour].count(colour) == 1
+            want = P.item_name(b if a.colour == colour else a)
+        else:
+            size = "large" if p["kind"] == "larger_item" else "small"
+            want = "same" if a.size == b.size else P.item_name(a if a.size == size else b)
+        assert p["answer"] == want and p["answer"] in P.answer_space(p["kind"]), (sc, p)
+        out = _reason(clean, sc, p["question"])
+        assert extract_answer(out) == p["answer"], (out, p)
+        chains[(p["kind"], out.split(". ")[-1][:12])] += 1
+        got = extract_answer(_reason(slippy, sc, p["question"]))
+        if got != p["answer"]:
+            assert got in {P.item_name(a), P.item_name(b)}, (p, got)
+    assert all(sum(1 for k, _ in chains if k == kind) >= 3 for kind in kinds), chains
+
+
 def _ask_vlm(vlm, img, prompt):
     return vlm([{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": prompt}]}], None)
 
