@@ -418,6 +418,7 @@ def trained_on(cfg: VR1Config) -> dict[str, str]:
     return {
         "captioner": "shapes-world captions of its own scenes (the CapRL demo's warm start, SFT)",
         "student": (f"the captioner, then SFT on the cold start's kept chains for {cfg.cold_start_problems} problems "
+                    f"of the question set '{cfg.questions}' "
                     f"(split 'coldstart', seed {cfg.seed}); the chains come from the stand-in VLM's description "
                     "and the stand-in reasoner, kept only where HFRRF's checker calls the answer right"),
         "ptst": f"the student, then PTST with hfrrf on the {cfg.prompts_per_step * cfg.total_steps} RL problems (split 'train')",
