@@ -71,11 +71,12 @@ def test_no_evaluation_image_equals_any_training_image_of_any_model(tmp_path, se
     assert all(W.layout_split(W.layout(s), world.heldout_layouts) == "eval" for s in lik[:LikertConfig().heldout])
     training += W.make_scenes(cfg.grpo_steps * cfg.images_per_step, seed, world, prefix="train-", split="train")
     vr1 = VR1Config.make(seed=seed)
-    training += [sc for sc, _ in P.make_problems(vr1.cold_start_problems, seed, world, "coldstart", layouts("coldstart"))]
+    training += [sc for sc, _ in P.make_problems(vr1.cold_start_problems, seed, world, "coldstart", layouts("coldstart"),
+                                                 vr1.questions)]
     training += [sc for sc, _ in P.make_problems(vr1.prompts_per_step * vr1.total_steps, seed, world, "train",
-                                                 layouts("train"))]
+                                                 layouts("train"), vr1.questions)]
     evaluation = W.make_scenes(cfg.eval_scenes, seed, world, prefix="eval-", split="eval")
-    evaluation += [sc for sc, _ in P.make_problems(vr1.eval_problems, seed, world, "eval", layouts("eval"))]
+    evaluation += [sc for sc, _ in P.make_problems(vr1.eval_problems, seed, world, "eval", layouts("eval"), vr1.questions)]
     assert not {W.layout(s) for s in evaluation} & {W.layout(s) for s in training}
     assert not _pixels(evaluation, world) & _pixels(training, world)
     # the rubric judge (a text model) is measured on criteria of held-out layouts, trained on the others

@@ -26,7 +26,9 @@ kind, and with probability ``slip`` makes the mistake that kind invites:
 * *count* — it **miscounts under clutter**: in a two-shape scene it overlooks one shape;
 * *not count* — it **compares the wrong pair**: it counts the shapes that *are* the colour instead
   of those that are not;
-* *larger* — it **compares the wrong pair** the other way round (right against left).
+* *larger* — it **compares the wrong pair** the other way round (right against left);
+* *what is the larger shape?* — it **compares the wrong way round** and names the smaller shape
+  (a slip that only shows when the sizes differ, so it is always thrown away).
 
 A slip mostly changes the answer, and the cold start's answer filter throws the chain away; where
 it does not (the overlooked shape was not the asked colour; one of two shapes is the colour;
@@ -43,10 +45,18 @@ import re
 from typing import Any
 
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.problems import LARGER, answer_larger
+from vlrl.demos.shapes.kit.problems import (
+    LARGER,
+    LARGER_ITEM,
+    SMALLER_ITEM,
+    answer_larger,
+    answer_larger_item,
+    item_name,
+)
 
 _COUNT = re.compile(r"^how many (\w+) shapes are there\?$")
 _NOT = re.compile(r"^how many shapes are not (\w+)\?$")
+_OTHER = re.compile(r"^which shape is not (\w+)\?$")
 
 
 def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
@@ -63,6 +73,15 @@ def solve(items: list[W.Item] | None, question: str) -> tuple[str, str] | None:
     if question == LARGER and len(items) == 2:
         ans = answer_larger(items)
         return f"{said} left {items[0].size}, right {items[1].size}.", ans
+    if question in (LARGER_ITEM, SMALLER_ITEM) and len(items) == 2:
+        word, size = ("larger", "large") if question == LARGER_ITEM else ("smaller", "small")
+        ans = answer_larger_item(items, size)
+        return f"{said} left {items[0].size}, right {items[1].size}. {word}: {ans}.", ans
+    if (m := _OTHER.match(question)) and len(items) == 2:
+        rest = [it for it in items if it.colour != m.group(1)]
+        if len(rest) != 1:
+            return None
+        return f"{said} not {m.group(1)}: {item_name(rest[0])}.", item_name(rest[0])
     return None
 
 
@@ -109,6 +128,33 @@ def solve_varied(items: list[W.Item] | None, question: str, rng: random.Random, 
         if route == 1:
             return f"{said} sizes: {a.size} then {b.size}, larger: {ans}.", ans
         return f"{said} {'same size' if ans == 'same' else f'the {ans} one is larger'}.", ans
+    if (m := _OTHER.match(question)) and len(items) == 2:
+        colour = m.group(1)
+        rest = [it for it in items if it.colour != colour]
+        if len(rest) != 1:
+            return None
+        pick = [it for it in items if it.colour == colour][0] if slipped else rest[0]  # the wrong pair: the colour's own
+        ans = item_name(pick)
+        if route == 0:
+            return f"{said} not {colour}: {ans}.", ans
+        if route == 1:
+            marks = ", ".join(f"{it.position} {it.colour}: {'no' if it.colour == colour else 'yes'}" for it in items)
+            return f"{said} not {colour}? {marks}. so {ans}.", ans
+        own = [it for it in items if it.colour == colour][0]
+        return f"{said} the {colour} one is the {item_name(own)}, the other is the {ans}.", ans
+    if question in (LARGER_ITEM, SMALLER_ITEM) and len(items) == 2:
+        word, size = ("larger", "large") if question == LARGER_ITEM else ("smaller", "small")
+        # the three routes: compare the sizes by position, then name; name the larger straight away;
+        # restate each shape with its size, then name
+        ans = answer_larger_item(items, size)
+        if slipped and ans != "same":  # compares the wrong way round: takes the smaller for the larger
+            ans = answer_larger_item(items, "small" if size == "large" else "large")
+        if route == 0:
+            return f"{said} left {items[0].size}, right {items[1].size}. {word}: {ans}.", ans
+        if route == 1:
+            return f"{said} {'same size' if ans == 'same' else f'the {word} one is the {ans}'}.", ans
+        sizes = ", ".join(f"{item_name(it)} {it.size}" for it in items)
+        return f"{said} {sizes}. so {ans}.", ans
     return None
 
 

@@ -68,6 +68,12 @@ def _pass_table(m: dict[str, Any]) -> str:
             greedy = total[name] if kind == "all" else acc[name][kind]
             rows.append(f"<tr><td>{label}</td><td>{kind}</td><td>{greedy}</td>"
                         + "".join(f"<td>{table.get(k, '')}</td>" for k in ks) + "</tr>")
+    chance = m.get("chance_pass_at_k") or {}
+    for name, label in (("uniform", "guesser, uniform over the answer space"),
+                        ("scene_guesser", "guesser that reads the scene right and guesses the step")):
+        if name in chance:
+            rows.append(f"<tr><td>{label}</td><td>all</td><td></td>"
+                        + "".join(f"<td>{chance[name].get(k, '')}</td>" for k in ks) + "</tr>")
     return f"<table><tr><th>model</th><th>kind</th><th>greedy</th>{head}</tr>{''.join(rows)}</table>"
 
 

@@ -69,6 +69,10 @@ class VR1Config(DemoSettings):
     seed: int = 0
     quick: bool = False
     # cold start + SFT (the cached student)
+    questions: str = "item_mix"
+    """The question set (:data:`vlrl.demos.shapes.kit.problems.QUESTION_SETS`): ``item_mix`` asks for the larger
+    or smaller shape or the shape that is not a colour, by name (12–13 answers; ``items`` the first alone);
+    ``counts`` the earlier count / *not* / larger kinds (three answers each, what ``--rechecks`` uses)."""
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
     reasoner_rechecks: int = 0
@@ -98,7 +102,7 @@ class VR1Config(DemoSettings):
             raise ValueError(f"rechecks must be >= 0, got {rechecks}")
         # The overthinking variant keeps the single-route, never-wrong reasoner it was measured with:
         # its point is the habit of re-checking, not the routes.
-        plain = {"reasoner_styles": 1, "reasoner_slip": 0.0} if rechecks else {}
+        plain = {"reasoner_styles": 1, "reasoner_slip": 0.0, "questions": "counts"} if rechecks else {}
         if quick:
             return cls(seed=seed, quick=True, reasoner_rechecks=rechecks, stages=((72, 8, 15), (96, 4, 15)),
                        eval_problems=90, **plain)
@@ -116,6 +120,8 @@ class VR1Config(DemoSettings):
             keep["reasoner_rechecks"] = self.reasoner_rechecks
         if (self.reasoner_styles, self.reasoner_slip) != (1, 0.0):  # likewise absent for the single-route reasoner
             keep["reasoner_routes"] = [self.reasoner_styles, self.reasoner_slip]
+        if self.questions != "counts":  # likewise absent for the question set the earlier students had
+            keep["questions"] = self.questions
         # the prompt's text, not its name: an edited template is a new student, never a stale cached one
         prompt = template_path(EVAL_PROMPT).read_text(encoding="utf-8")
         blob = json.dumps([STUDENT_VERSION, prompt, self.warm.key("cap"), keep], sort_keys=True)
@@ -141,10 +147,10 @@ def eval_cap(cfg: VR1Config) -> int:
 # -- data ----------------------------------------------------------------------------------------
 
 
-def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldConfig) -> Path:
+def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldConfig, questions: str = "counts") -> Path:
     """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl`` (every split but
     ``eval`` from the world's training layouts, :func:`vlrl.demos.shapes.kit.world.layout_split`)."""
-    return write_rows(folder, split, P.make_problems(n, seed, world, split, layouts(split)), world)
+    return write_rows(folder, split, P.make_problems(n, seed, world, split, layouts(split), questions), world)
 
 
 def layouts(split: str) -> str:
@@ -161,16 +167,30 @@ def write_splits(folder: Path, cfg: VR1Config) -> dict[str, Any]:
     The cold start's problems are drawn again from their seed (the student's cache holds only what
     it needs), exactly as :func:`build_student` draws them."""
     world = cfg.warm.world
-    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train", layouts("train"))
-    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart", layouts("coldstart"))
+    q = cfg.questions
+    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train", layouts("train"), q)
+    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart", layouts("coldstart"), q)
     heldout, skipped = P.make_heldout(cfg.eval_problems, cfg.seed, world, "eval", P.seen_keys(cold) | P.seen_keys(train),
-                                      layouts("eval"))
+                                      layouts("eval"), q)
     write_rows(folder, "train", train, world)
     write_rows(folder, "eval", heldout, world)
     info = {"train": len(train), "cold_start": len(cold), "eval": len(heldout), "eval_skipped_as_seen": skipped,
-            "eval_two_shapes": sum(len(sc.items) == 2 for sc, _ in heldout)}
+            "eval_two_shapes": sum(len(sc.items) == 2 for sc, _ in heldout), "chance": chance_levels(heldout)}
     atomic_write_json(folder / "splits.json", info)
     return info
+
+
+def chance_levels(problems: list[tuple[W.Scene, dict[str, Any]]], ks: tuple[int, ...] = (1, 4, 8)) -> dict[str, Any]:
+    """pass@k of two guessers on ``problems``, to read the models' pass@k against: one that samples
+    uniformly from the kind's whole answer space, and one that reads the scene right but guesses the
+    step (uniform over :func:`vlrl.demos.shapes.kit.problems.scene_answers`). Means over the problems."""
+    def mean(sizes: list[int]) -> dict[str, float]:
+        return {f"pass@{k}": round(sum(P.chance_pass_at_k(n, k) for n in sizes) / len(sizes), 4) for k in ks}
+
+    kinds = sorted({p["kind"] for _, p in problems})
+    return {"answer_space": {k: len(P.answer_space(k)) for k in kinds},
+            "uniform": mean([len(P.answer_space(p["kind"])) for _, p in problems]),
+            "scene_guesser": mean([len(P.scene_answers(sc, p["kind"])) for sc, p in problems])}
 
 
 def write_rows(folder: Path, split: str, problems: list[tuple[W.Scene, dict[str, Any]]], world: W.WorldConfig) -> Path:
@@ -204,7 +224,8 @@ def build_student(cfg: VR1Config, captioner: Path, cache_dir: Path) -> Path:
     def build(tmp: Path) -> dict[str, Any]:
         from vlrl.methods.vision_r1.cold_start import cold_start
 
-        src = write_problems(tmp / "problems", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world)
+        src = write_problems(tmp / "problems", "coldstart", cfg.cold_start_problems, cfg.seed, cfg.warm.world,
+                             cfg.questions)
         stats = cold_start(str(src), f"{STANDINS}:vlm?error_rate={cfg.vlm_error_rate}",
                            reasoner_spec(cfg), tmp / "cold_start", batch_size=64,
                            vlm_max_tokens=128, reasoner_max_tokens=256, seed=cfg.seed)
@@ -398,6 +419,7 @@ def trained_on(cfg: VR1Config) -> dict[str, str]:
     return {
         "captioner": "shapes-world captions of its own scenes, training layouts only (the CapRL demo's warm start, SFT)",
         "student": (f"the captioner, then SFT on the cold start's kept chains for {cfg.cold_start_problems} problems "
+                    f"of the question set '{cfg.questions}' "
                     f"(split 'coldstart', seed {cfg.seed}, training layouts); the chains come from the stand-in VLM's description "
                     "and the stand-in reasoner, kept only where HFRRF's checker calls the answer right"),
         "ptst": f"the student, then PTST with hfrrf on the {cfg.prompts_per_step * cfg.total_steps} RL problems (split 'train')",
@@ -442,6 +464,9 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
                               "single": s["pass_at_k_by_kind"]},
         "pass8_minus_greedy_before": _gap(b), "pass8_minus_greedy_after": _gap(a),
         "single_stage_pass8_minus_greedy_after": _gap(s),
+        # what a guesser's pass@k is on the same held-out problems (answer space, and scene read right)
+        "chance_pass_at_k": (splits or {}).get("chance"),
+        "questions": cfg.questions,
         "eval_samples": cfg.eval_samples, "sample_temperature": cfg.temperature,
         "eval_problems": evals["before"]["n"],
         "ptst_stages": [{"max_completion_length": c, "num_generations": g, "steps": n} for c, g, n in cfg.stages],
