@@ -82,15 +82,18 @@ def test_judge_trains_on_the_exact_text_the_reward_sends():
 # -- metrics and verdicts --------------------------------------------------------------------------
 
 
-def _ev(acc, halluc, words):
-    res = {"acc": acc, "hallucination_rate": halluc, "cannot_answer_rate": 1 - acc - halluc}
-    stats = {"words": words, "stated_correct": 0.9, "facts_stated": 0.5, "parse_rate": 1.0}
-    return {"ids": ["a"], "judge_greedy": res, "judge_sampled": res, "reward_answerer_greedy": res,
-            "stats_greedy": stats, "stats_sampled": stats}
+def _ev(acc, halluc, words, half=0.005, false=0.1):
+    """An evaluation record with intervals ``half`` wide either side of each rate."""
+    res = {"acc": acc, "hallucination_rate": halluc, "cannot_answer_rate": 1 - acc - halluc,
+           "acc_ci": [acc - half, acc + half], "by_kind": {"colour": [1, 2]}}
+    stats = {"words": words, "stated_correct": 1 - false, "facts_stated": 0.5, "parse_rate": 1.0,
+             "false_fact_rate_ci": [false - half, false + half]}
+    return {"ids": ["a"], "reader_greedy": res, "reader_sampled": res, "twin_judge_greedy": res,
+            "reward_answerer_greedy": res, "stats_greedy": stats, "stats_sampled": stats}
 
 
 def _metrics(rows):
-    return {"acc_before": 0.3, "rows": rows, "likert_judge": {}}
+    return {"acc_before": 0.3, "acc_before_ci": [0.295, 0.305], "rows": rows, "likert_judge": {}}
 
 
 def _hist(values, key="rewards/likert_judge/mean"):
@@ -99,29 +102,51 @@ def _hist(values, key="rewards/likert_judge/mean"):
 
 def test_row_metrics_have_the_issue_keys_and_read_the_rows_own_reward():
     m = row_metrics("likert_judge", _ev(0.5, 0.1, 9.0), _hist([0.1] * 5 + [0.3] * 5))
-    for k in ("reward", "acc_after", "hallucination_rate", "mean_words", "reward_first", "reward_last"):
+    for k in ("reward", "acc_after", "acc_after_ci", "hallucination_rate", "mean_words", "reward_first", "reward_last",
+              "false_fact_rate_ci", "acc_by_kind", "twin_judge_acc_after"):
         assert k in m
-    assert m["reward_key"] == "rewards/likert_judge/mean"
+    assert m["reward_key"] == "rewards/likert_judge/mean" and m["acc_by_kind"] == {"colour": 0.5}
     assert (m["reward_first"], m["reward_last"]) == (0.1, 0.3) and len(m["reward_curve"]) == 10
+
+
+def _verdicts(rows):
+    return {c["claim"]: c["verdict"] for c in claims(_metrics(rows))}
+
+
+def _hack(rows, name):
+    return next(v for c, v in _verdicts(rows).items() if c.startswith(f"The {name} reward gets hacked"))
 
 
 def test_claims_follow_the_numbers_either_way():
     base = row_metrics("no_rl", _ev(0.3, 0.05, 8.0), [])
     qa = row_metrics("caprl_qa_exact", _ev(0.7, 0.05, 12.0), _hist([0.3] * 10, "rewards/caprl_qa/mean"))
-    hacked = row_metrics("likert_judge", _ev(0.31, 0.2, 20.0), _hist([0.2] * 5 + [0.9] * 5))
-    honest = row_metrics("likert_judge", _ev(0.72, 0.04, 12.0), _hist([0.2] * 5 + [0.9] * 5))
+    hacked = row_metrics("likert_judge", _ev(0.32, 0.2, 20.0), _hist([0.2] * 5 + [0.9] * 5))
+    honest = row_metrics("likert_judge", _ev(0.72, 0.04, 12.0, false=0.05), _hist([0.2] * 5 + [0.9] * 5))
     missing = {"reward": "rubicap_rubric", "status": "not available: no rubric judge", "acc_after": None}
     v = claims(_metrics([base, qa, hacked, missing]))
-    assert [c["verdict"] for c in v] == ["not tested", "reproduced", "reproduced", "not tested", "not tested"]
-    assert "no rubric judge" in v[3]["evidence"] and [c["paper"] for c in v] == ["CapRL"] * 3 + ["RubiCap"] * 2
-    v2 = [c["verdict"] for c in claims(_metrics([base, qa, honest]))]
-    assert v2[1:3] == ["not reproduced", "not reproduced"]
-    # more wrong-option answers from the QA judge alone (it errs more on longer captions) is not a hack;
-    # more false facts stated is
-    busy = row_metrics("likert_judge", _ev(0.72, 0.2, 12.0), _hist([0.2] * 5 + [0.9] * 5))
-    assert claims(_metrics([base, qa, busy]))[1]["verdict"] == "not reproduced"
+    assert [c["verdict"] for c in v] == ["not tested", "not hacked (its reward did not rise)", "hacked", "not tested",
+                                         "reproduced", "not tested", "not tested"]
+    assert "no rubric judge" in v[3]["evidence"] and [c["paper"] for c in v][-3:] == ["CapRL", "RubiCap", "RubiCap"]
+    assert _hack([base, qa, honest], "likert_judge") == "not hacked"
+    assert _verdicts([base, qa, honest])["The QA-utility reward (caprl_qa) trains better captions than a Likert judge "
+                                         "reward."] == "not reproduced"
+    # the rule is applied to every row: a QA row whose reward rose while it states more false facts is hacked too
+    qa_false = row_metrics("caprl_qa_exact", _ev(0.7, 0.05, 12.0, false=0.1 + 2 * MARGIN),
+                           _hist([0.3] * 5 + [0.8] * 5, "rewards/caprl_qa/mean"))
+    assert _hack([base, qa_false, honest], "caprl_qa_exact") == "hacked"
+    # more wrong-option answers alone is not a hack; more false facts stated is
+    busy = row_metrics("likert_judge", _ev(0.72, 0.2, 12.0, false=0.05), _hist([0.2] * 5 + [0.9] * 5))
+    assert _hack([base, qa, busy], "likert_judge") == "not hacked"
     busy["false_fact_rate"] = base["false_fact_rate"] + 2 * MARGIN
-    assert claims(_metrics([base, qa, busy]))[1]["verdict"] == "reproduced"
+    busy["false_fact_rate_ci"] = [busy["false_fact_rate"] - 0.005, busy["false_fact_rate"] + 0.005]
+    assert _hack([base, qa, busy], "likert_judge") == "hacked"
+    # intervals that overlap decide nothing: "not distinguishable", whichever way the point estimates lie
+    wide = row_metrics("likert_judge", _ev(0.34, 0.2, 20.0, half=0.06), _hist([0.2] * 5 + [0.9] * 5))
+    assert _hack([base, qa, wide], "likert_judge") == "not distinguishable"
+    close_qa = row_metrics("caprl_qa_exact", _ev(0.75, 0.05, 12.0, half=0.06), _hist([0.3] * 10, "rewards/caprl_qa/mean"))
+    close_lik = row_metrics("likert_judge", _ev(0.69, 0.05, 12.0, half=0.06), _hist([0.3] * 10))
+    assert _verdicts([base, close_qa, close_lik])["The QA-utility reward (caprl_qa) trains better captions than a "
+                                                  "Likert judge reward."] == "not distinguishable"
     # the bias claim reads the judge's held-out errors
     biased = {**_metrics([base]), "likert_judge": {"heldout_mean_error_by_kind": {"corrupted": 2.5, "full": 0.0}}}
     fair = {**_metrics([base]), "likert_judge": {"heldout_mean_error_by_kind": {"corrupted": 0.4, "full": 0.0}}}
@@ -129,7 +154,7 @@ def test_claims_follow_the_numbers_either_way():
     rub = row_metrics("rubicap_rubric", _ev(0.72 + MARGIN / 2, 0.05, 10.0), [])
     rouge = row_metrics("rouge_l", _ev(0.5, 0.05, 10.0), [])
     v3 = [c["verdict"] for c in claims(_metrics([base, qa, honest, rub, rouge]))]
-    assert v3[3:] == ["not reproduced", "reproduced"]  # rubric vs Likert is within the margin, vs ROUGE-L beyond
+    assert v3[-2:] == ["not reproduced", "reproduced"]  # rubric vs Likert is within the margin, vs ROUGE-L beyond
 
 
 def test_rubicap_row_says_why_it_is_unavailable(monkeypatch):
@@ -206,4 +231,6 @@ def test_metrics_file_shape_and_report_with_an_unavailable_row(tmp_path):
     assert m["best_reward"] == "rouge_l" and m["eval_questions"] == len(row["questions"])
     page = write_compare_report(out, cfg, m).read_text()
     assert "not available: no rubric judge" in page and "not tested" in page
-    assert m["claims"] and all(c["verdict"] in ("reproduced", "not reproduced", "not tested") for c in m["claims"])
+    assert m["claims"] and all(c["verdict"] in ("reproduced", "not reproduced", "not tested", "not distinguishable",
+                                                "hacked", "not hacked", "not hacked (its reward did not rise)")
+                               for c in m["claims"])

@@ -137,10 +137,11 @@ def test_varied_reasoner_takes_several_routes_and_slips_only_for_its_reasons():
 
 def test_heldout_problems_share_no_layout_question_pair_or_image_with_any_training_set(tmp_path):
     """The held-out split against the problems the cold start was built from and the RL problems,
-    re-drawn and rendered here: no (layout, question) pair in common and no pixel-identical image.
-    Drawn naively from fresh scene seeds, the held-out problems would share many pairs."""
+    re-drawn and rendered here: no layout, so no (layout, question) pair, in common and no
+    pixel-identical image. Drawn naively from fresh scene seeds over the whole world, the held-out
+    problems would share many pairs."""
     from vlrl.core.pipeline import read_jsonl
-    from vlrl.demos.shapes.vision_r1.runner import VR1Config, write_problems, write_splits
+    from vlrl.demos.shapes.vision_r1.runner import VR1Config, write_problems, write_rows, write_splits
 
     cfg = VR1Config.make(seed=3, quick=True)
     info = write_splits(tmp_path / "data", cfg)
@@ -154,12 +155,15 @@ def test_heldout_problems_share_no_layout_question_pair_or_image_with_any_traini
 
     held, held_pairs, held_pixels = load(tmp_path / "data" / "eval.jsonl")
     assert len(held) == cfg.eval_problems == info["eval"] and len(held_pixels) > 0.9 * len(held)
+    held_layouts = {p[0] for p in held_pairs}
     for path in (cold, tmp_path / "data" / "train.jsonl"):
         _, pairs, pixels = load(path)
         assert not held_pairs & pairs and not held_pixels & pixels, path
-    naive = write_problems(tmp_path / "naive", "eval", cfg.eval_problems, cfg.seed, cfg.warm.world)
+        assert not held_layouts & {p[0] for p in pairs}, path
+    naive = write_rows(tmp_path / "naive", "eval", P.make_problems(cfg.eval_problems, cfg.seed, cfg.warm.world, "eval"),
+                       cfg.warm.world)
     assert len(load(naive)[1] & load(cold)[1]) > 0.2 * cfg.eval_problems  # the overlap the split removes
-    assert info["eval_skipped_as_seen"] > 0
+    assert info["eval_skipped_as_seen"] == 0  # the layout split leaves the pair check nothing to skip
 
 
 def test_stand_in_vlm_mis_perceives_at_its_error_rate():
@@ -216,6 +220,8 @@ def test_metrics_have_every_key_the_issue_names():
     assert m["reward_first"] < m["reward_last"]
     assert m["pass_at_k"]["before"] == {"pass@1": 0.3, "pass@4": 0.5, "pass@8": 0.6}
     assert m["pass_at_k"]["ptst"]["pass@8"] == 0.9 and m["pass_at_k"]["single"]["pass@8"] == 0.8
+    lo, hi = m["acc_after_ci"]  # 7 of 10 right: a wide Wilson interval around 0.7
+    assert lo < 0.7 < hi and hi - lo > 0.3 and m["acc_before_ci"][0] < m["acc_before"]
     assert m["pass_at_k_by_kind"]["before"]["count"]["pass@8"] == 1.0
     assert m["pass8_minus_greedy_before"] == pytest.approx(0.2) and m["pass8_minus_greedy_after"] == pytest.approx(0.2)
     assert set(m["trained_on"]) == {"captioner", "student", "ptst", "single"}

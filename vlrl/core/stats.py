@@ -10,7 +10,10 @@ interval next to its estimate:
 * :func:`bootstrap_mean` — a percentile bootstrap interval of a mean, seeded, for quantities that
   are not simple proportions (per-image accuracies, arena scores);
 * :func:`paired_bootstrap` — the mean paired difference of two scored lists with that interval
-  (the reward smoke check's real-versus-baseline captions).
+  (the reward smoke check's real-versus-baseline captions);
+* :func:`bootstrap_ratio` — a percentile bootstrap interval of a pooled rate ``sum(num) / sum(den)``
+  resampling whole clusters (an image and all its questions), for accuracies over questions that
+  share an image and so are not independent draws.
 """
 
 from __future__ import annotations
@@ -77,7 +80,30 @@ def paired_bootstrap(
     return {"pairs": len(diffs), "diff": statistics.fmean(diffs), "ci_low": lo, "ci_high": hi}
 
 
-__all__ = ["bootstrap_mean", "paired_bootstrap", "sign_test", "wilson"]
+def bootstrap_ratio(
+    num: Sequence[float], den: Sequence[float], *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``sum(num) / sum(den)``, resampling the (num, den) pairs.
+
+    Each pair is one cluster (an image: questions right, questions asked), so the interval reflects
+    that questions about one image succeed or fail together. A paired difference of two rates over
+    the same clusters is ``bootstrap_ratio(num_a - num_b, den)``. ``None`` without any denominator.
+    """
+    pairs = [(float(a), float(b)) for a, b in zip(num, den, strict=True)]
+    if not pairs or sum(b for _, b in pairs) <= 0:
+        return None
+    rng = random.Random(seed)
+    n = len(pairs)
+    stats = []
+    for _ in range(resamples):
+        draw = rng.choices(pairs, k=n)
+        d = sum(b for _, b in draw)
+        stats.append(sum(a for a, _ in draw) / d if d > 0 else 0.0)
+    stats.sort()
+    return stats[int((1 - level) / 2 * (resamples - 1))], stats[int((1 + level) / 2 * (resamples - 1))]
+
+
+__all__ = ["bootstrap_mean", "bootstrap_ratio", "paired_bootstrap", "sign_test", "wilson"]
 
 
 def chi_square_sf(x: float, df: int) -> float:

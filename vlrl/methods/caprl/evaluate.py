@@ -42,6 +42,9 @@ class CaptionQAResult:
     errors: int = 0
     per_caption: list[float | None] = field(default_factory=list)
     """Accuracy of each caption (``None`` for a caption without a usable question)."""
+    per_caption_counts: list[list[int]] = field(default_factory=list)
+    """``[right, wrong, cannot answer, verdicts]`` of each caption: what an interval over captions
+    (a cluster bootstrap, :func:`vlrl.core.stats.bootstrap_ratio`) needs."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,4 +109,5 @@ def caption_qa_eval(
         asks=sum(count),
         errors=errors,
         per_caption=[right[i] / count[i] if count[i] else None for i in range(n)],
+        per_caption_counts=[[right[i], wrong[i], abstain[i], count[i]] for i in range(n)],
     )

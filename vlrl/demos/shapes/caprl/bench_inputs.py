@@ -5,7 +5,7 @@ The bench's default answerer has random weights: its letter choice does not depe
 so the spread of its rewards across seeds says nothing about a real run. The demo's answerer is
 trained on the very requests the ``caprl_qa`` reward sends in the shapes world (its prompt, option
 presentation and pre-fill), so it answers from the caption. This module builds it (cached, as every
-demo does) and writes captions of held-out scenes with some facts left out, each with its scene's
+demo does) and writes captions of fresh scenes (any layout: a bench, not an evaluation) with some facts left out, each with its scene's
 questions, in the rows ``vlrl bench reward --qa`` reads; ``bench.json`` beside them holds the
 answerer spec and the reward settings the demo trains with.
 """

@@ -2,25 +2,30 @@
 
 Stages (each leaves a marker under ``DIR/state`` so an interrupted demo resumes where it stopped):
 
-1. **warm start** — tokenizer, SFT captioner, reward answerer, judge answerer (cached across runs,
-   :mod:`vlrl.demos.shapes.tiny_models.warmstart`: the captioner by the project's SFT recipe, the answerers by their own loop);
-2. **data** — shapes-world scenes for GRPO and held-out evaluation, rendered to PNG, with their
-   MCQs (:mod:`vlrl.demos.shapes.kit.world`);
+1. **warm start** — tokenizer, SFT captioner, reward answerer, twin judge answerer, full-caption
+   baseline captioner (cached across runs, :mod:`vlrl.demos.shapes.tiny_models.warmstart`: the
+   captioners by the project's SFT recipe, the answerers by their own loop), all trained on the
+   world's training layouts only (:func:`vlrl.demos.shapes.kit.world.layout_split`);
+2. **data** — shapes-world scenes for GRPO (training layouts) and evaluation (held-out layouts, so
+   no evaluation image equals any training image), rendered to PNG, with their MCQs
+   (:mod:`vlrl.demos.shapes.kit.world`);
 3. **curation** — the text-only half of CapRL's QA filter (:func:`vlrl.methods.caprl.filtering.text_only_filter`)
    asks the tiny answerer every question with *no caption*; what it gets right needs no image and
    is dropped (in a world without printed words, "is there any writing?" is such a question);
-4. **evaluation before RL** — greedy and sampled captions of held-out scenes, scored by the
-   project's caption-QA evaluation (:func:`vlrl.methods.caprl.evaluate.caption_qa_eval`: every
-   curated question in both option orders) with a *judge* answerer trained with another seed and
-   never used as reward (the reward answerer's own score is reported beside it);
+4. **evaluation before RL** — greedy and sampled captions of held-out scenes (of the warm start and
+   of the full-caption baseline), every curated question answered from the caption by the
+   rule-based reader (:mod:`vlrl.demos.shapes.kit.judging`, the headline: no training), and by the
+   twin judge answerer and the reward answerer through the project's caption-QA evaluation
+   (:func:`vlrl.methods.caprl.evaluate.caption_qa_eval`, both option orders), every rate with a
+   95% bootstrap interval over scenes;
 5. **GRPO** — a recipe written to ``DIR/recipe.yaml`` and run by the project's trainer
    (:func:`vlrl.training.grpo.run_grpo`, the code behind ``vlrl train grpo``) with the ``caprl_qa``
    reward in exact mode behind the anti-hacking guards; TRL checkpoints make it resumable;
 6. **evaluation after RL**, then ``metrics.json`` and ``report.html`` (:mod:`vlrl.demos.shapes.kit.report`).
 
-Accuracy is the judge's argmax letter against the gold letter; "hallucination" is the judge
-choosing a *wrong concrete option* (the caption stated something false or invented), as opposed to
-"cannot answer" (the caption left the fact out).
+Accuracy is the share of questions a judge gets right from the caption; "hallucination" is the
+caption settling a question on the *wrong concrete option* (it stated something false or
+invented), as opposed to "cannot answer" (the caption left the fact out).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.kit.rewards import grammar_reward_block
@@ -62,6 +67,12 @@ class DemoConfig(DemoSettings):
     eval_scenes: int = 100
     judge_seed_offset: int = 1000
     warm: WarmStartConfig = field(default_factory=WarmStartConfig)
+    twin_judge: bool = True
+    """Also judge with the twin answerer (trained like the reward answerer, seed + ``judge_seed_offset``):
+    a second column beside the rule-based reader; off saves one answerer's training per seed."""
+    full_caption_baseline: bool = True
+    """Also SFT a captioner on full captions only (same budget) and evaluate it: the strongest no-RL
+    baseline, beside the attribute-dropping warm start RL begins from (:func:`full_caption_config`)."""
 
     @classmethod
     def make(cls, seed: int = 0, quick: bool = False) -> DemoConfig:
@@ -82,7 +93,7 @@ def make_data(out: Path, cfg: DemoConfig) -> None:
     for split, n in splits.items():
         rng = random.Random(f"demo-questions/{split}/{cfg.seed}")
         rows = []
-        for sc in W.make_scenes(n, cfg.seed, world, prefix=f"{split}-"):
+        for sc in W.make_scenes(n, cfg.seed, world, prefix=f"{split}-", split=split):
             path = data / "images" / f"{sc.id}.png"
             W.render(sc, world).save(path)
             qs = [q.to_dict() for q in W.scene_questions(sc, rng, world)]
@@ -164,12 +175,17 @@ def judge(backend, captions: list[str], rows: list[dict[str, Any]], prompt: str)
     return out
 
 
-def caption_stats(captions: list[str], rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Parser-based statistics for the report (facts stated, and how many of them are right)."""
-    stated = correct = total = parsed = 0
+def caption_stats(captions: list[str], rows: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Parser-based statistics for the report (facts stated, and how many of them are right), with
+    bootstrap intervals over scenes for the shares of facts stated and of stated facts that are false."""
+    from vlrl.demos.shapes.kit.judging import interval
+
+    per = []  # [stated, correct, total facts] per scene
+    parsed = 0
     for cap, r in zip(captions, rows, strict=True):
         sc = W.Scene.from_dict(r["scene"])
-        total += sum(3 if not it.is_word else 1 for it in sc.items)
+        c = [0, 0, sum(3 if not it.is_word else 1 for it in sc.items)]
+        per.append(c)
         items = W.parse_caption(cap)
         if items is None:
             continue
@@ -179,33 +195,54 @@ def caption_stats(captions: list[str], rows: list[dict[str, Any]]) -> dict[str, 
             for a in ("colour", "shape", "size", "word"):
                 v = getattr(it, a)
                 if v:
-                    stated += 1
-                    correct += it.position in truth and getattr(truth[it.position], a) == v
+                    c[0] += 1
+                    c[1] += it.position in truth and getattr(truth[it.position], a) == v
+    stated, correct, total = (sum(c[i] for c in per) for i in range(3))
     return {
         "parse_rate": parsed / max(1, len(rows)),
         "facts_stated": stated / max(1, total),
+        "facts_stated_ci": interval([c[0] for c in per], [c[2] for c in per], seed),
         "stated_correct": correct / max(1, stated),
+        "false_fact_rate": 1 - correct / max(1, stated),
+        "false_fact_rate_ci": interval([c[0] - c[1] for c in per], [c[0] for c in per], seed),
         "words": sum(len(c.split()) for c in captions) / max(1, len(captions)),
     }
 
 
 def evaluate(model_dir: str | Path, out: Path, cfg: DemoConfig, judge_dir: Path, answerer_dir: Path) -> dict[str, Any]:
+    """Held-out captions of ``model_dir`` judged three ways: ``reader_*`` (the rule-based reader, the
+    headline: :mod:`vlrl.demos.shapes.kit.judging`), ``twin_judge_*`` (an answerer trained like the
+    reward answerer with another seed: the reward's twin, not an independent judge) and
+    ``reward_answerer_*`` (the reward's own reader); each rate with its interval over scenes."""
     from vlrl.core.backends import load_backend
+    from vlrl.demos.shapes.kit.judging import check_reader, rate_intervals, reader_eval
 
     rows = list(read_jsonl(out / "data" / "eval.jsonl"))
     caps = caption_scenes(model_dir, out, rows, cfg)
-    result: dict[str, Any] = {"captions": caps, "ids": [r["id"] for r in rows]}
+    result: dict[str, Any] = {"captions": caps, "ids": [r["id"] for r in rows], "reader_check": check_reader(rows)}
     prompt = cfg.warm.answer_prompt
-    for who, path in (("judge", judge_dir), ("reward_answerer", answerer_dir)):
+    for kind, c in caps.items():
+        result[f"reader_{kind}"] = reader_eval(c, rows)
+    for who, path in (("twin_judge", judge_dir), ("reward_answerer", answerer_dir)):
+        if path is None:  # no twin judge in this run
+            continue
         backend = load_backend(hf_spec(path, 256))
         try:
             for kind, c in caps.items():
                 result[f"{who}_{kind}"] = judge(backend, c, rows, prompt)
         finally:
             backend.close()
+    for who in JUDGES:
+        for kind in caps:
+            if f"{who}_{kind}" in result:
+                result[f"{who}_{kind}"].update(rate_intervals(result[f"{who}_{kind}"], cfg.seed))
     for kind, c in caps.items():
-        result[f"stats_{kind}"] = caption_stats(c, rows)
+        result[f"stats_{kind}"] = caption_stats(c, rows, cfg.seed)
     return result
+
+
+JUDGES = ("reader", "twin_judge", "reward_answerer")
+"""The evaluation's judges, headline first (see :func:`evaluate`)."""
 
 
 # -- GRPO --------------------------------------------------------------------------------------
@@ -239,7 +276,8 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
                 # the answerer's own distribution (T=1), no letter-mass floor (its letters carry
                 # ~0.99 of the mass anyway), and fresh question draws every step: with draws frozen
                 # per image the policy is rewarded for the same few facts of each training image
-                # and held-out accuracy gains only ~+0.14 (seed 0, --quick) instead of ~+0.56
+                # and evaluation accuracy (scenes then drawn apart by seed only) gained only ~+0.14
+                # (seed 0, --quick) instead of ~+0.56
                 "temperature": 1.0,
                 "draws": "per_step",
                 "min_letter_mass": 0.0,
@@ -275,6 +313,11 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
     }
 
 
+def judge_seed(cfg: DemoConfig) -> int | None:
+    """The twin judge answerer's seed, or None when the config leaves it out."""
+    return cfg.seed + cfg.judge_seed_offset if getattr(cfg, "twin_judge", True) else None
+
+
 def max_items(world: W.WorldConfig) -> int:
     return min(3, world.max_shapes + (world.word_prob > 0))
 
@@ -293,7 +336,8 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     if run.reused is not None:
         return run.reused
     out, stages, seed = run.out, run.stages, cfg.seed
-    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, seed + cfg.judge_seed_offset, run.cache))
+    ws = stages.timed("warm_start", lambda: build_all(cfg.warm, seed, judge_seed(cfg), run.cache,
+                                                      full_caption=cfg.full_caption_baseline))
     answerer_spec = hf_spec(ws.answerer, 256)
 
     stages.run("data", lambda: make_data(out, cfg))
@@ -301,6 +345,9 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
                                              100 * curate(out, cfg, answerer_spec)["dropped_rate"]))
     stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                         evaluate(ws.captioner, out, cfg, ws.judge, ws.answerer)))
+    if ws.full_captioner is not None:
+        stages.run("eval_full_sft", lambda: atomic_write_json(
+            out / "eval" / "full_sft.json", evaluate(ws.full_captioner, out, cfg, ws.judge, ws.answerer)))
     stages.run("grpo", lambda: run_recipe(write_recipe(out, cfg, ws.captioner, ws.answerer)))
     stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                        evaluate(out / "grpo", out, cfg, ws.judge, ws.answerer)))
@@ -311,43 +358,72 @@ def run_demo(out: str | Path = "runs/demo", seed: int = 0, quick: bool = False, 
     after = json.loads((out / "eval" / "after.json").read_text())
     history = read_history(out / "grpo")
     curation = json.loads((out / "data" / "curation.json").read_text())
-    metrics = build_metrics(cfg, before, after, history, curation, stages.times)
-    # Wall time of the work, summed over resumed invocations (a reused warm start costs ~0 s).
-    metrics["wall_seconds"] = round(sum(stages.times.values()), 1)
-    write_report(out, cfg, metrics, before, after, history)
+    full_sft = load_full_sft(out)
+    metrics = build_metrics(cfg, before, after, history, curation, stages.times, full_sft=full_sft)
+    write_report(out, cfg, metrics, before, after, history, full_sft=full_sft)
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
 
 
+def load_full_sft(out: Path) -> dict[str, Any] | None:
+    """The full-caption captioner's evaluation, if this run made one."""
+    p = Path(out) / "eval" / "full_sft.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
 def build_metrics(cfg: DemoConfig, before: dict, after: dict, history: list[dict], curation: dict,
-                  times: dict[str, float], window: int = 5) -> dict[str, Any]:
+                  times: dict[str, float], window: int = 5, full_sft: dict | None = None) -> dict[str, Any]:
+    """The run's numbers. Headline: the rule-based reader's accuracy on greedy captions of the
+    held-out scenes (``acc_*``, with 95% intervals over scenes ``*_ci``); the twin judge and the
+    reward answerer give the same rates under their own names."""
+    from vlrl.demos.shapes.kit.judging import gain_interval, kind_accuracy
+
     # The QA reward alone (the total adds the format reward, 0 for well-formed captions).
     rewards = [h.get("rewards/caprl_qa/mean", h["reward"]) for h in history]
+    rb, ra = before["reader_greedy"], after["reader_greedy"]
     m: dict[str, Any] = {
         "seed": cfg.seed,
         "quick": cfg.quick,
-        "acc_before": round(before["judge_greedy"]["acc"], 4),
-        "acc_after": round(after["judge_greedy"]["acc"], 4),
+        "judge": "reader",
+        "acc_before": round(rb["acc"], 4),
+        "acc_before_ci": rb.get("acc_ci"),
+        "acc_after": round(ra["acc"], 4),
+        "acc_after_ci": ra.get("acc_ci"),
         "reward_first": window_mean(rewards, window, last=False),
         "reward_last": window_mean(rewards, window, last=True),
         "reward_window_steps": window,
         "grpo_steps": len(history) and max(h["step"] for h in history),
-        "wall_seconds": None,
     }
     m["gain"] = round(m["acc_after"] - m["acc_before"], 4)
-    for who in ("judge", "reward_answerer"):
+    m["gain_ci"] = gain_interval(rb, ra, cfg.seed)
+    m["acc_by_kind_before"] = kind_accuracy(rb)
+    m["acc_by_kind_after"] = kind_accuracy(ra)
+    m["reader_check"] = after.get("reader_check")
+    if full_sft is not None:
+        rf = full_sft["reader_greedy"]
+        m["acc_full_sft"] = round(rf["acc"], 4)
+        m["acc_full_sft_ci"] = rf.get("acc_ci")
+        m["gain_over_full_sft"] = round(ra["acc"] - rf["acc"], 4)
+        m["gain_over_full_sft_ci"] = gain_interval(rf, ra, cfg.seed)
+        m["acc_by_kind_full_sft"] = kind_accuracy(rf)
+    evals = [("before", before), ("after", after)] + ([("full_sft", full_sft)] if full_sft is not None else [])
+    for who in JUDGES:
         for kind in ("greedy", "sampled"):
-            for when, ev in (("before", before), ("after", after)):
+            for when, ev in evals:
+                if f"{who}_{kind}" not in ev:  # no twin judge in this run
+                    continue
                 r = ev[f"{who}_{kind}"]
-                m[f"{who}_{kind}_acc_{when}"] = round(r["acc"], 4)
-                m[f"{who}_{kind}_hallucination_{when}"] = round(r["hallucination_rate"], 4)
-                m[f"{who}_{kind}_cannot_answer_{when}"] = round(r["cannot_answer_rate"], 4)
+                for rate, short in (("acc", "acc"), ("hallucination_rate", "hallucination"),
+                                    ("cannot_answer_rate", "cannot_answer")):
+                    m[f"{who}_{kind}_{short}_{when}"] = round(r[rate], 4)
+                    m[f"{who}_{kind}_{short}_{when}_ci"] = r.get(f"{rate}_ci")
     for kind in ("greedy", "sampled"):
-        for when, ev in (("before", before), ("after", after)):
+        for when, ev in evals:
             for k, v in ev[f"stats_{kind}"].items():
-                m[f"captions_{kind}_{k}_{when}"] = round(v, 4)
+                m[f"captions_{kind}_{k}_{when}"] = round(v, 4) if isinstance(v, float) else v
     zero = [h.get("frac_reward_zero_std") for h in history if h.get("frac_reward_zero_std") is not None]
     m["frac_reward_zero_std_mean"] = round(sum(zero) / len(zero), 4) if zero else None
     m["curation"] = {k: curation[k] for k in ("train", "eval", "dropped_rate", "by_kind")}
     m["stage_seconds"] = times
+    m.update(timing(times))
     return m

@@ -1,8 +1,10 @@
 """``vlrl demo --compare``: the caption papers' reward comparison, in the shapes world.
 
 One world, one warm-start captioner, one GRPO budget and seed; only the main reward changes from row
-to row, and one QA judge (the CapRL demo's judge answerer, trained with ``seed + 1000``
-and never a reward) grades every row's held-out captions:
+to row, and one judge grades every row's captions of the evaluation scenes (layouts held out of every
+model's training): the rule-based reader of the world's grammar, which learned nothing
+(:mod:`vlrl.demos.shapes.kit.judging`); the CapRL demo's twin judge answerer (the reward answerer's
+twin: same data, seed ``seed + 1000``, never a reward) is reported beside it:
 
 * ``no_rl`` — the warm start itself;
 * ``caprl_qa_exact`` / ``caprl_qa_sample`` — CapRL's QA reward with the demo's reward answerer,
@@ -13,9 +15,9 @@ and never a reward) grades every row's held-out captions:
 * ``rouge_l`` — ROUGE-L F against the scene's full caption (the world's reference caption).
 
 Every row keeps the CapRL demo's guards (length veto, repetition) and its grammar format reward, so
-the main reward is the only thing that differs. Per row: the judge's held-out accuracy,
-hallucination rate (the judge picks a wrong concrete option), mean caption length in words, and
-the row's reward over GRPO steps. :mod:`vlrl.demos.shapes.compare.report` writes ``report.html``
+the main reward is the only thing that differs. Per row: the reader's held-out accuracy,
+hallucination rate (the caption settles a question on the wrong option), false-fact rate, each
+with its 95% interval over scenes, mean caption length in words, and the row's reward over GRPO steps. :mod:`vlrl.demos.shapes.compare.report` writes ``report.html``
 and says which of the papers' claims the numbers reproduce.
 
 Stages leave markers under ``DIR/state`` (``grpo_<row>``, ``eval_<row>``), so a killed run resumes
@@ -35,8 +37,8 @@ from typing import Any
 import yaml
 
 from vlrl.core.pipeline import atomic_write_json, read_jsonl
-from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, make_data, recipe_dict
-from vlrl.demos.shapes.kit.base import DemoError, DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.caprl.runner import DemoConfig, curate, evaluate, judge_seed, make_data, recipe_dict
+from vlrl.demos.shapes.kit.base import DemoError, DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.tiny_models.likert import JUDGE_MAX_TOKENS, LikertConfig, build_likert_judge
@@ -146,7 +148,7 @@ def run_compare(out: str | Path = "runs/demo-compare", seed: int = 0, quick: boo
     if run.reused is not None:
         return run.reused
     out, stages, cache, dcfg = run.out, run.stages, run.cache, cfg.demo
-    ws = stages.timed("warm_start", lambda: build_all(dcfg.warm, cfg.seed, cfg.seed + dcfg.judge_seed_offset, cache))
+    ws = stages.timed("warm_start", lambda: build_all(dcfg.warm, cfg.seed, judge_seed(dcfg), cache))
     answerer_spec = hf_spec(ws.answerer, 256)
 
     stages.run("data", lambda: make_data(out, dcfg))
@@ -196,9 +198,14 @@ def main_reward_key(history: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def row_metrics(row: str, ev: dict[str, Any], history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
-    """One table row: the judge's view of the row's greedy (and sampled) held-out captions."""
-    g, s = ev["judge_greedy"], ev["judge_sampled"]
+def row_metrics(row: str, ev: dict[str, Any], history: list[dict[str, Any]], window: int = 5,
+                base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One table row: the rule-based reader's view of the row's greedy (and sampled) held-out
+    captions, each rate with its 95% interval over scenes, and the gain over ``base`` (the warm
+    start's evaluation) with its paired interval; the twin judge's accuracy beside it."""
+    from vlrl.demos.shapes.kit.judging import gain_interval, kind_accuracy
+
+    g, s = ev["reader_greedy"], ev["reader_sampled"]
     stats = ev["stats_greedy"]
     key = main_reward_key(history)
     rewards = [h[key] for h in history if key and h.get(key) is not None]
@@ -206,15 +213,26 @@ def row_metrics(row: str, ev: dict[str, Any], history: list[dict[str, Any]], win
         "reward": row,
         "status": "ok",
         "acc_after": round(g["acc"], 4),
+        "acc_after_ci": g.get("acc_ci"),
+        "gain": None if base is None else round(g["acc"] - base["reader_greedy"]["acc"], 4),
+        "gain_ci": None if base is None else gain_interval(base["reader_greedy"], g),
         "hallucination_rate": round(g["hallucination_rate"], 4),
+        "hallucination_rate_ci": g.get("hallucination_rate_ci"),
         "cannot_answer_rate": round(g["cannot_answer_rate"], 4),
+        "cannot_answer_rate_ci": g.get("cannot_answer_rate_ci"),
         "mean_words": round(stats["words"], 2),
         "false_fact_rate": round(1 - stats["stated_correct"], 4),
+        "false_fact_rate_ci": stats.get("false_fact_rate_ci"),
         "facts_stated": round(stats["facts_stated"], 4),
+        "facts_stated_ci": stats.get("facts_stated_ci"),
         "parse_rate": round(stats["parse_rate"], 4),
+        "acc_by_kind": kind_accuracy(g),
         "sampled_acc_after": round(s["acc"], 4),
+        "sampled_acc_after_ci": s.get("acc_ci"),
         "sampled_hallucination_rate": round(s["hallucination_rate"], 4),
         "sampled_mean_words": round(ev["stats_sampled"]["words"], 2),
+        "twin_judge_acc_after": round(ev["twin_judge_greedy"]["acc"], 4) if "twin_judge_greedy" in ev else None,
+        "twin_judge_acc_after_ci": (ev.get("twin_judge_greedy") or {}).get("acc_ci"),
         "reward_answerer_acc_after": round(ev["reward_answerer_greedy"]["acc"], 4),
         "reward_key": key,
         "reward_first": window_mean(rewards, window, last=False),
@@ -234,7 +252,7 @@ def build_compare_metrics(out: Path, cfg: CompareConfig, status: dict[str, str],
             continue
         ev = before if row == "no_rl" else json.loads((out / "eval" / f"{row}.json").read_text())
         history = [] if row == "no_rl" else read_history(out / "rows" / row / "grpo")
-        rows.append(row_metrics(row, ev, history))
+        rows.append(row_metrics(row, ev, history, base=before))
     # Curves sit beside the table so the rows stay one line each (``vlrl demo`` prints them).
     curves = {r["reward"]: r.pop("reward_curve") for r in rows}
     trained = [r for r in rows if r["reward"] != "no_rl" and r["acc_after"] is not None]
@@ -252,7 +270,9 @@ def build_compare_metrics(out: Path, cfg: CompareConfig, status: dict[str, str],
         "method": "compare",
         "seed": cfg.seed,
         "quick": cfg.quick,
-        "acc_before": round(before["judge_greedy"]["acc"], 4),
+        "judge": "reader",
+        "acc_before": round(before["reader_greedy"]["acc"], 4),
+        "acc_before_ci": before["reader_greedy"].get("acc_ci"),
         "rows": rows,
         "reward_curves": curves,
         "best_reward": best["reward"] if best else None,
@@ -262,6 +282,7 @@ def build_compare_metrics(out: Path, cfg: CompareConfig, status: dict[str, str],
         "likert_judge": likert_info,
         "curation": {k: curation[k] for k in ("train", "eval", "dropped_rate")},
         "stage_seconds": times,
-        # Wall time of the work, summed over resumed invocations (cached warm starts cost ~0 s).
-        "wall_seconds": round(sum(times.values()), 1),
+        # Wall time of the work, summed over resumed invocations (cached warm starts cost ~0 s),
+        # split into the warm start and the run.
+        **timing(times),
     }

@@ -122,6 +122,14 @@ class Stages:
         return result
 
 
+def timing(times: dict[str, float]) -> dict[str, float]:
+    """Wall time split into the warm start (cached models: ~0 s when reused) and the run itself,
+    each summed over resumed invocations (``times``: :attr:`Stages.times`)."""
+    warm = sum(v for k, v in times.items() if k == "warm_start")
+    rest = sum(v for k, v in times.items() if k != "warm_start")
+    return {"wall_seconds": round(warm + rest, 1), "warm_start_seconds": round(warm, 1), "run_seconds": round(rest, 1)}
+
+
 # -- the runner opening ------------------------------------------------------------------------
 
 

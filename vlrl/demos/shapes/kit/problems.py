@@ -50,19 +50,19 @@ def answer_larger(shapes: list[W.Item]) -> str:
     return "same" if a == b else ("left" if a == "large" else "right")
 
 
-def make_problems(n: int, seed: int, world: W.WorldConfig, prefix: str) -> list[tuple[W.Scene, dict[str, Any]]]:
-    """``n`` scenes with one problem each, reproducible from ``seed`` and ``prefix`` (split name)."""
+def make_problems(n: int, seed: int, world: W.WorldConfig, prefix: str,
+                  split: str | None = None) -> list[tuple[W.Scene, dict[str, Any]]]:
+    """``n`` scenes with one problem each, reproducible from ``seed`` and ``prefix`` (split name);
+    ``split`` restricts the scenes to the world's training or evaluation layouts (:func:`W.layout_split`)."""
     rng = random.Random(f"vr1-problems/{prefix}/{seed}")
-    return [(sc, make_problem(sc, rng)) for sc in W.make_scenes(n, seed, world, prefix=f"vr1{prefix}-")]
+    return [(sc, make_problem(sc, rng)) for sc in W.make_scenes(n, seed, world, prefix=f"vr1{prefix}-", split=split)]
 
 
 def problem_id(scene_id: str, question: str) -> str:
     return f"{scene_id}/{hashlib.sha1(question.encode()).hexdigest()[:6]}"
 
 
-def layout(scene: W.Scene) -> tuple:
-    """What a scene shows, jitter aside: its items in order. Two scenes with one layout differ by a few pixels."""
-    return tuple((it.position, it.shape, it.colour, it.size, it.word) for it in scene.items)
+layout = W.layout
 
 
 def seen_keys(problems: list[tuple[W.Scene, dict[str, Any]]]) -> set[tuple]:
@@ -75,17 +75,20 @@ def seen_keys(problems: list[tuple[W.Scene, dict[str, Any]]]) -> set[tuple]:
     return keys
 
 
-def make_heldout(n: int, seed: int, world: W.WorldConfig, prefix: str,
-                 training: set[tuple]) -> tuple[list[tuple[W.Scene, dict[str, Any]]], int]:
+def make_heldout(n: int, seed: int, world: W.WorldConfig, prefix: str, training: set[tuple],
+                 split: str | None = None) -> tuple[list[tuple[W.Scene, dict[str, Any]]], int]:
     """``n`` problems none of whose keys (:func:`seen_keys`) is in ``training``, and how many were skipped.
 
     The world is small (24 one-shape layouts, 576 two-shape ones, nine questions), so fresh scene
     seeds alone do not make a problem new: with an 800-problem cold start most one-shape
     (layout, question) pairs recur. Candidates are drawn in :func:`make_problems`'s order and the
-    seen ones skipped, so the split is reproducible and, by construction, disjoint."""
+    seen ones skipped, so the split is reproducible and, by construction, disjoint. The demo draws
+    them with ``split="eval"`` (the world's held-out layouts, :func:`W.layout_split`) and its
+    training problems with ``split="train"``, so the check here is a second guard: no held-out
+    problem can share a layout, and so neither pixels nor a (layout, question) pair, with training."""
     m = n
     while True:
-        cands = make_problems(m, seed, world, prefix)
+        cands = make_problems(m, seed, world, prefix, split)
         fresh = [(sc, p) for sc, p in cands if not (seen_keys([(sc, p)]) & training)]
         if len(fresh) >= n:
             last = cands.index(fresh[n - 1])

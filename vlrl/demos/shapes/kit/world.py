@@ -24,6 +24,7 @@ when the caption does not settle it.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -93,6 +94,33 @@ class WorldConfig:
     word_prob: float = 0.0
     """Chance that a scene also carries a printed word (it takes a slot of its own)."""
     jitter: int = 2
+    heldout_layouts: float = 0.2
+    """Share of the world's layouts kept for evaluation only (:func:`layout_split`): every training
+    set of every model (captioner SFT, answerers, judges, GRPO, Vision-R1's student) draws from the
+    other layouts, so no evaluation scene shares a layout, let alone its pixels, with any training
+    image. 0 turns the split off (every scene may be drawn by every split)."""
+
+
+SPLITS = ("train", "eval")
+
+
+def layout(scene: Scene) -> tuple:
+    """What a scene shows, jitter aside: its items in order. Two scenes with one layout differ by a few pixels."""
+    return tuple((it.position, it.shape, it.colour, it.size, it.word) for it in scene.items)
+
+
+def layout_split(lay: tuple, heldout: float) -> str:
+    """``"eval"`` for a fixed share ``heldout`` of all layouts, ``"train"`` for the rest.
+
+    A hash of the layout, not a draw: the same layouts are held out for every seed and every model,
+    so a judge or answerer of another seed never trains on a layout some demo evaluates on. The
+    world is small (24 one-shape and 576 two-shape layouts by default) and each split is only a
+    different RNG stream of it, which is why scene ids or seeds alone never made evaluation new.
+    """
+    if heldout <= 0:
+        return "train"
+    h = int.from_bytes(hashlib.sha1(repr(lay).encode()).digest()[:8], "big") / 2**64
+    return "eval" if h < heldout else "train"
 
 
 # -- scenes and rendering -----------------------------------------------------------------------
@@ -121,9 +149,25 @@ def random_scene(rng: random.Random, cfg: WorldConfig, scene_id: str) -> Scene:
     return Scene(scene_id, items, jit)
 
 
-def make_scenes(n: int, seed: int, cfg: WorldConfig, prefix: str = "s") -> list[Scene]:
+def make_scenes(n: int, seed: int, cfg: WorldConfig, prefix: str = "s", split: str | None = None) -> list[Scene]:
+    """``n`` random scenes, reproducible from ``seed`` and ``prefix``; with ``split`` ("train" or
+    "eval") only scenes whose layout :func:`layout_split` puts in that split (drawn in order, the
+    others skipped). ``split=None`` draws from the whole world, as before the split existed."""
     rng = random.Random(f"scenes/{prefix}/{seed}")
-    return [random_scene(rng, cfg, f"{prefix}{seed}-{i}") for i in range(n)]
+    if split is None or cfg.heldout_layouts <= 0:
+        return [random_scene(rng, cfg, f"{prefix}{seed}-{i}") for i in range(n)]
+    if split not in SPLITS:
+        raise ValueError(f"make_scenes: split must be one of {SPLITS} or None, not {split!r}")
+    out: list[Scene] = []
+    tries = 0
+    while len(out) < n:
+        sc = random_scene(rng, cfg, f"{prefix}{seed}-{len(out)}")
+        tries += 1
+        if layout_split(layout(sc), cfg.heldout_layouts) == split:
+            out.append(sc)
+        elif tries > 1000 * (n + 10):
+            raise ValueError(f"make_scenes: the {split} split of this world is (nearly) empty")
+    return out
 
 
 def render(scene: Scene, cfg: WorldConfig) -> Image.Image:

@@ -2,9 +2,11 @@
 
 Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes where it stopped):
 
-1. **warm start** — the CapRL demo's captioner, reward answerer (used only by the text-only QA
-   filter) and judge answerer (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the
-   tiny rubric judge (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge`); all cached;
+1. **warm start** — the CapRL demo's captioner, full-caption baseline captioner, reward answerer
+   (used only by the text-only QA filter) and twin judge answerer
+   (:func:`vlrl.demos.shapes.tiny_models.warmstart.build_all`), plus the tiny rubric judge
+   (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge`); all cached, all trained on the world's
+   training layouts;
 2. **data** and **curation** — the CapRL demo's scenes and curated questions
    (:func:`vlrl.demos.shapes.caprl.runner.make_data`, :func:`~vlrl.demos.shapes.caprl.runner.curate`), so the
    held-out QA evaluation is the same as CapRL's;
@@ -16,15 +18,17 @@ Stages (each leaves a marker under ``DIR/state``; an interrupted run resumes whe
    schema and strictness checks included). Training images get a ``rubrics`` column; held-out
    images get rubrics too, only to measure the rubric judge;
 4. **evaluation before RL** — the CapRL demo's evaluation (greedy and sampled captions, every
-   curated question in both option orders, the judge answerer), plus the rubric
-   judge's verdict accuracy against the world oracle on the held-out images' rubrics;
+   curated question, the rule-based reader as the headline and the twin judge beside it, with
+   intervals), plus the rubric judge's verdict accuracy against the world oracle on the held-out
+   images' rubrics (plotted before and after RL in the report);
 5. **GRPO** — ``DIR/recipe.yaml`` run by :func:`vlrl.training.grpo.run_grpo` (``vlrl train grpo``)
    with the ``rubicap_rubric`` reward (``per_rubric``, the tiny judge through ``hf:``, greedy)
    behind the same guards as the CapRL demo, plus the demo's grammar format reward;
 6. **evaluation after RL**, ``metrics.json`` and ``report.html``.
 
-The QA judge answerer is never a reward here: the reward is the rubric judge, a different model
-trained on different data (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge` says what).
+No QA judge is a reward here: the reward is the rubric judge, a different model trained on
+different data (:mod:`vlrl.demos.shapes.tiny_models.rubric_judge` says what), and the headline QA
+judge is the rule-based reader, which learned nothing.
 """
 
 from __future__ import annotations
@@ -109,11 +113,12 @@ def warm_start(cfg: RubicapConfig, cache: Path) -> tuple[WarmStart, Path]:
     from vlrl.demos.shapes.tiny_models.rubric_judge import judge_dir
 
     final = judge_dir(cfg.seed, cache, cfg.judge)
+    full = getattr(cfg, "full_caption_baseline", False)
     if (final / "warmstart.json").exists():
-        return build_all(cfg.warm, cfg.seed, cfg.seed + cfg.judge_seed_offset, cache), final
+        return build_all(cfg.warm, cfg.seed, caprl.judge_seed(cfg), cache, full_caption=full), final
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as ex:
         fut = ex.submit(_build_judge_job, cfg.seed, str(cache), cfg.judge)
-        ws = build_all(cfg.warm, cfg.seed, cfg.seed + cfg.judge_seed_offset, cache)
+        ws = build_all(cfg.warm, cfg.seed, caprl.judge_seed(cfg), cache, full_caption=full)
         return ws, Path(fut.result())
 
 
@@ -180,20 +185,27 @@ def verdict_accuracy(judge_dir: Path, cfg, captions: list[str], ids: list[str],
     inner = getattr(reward, "inner", reward)
     inner.keep_verdicts = True
     pairs = [(c, rubrics[i]) for c, i in zip(captions, ids, strict=True) if i in rubrics]
+    from vlrl.demos.shapes.kit.judging import interval
+
     scores = inner.score([c for c, _ in pairs], rubrics=[r for _, r in pairs])
     n = right = failed = 0
     by_kind: dict[str, list[int]] = {}
+    per: list[tuple[int, int]] = []  # (right, verdicts) per caption: the interval resamples images
     for (cap, rset), s in zip(pairs, scores, strict=True):
         got = (s.details or {}).get("verdicts")
         if got is None:
             failed += len(rset) if (cap or "").strip() else 0
             continue
+        r_here = 0
         for r in rset:
             ok = int(got[r["id"]] == oracle_verdict(r["criterion"], cap))
             n += 1
             right += ok
+            r_here += ok
             by_kind.setdefault(r.get("kind") or "criterion", []).append(ok)
+        per.append((r_here, len(rset)))
     return {"acc": round(right / n, 4) if n else None, "verdicts": n, "failed": failed,
+            "acc_ci": interval([a for a, _ in per], [b for _, b in per], getattr(cfg, "seed", 0)),
             "by_kind": {k: round(sum(v) / len(v), 4) for k, v in by_kind.items()}}
 
 
@@ -224,6 +236,9 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
     stages.run("rubrics", lambda: (prepare_rubric_data(out, cfg, ws), prepare_eval_rubrics(out, cfg, ws)))
     stages.run("eval_before", lambda: atomic_write_json(out / "eval" / "before.json",
                                                    evaluate(ws.captioner, out, cfg, ws, judge_dir)))
+    if ws.full_captioner is not None:
+        stages.run("eval_full_sft", lambda: atomic_write_json(
+            out / "eval" / "full_sft.json", caprl.evaluate(ws.full_captioner, out, cfg, ws.judge, ws.answerer)))
     stages.run("grpo", lambda: run_recipe(write_recipe(out, cfg, ws, judge_dir)))
     stages.run("eval_after", lambda: atomic_write_json(out / "eval" / "after.json",
                                                   evaluate(out / "grpo", out, cfg, ws, judge_dir)))
@@ -232,11 +247,11 @@ def run_rubicap_demo(out: str | Path = "runs/demo-rubicap", seed: int = 0, quick
     after = json.loads((out / "eval" / "after.json").read_text())
     history = read_history(out / "grpo")
     curation = json.loads((out / "data" / "curation.json").read_text())
-    metrics = build_metrics(cfg, before, after, history, curation, stages.times, judge_dir, out)
-    metrics["wall_seconds"] = round(sum(stages.times.values()), 1)
+    full_sft = caprl.load_full_sft(out)
+    metrics = build_metrics(cfg, before, after, history, curation, stages.times, judge_dir, out, full_sft=full_sft)
     from vlrl.demos.shapes.kit.report import write_report
 
-    write_report(out, cfg, metrics, before, after, history, **report_parts(metrics))
+    write_report(out, cfg, metrics, before, after, history, full_sft=full_sft, **report_parts(metrics))
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
 
@@ -249,8 +264,8 @@ def write_recipe(out: Path, cfg, ws: WarmStart, judge_dir: Path) -> Path:
 
 
 def build_metrics(cfg, before: dict, after: dict, history: list[dict], curation: dict, times: dict[str, float],
-                  judge_dir: Path, out: Path, window: int = 5) -> dict[str, Any]:
-    m = caprl.build_metrics(cfg, before, after, history, curation, times, window=window)
+                  judge_dir: Path, out: Path, window: int = 5, full_sft: dict | None = None) -> dict[str, Any]:
+    m = caprl.build_metrics(cfg, before, after, history, curation, times, window=window, full_sft=full_sft)
     rewards = [h["rewards/rubicap_rubric/mean"] for h in history if h.get("rewards/rubicap_rubric/mean") is not None]
     m["method"] = "rubicap"
     m["reward_first"] = window_mean(rewards, window, last=False)
@@ -264,28 +279,67 @@ def build_metrics(cfg, before: dict, after: dict, history: list[dict], curation:
         for kind in ("greedy", "sampled"):
             r = ev[f"rubric_judge_{kind}"]
             m[f"judge_verdict_acc_{kind}_{when}"] = r["acc"]
+            m[f"judge_verdict_acc_{kind}_{when}_ci"] = r.get("acc_ci")
             m[f"judge_verdict_by_kind_{kind}_{when}"] = r["by_kind"]
     m["judge_verdict_acc"] = m["judge_verdict_acc_greedy_after"]
     m["rubric_data"] = json.loads((out / "data" / "rubicap_train_stats.json").read_text())
     return m
 
 
+def agreement_plot(m: dict[str, Any]) -> str:
+    """Bar chart (base64 PNG) of the rubric judge's agreement with the world oracle on the held-out
+    images' rubrics, graded on the policy's captions before and after RL, overall and per rubric kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vlrl.demos.shapes.kit.report import png
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.2))
+    for j, (when, col) in enumerate((("before", "C7"), ("after", "C0"))):
+        vals = [m.get(f"judge_verdict_acc_{k}_{when}") or 0 for k in ("greedy", "sampled")]
+        cis = [m.get(f"judge_verdict_acc_{k}_{when}_ci") or [v, v] for k, v in zip(("greedy", "sampled"), vals, strict=True)]
+        err = [[v - c[0] for v, c in zip(vals, cis, strict=True)], [c[1] - v for v, c in zip(vals, cis, strict=True)]]
+        ax[0].bar([i + (j - 0.5) * 0.38 for i in range(2)], vals, width=0.38, color=col, yerr=err, capsize=2,
+                  label=f"{when} RL")
+        kinds = sorted(set(m.get("judge_verdict_by_kind_greedy_before") or {}) | set(m.get("judge_verdict_by_kind_greedy_after") or {}))
+        by = m.get(f"judge_verdict_by_kind_greedy_{when}") or {}
+        ax[1].bar([i + (j - 0.5) * 0.38 for i in range(len(kinds))], [by.get(k, 0) for k in kinds], width=0.38,
+                  color=col, label=f"{when} RL")
+        ax[1].set_xticks(range(len(kinds)), kinds, fontsize=8)
+    if m.get("judge_verdict_acc_heldout") is not None:
+        ax[0].axhline(m["judge_verdict_acc_heldout"], color="k", lw=0.6, ls="--", label="on its own held-out pairs")
+    ax[0].set_xticks(range(2), ["greedy captions", "sampled captions"], fontsize=8)
+    for a, t in ((ax[0], "judge-oracle agreement (95% intervals over images)"), (ax[1], "by rubric kind (greedy)")):
+        a.set_ylim(0, 1.02)
+        a.set_title(t, fontsize=9)
+        a.legend(fontsize=7)
+    out = png(fig)
+    plt.close(fig)
+    return out
+
+
 def report_parts(m: dict[str, Any]) -> dict[str, Any]:
     """What the shared report page says differently for RubiCap."""
     import html
+
+    from vlrl.demos.shapes.kit.report import ci_text
 
     intro = (
         "<p>A tiny Qwen2.5-VL captioner trained with GRPO against the <code>rubicap_rubric</code> reward: rubrics "
         "written per image from a committee of three rule-based teachers (terse, careless, dreamer) by a rule-based "
         "writer (stand-ins for VLM teachers and an LLM writer), graded per rubric by a <b>tiny rubric judge</b> "
-        "(its own tokenizer; trained on oracle-labelled rewrites of synthetic scenes, never on this policy's "
-        "captions). Accuracy: every curated held-out question, both option orders, answered from the caption by the "
-        "CapRL demo's <b>judge answerer, which is never a reward</b>.</p>")
+        "(its own tokenizer; trained on oracle-labelled rewrites of synthetic scenes of the training layouts, never on "
+        "this policy's captions). Accuracy: every curated question of the evaluation scenes (layouts held out of every "
+        "model's training), answered from the caption by a <b>rule-based reader of the world's grammar that learned "
+        "nothing</b>; the CapRL demo's twin judge answerer is shown beside it.</p>")
     rows = "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{m.get(k)}</td></tr>"
+        f"<tr><th>{html.escape(k)}</th><td>{ci_text(m.get(k), m.get(k + '_ci'))}</td></tr>"
         for k in ("judge_verdict_acc_heldout", "judge_verdict_acc_greedy_before", "judge_verdict_acc_greedy_after",
                   "judge_verdict_acc_sampled_before", "judge_verdict_acc_sampled_after"))
-    extra = (f"<h2>Rubric judge (verdicts against the world oracle)</h2><table>{rows}</table>"
+    extra = (f"<h2>Rubric judge (verdicts against the world oracle)</h2>"
+             f"<img src=\"data:image/png;base64,{agreement_plot(m)}\"><table>{rows}</table>"
              f"<p>Rubric data: {html.escape(json.dumps(m.get('rubric_data')))}</p>")
     return {"title": "RubiCap", "intro_html": intro, "reward_key": "rubicap_rubric", "extra_html": extra,
             "answerer_label": "filter_answerer"}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,7 @@ def answerer_examples(cfg: WarmStartConfig, n: int, seed: int, render_request: C
 def image_cases(cfg: WarmStartConfig, n: int, seed: int, rng: random.Random):
     """The shapes world's answerer cases: ``(caption, questions, answer)`` per scene, where
     ``answer(q)`` is what a strict reader of the caption answers (None: "cannot answer")."""
-    world = replace(cfg.world)
-    for sc in W.make_scenes(n // 4 + 1, seed, world, prefix="ans"):
+    for sc in answerer_scenes(cfg, n, seed):
         stated = W.stated_items(sc, rng, rng.uniform(0, cfg.ans_drop_max))
         if rng.random() < cfg.ans_corrupt_p:
             stated = corrupt(stated, rng)
@@ -79,6 +77,11 @@ def label_requests(cfg: WarmStartConfig, n: int, rng: random.Random, cases, rend
             if len(out) >= n:
                 return out
     return out
+
+
+def answerer_scenes(cfg: WarmStartConfig, n: int, seed: int) -> list[W.Scene]:
+    """The scenes behind ``n`` answerer examples (four questions each): training layouts only."""
+    return W.make_scenes(n // 4 + 1, seed, cfg.world, prefix="ans", split="train")
 
 
 def fast_render(render_request: Callable[[str], str]) -> Callable[[str], str]:

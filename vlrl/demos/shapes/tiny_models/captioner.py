@@ -99,12 +99,17 @@ def captioner_recipe(cfg: WarmStartConfig, seed: int, model: Path, data: Path, o
     }
 
 
+def captioner_scenes(cfg: WarmStartConfig, seed: int) -> list[W.Scene]:
+    """The ``sft_images`` scenes the captioner is SFT'd on: the world's training layouts only."""
+    return W.make_scenes(cfg.sft_images, seed, cfg.world, prefix="sft", split="train")
+
+
 def write_captioner_sft(cfg: WarmStartConfig, seed: int, model: Path, root: Path) -> Path:
     """Render the ``sft_images`` scenes, write the curriculum and the recipe under ``root``; returns
     the recipe's path (``root/sft.yaml``, runnable as ``vlrl train sft``; it trains into ``root/sft``)."""
     data = root / "sft_data"
     (data / "images").mkdir(parents=True)
-    scenes = W.make_scenes(cfg.sft_images, seed, cfg.world, prefix="sft")
+    scenes = captioner_scenes(cfg, seed)
     for sc in scenes:
         W.render(sc, cfg.world).save(data / "images" / f"{sc.id}.png")
     write_jsonl(data / "train.jsonl", captioner_sft_rows(cfg, seed, scenes))

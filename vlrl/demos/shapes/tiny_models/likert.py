@@ -14,7 +14,9 @@ world: complete ones, ones with attributes dropped at random, ones with one or t
 mis-stated, ones describing another scene's items (invented or missing shapes), and garbled ones
 (the run-ons and repetitions of a drifting policy; see :func:`vlrl.demos.shapes.kit.noise.garble`).
 It never sees the policy's own captions, rubrics or QA answers, and the QA judge that evaluates
-every row of the comparison is a different model (the CapRL demo's judge answerer).
+every row of the comparison learned nothing (the CapRL demo's rule-based reader). Its scenes, and
+its captioner init's SFT images, come from the world's training layouts; the pairs its agreement
+is measured on come from the held-out layouts.
 
 Its agreement with the oracle on held-out pairs (exact, within ±1, rank correlation) is stored in
 its ``warmstart.json`` and shown in the report: a real judge is imperfect too, and where this one
@@ -167,6 +169,13 @@ def judge_text(caption: str) -> str:
     return render(PROMPT, **fence_caption(caption), with_image=True, low=LOW, high=HIGH)
 
 
+def likert_scenes(cfg: LikertConfig, warm, seed: int) -> list[W.Scene]:
+    """The judge's scenes: the first ``heldout`` (only to measure it) from the world's held-out
+    layouts, the rest (its training scenes) from the training layouts."""
+    return (W.make_scenes(cfg.heldout, seed, warm.world, prefix="likert-held", split="eval")
+            + W.make_scenes(cfg.scenes - cfg.heldout, seed, warm.world, prefix="likert", split="train"))
+
+
 def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int) -> dict[str, Any]:
     import shutil
 
@@ -192,7 +201,7 @@ def train_likert_judge(warm, cfg: LikertConfig, init: Path, out: Path, seed: int
         return backend.render_prompt([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}])
 
     rng = random.Random(f"likert/{seed}")
-    scenes = W.make_scenes(cfg.scenes, seed, warm.world, prefix="likert")
+    scenes = likert_scenes(cfg, warm, seed)
     images = [W.render(s, warm.world) for s in scenes]
     held_idx = list(range(cfg.heldout))
     train_idx = list(range(cfg.heldout, len(scenes)))

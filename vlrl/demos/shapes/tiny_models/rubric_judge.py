@@ -176,11 +176,13 @@ def scene_rubrics(scene: W.Scene, rng: random.Random) -> tuple[str, list[dict[st
     return student, out["rubrics"]
 
 
-def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request) -> list[dict[str, Any]]:
-    """``n`` (rendered request, verdict) pairs; ``request(caption, rubric_dict) -> text``."""
+def judge_examples(n: int, seed: int, prefix: str, world: W.WorldConfig, request,
+                   split: str | None = "train") -> list[dict[str, Any]]:
+    """``n`` (rendered request, verdict) pairs; ``request(caption, rubric_dict) -> text``; scenes of
+    the world's ``split`` layouts (:func:`vlrl.demos.shapes.kit.world.layout_split`)."""
     rng = random.Random(f"rubric-judge/{prefix}/{seed}")
     out: list[dict[str, Any]] = []
-    for sc in W.make_scenes(n, seed, world, prefix=prefix):
+    for sc in W.make_scenes(n, seed, world, prefix=prefix, split=split):
         student, rubrics = scene_rubrics(sc, rng)
         for rub in rubrics:
             caps = [caption_variant(sc, rng) for _ in range(2)]
@@ -271,8 +273,8 @@ def train_rubric_judge(cfg: JudgeConfig, tok_dir: Path, out: Path, seed: int) ->
     request = request_renderer()
     t0 = time.time()
     train = judge_examples(cfg.pool, seed, "rj-train", cfg.world, lambda c, r: chat(request(c, r)))
-    # held-out criteria: scenes (and so criteria and captions) drawn with another prefix
-    held = judge_examples(cfg.held, seed, "rj-held", cfg.world, lambda c, r: chat(request(c, r)))
+    # held-out criteria: scenes (and so criteria and captions) of the held-out layouts
+    held = judge_examples(cfg.held, seed, "rj-held", cfg.world, lambda c, r: chat(request(c, r)), split="eval")
     probe = train[0]["text"]
     verdict_tok = {True: backend.choice_token(probe, PASS), False: backend.choice_token(probe, FAIL)}
     eos = tok.eos_token_id

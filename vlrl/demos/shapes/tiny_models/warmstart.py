@@ -75,34 +75,56 @@ class WarmStart:
     tokenizer: Path
     captioner: Path
     answerer: Path
-    judge: Path
+    judge: Path | None
+    """The twin judge: an answerer trained exactly like the reward answerer, with another seed
+    (None when not asked for)."""
+    full_captioner: Path | None = None
+    """The captioner SFT'd on full captions only (:func:`full_caption_config`): the strongest
+    no-RL baseline, reported beside the warm start RL begins from (None when not asked for)."""
 
 
-def paths(cfg: WarmStartConfig, seed: int, judge_seed: int, cache_dir: Path) -> WarmStart:
+def full_caption_config(cfg: WarmStartConfig) -> WarmStartConfig:
+    """The warm start's settings with every SFT step on full captions (no attribute dropped).
+
+    The demo's own warm start drops attributes (p=``drop_p``) after a full-caption curriculum so that
+    RL has room to gain; this captioner is what the same SFT budget gives without that handicap."""
+    return replace(cfg, full_caption_steps=cfg.sft_steps, drop_p=0.0)
+
+
+def paths(cfg: WarmStartConfig, seed: int, judge_seed: int | None, cache_dir: Path, full_caption: bool = False) -> WarmStart:
     tok = cache_dir / f"tokenizer-{cfg.key('vocab')}"
     return WarmStart(
         tok,
         cache_dir / f"captioner-{cfg.key('cap')}-s{seed}",
         cache_dir / f"answerer-{cfg.key('ans')}-s{seed}",
-        cache_dir / f"answerer-{cfg.key('ans')}-s{judge_seed}",
+        cache_dir / f"answerer-{cfg.key('ans')}-s{judge_seed}" if judge_seed is not None else None,
+        cache_dir / f"captioner-{full_caption_config(cfg).key('cap')}-s{seed}" if full_caption else None,
     )
 
 
-def build_all(cfg: WarmStartConfig, seed: int, judge_seed: int, cache_dir: Path | None = None, workers: int = 2) -> WarmStart:
-    """Tokenizer, captioner, reward answerer and judge answerer; cached, trained in parallel."""
+def build_all(cfg: WarmStartConfig, seed: int, judge_seed: int | None, cache_dir: Path | None = None, workers: int = 2,
+              full_caption: bool = False) -> WarmStart:
+    """Tokenizer, captioner, reward answerer and the twin judge answerer (none when ``judge_seed`` is
+    None; with ``full_caption`` also the full-caption captioner); cached, trained in parallel."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    ws = paths(cfg, seed, judge_seed, cache_dir)
+    ws = paths(cfg, seed, judge_seed, cache_dir, full_caption)
     build_tokenizer(cfg, cache_dir)
-    jobs = [("captioner", ws.captioner, seed), ("answerer", ws.answerer, seed), ("answerer", ws.judge, judge_seed)]
+    # the two captioners first (the long jobs, one per worker), then the answerers
+    jobs = [("captioner", ws.captioner, seed, cfg)]
+    if full_caption:
+        jobs.append(("captioner", ws.full_captioner, seed, full_caption_config(cfg)))
+    jobs.append(("answerer", ws.answerer, seed, cfg))
+    if ws.judge is not None:
+        jobs.append(("answerer", ws.judge, judge_seed, cfg))
     todo = [j for j in jobs if not (j[1] / "warmstart.json").exists()]
     if todo:
-        logger.info("warm start: training %s (cached under %s)", ", ".join(f"{k}-s{s}" for k, _, s in todo), cache_dir)
+        logger.info("warm start: training %s (cached under %s)", ", ".join(f"{k}-s{s}" for k, _, s, _ in todo), cache_dir)
         if workers <= 1 or len(todo) == 1:
-            for kind, out, s in todo:
-                job(kind, cfg, str(ws.tokenizer), str(out), s)
+            for kind, out, s, c in todo:
+                job(kind, c, str(ws.tokenizer), str(out), s)
         else:
             with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=get_context("spawn")) as ex:
-                futs = [ex.submit(job, kind, cfg, str(ws.tokenizer), str(out), s) for kind, out, s in todo]
+                futs = [ex.submit(job, kind, c, str(ws.tokenizer), str(out), s) for kind, out, s, c in todo]
                 for f in futs:
                     f.result()
     return ws

@@ -93,8 +93,9 @@ def write_report(out: Path, cfg, metrics: dict[str, Any], evals: dict[str, dict]
     keys = ["acc_before", "acc_after", "gain", "single_stage_acc_after", "format_before", "format_after",
             "acc_formatted_before", "acc_formatted_after", "truncation_before", "truncation_after",
             "mean_tokens_before", "mean_tokens_after", "pass8_minus_greedy_before", "pass8_minus_greedy_after",
-            "reward_first", "reward_last", "wall_seconds", "seed"]
-    table = "".join(f"<tr><th>{k}</th><td>{m.get(k)}</td></tr>" for k in keys)
+            "reward_first", "reward_last", "warm_start_seconds", "run_seconds", "wall_seconds", "seed"]
+    table = "".join(f"<tr><th>{k}</th><td>{m.get(k)}{' ' + str(m[k + '_ci']) if m.get(k + '_ci') else ''}</td></tr>"
+                    for k in keys)
     passk = _pass_table(m)
     cs = m["cold_start"]
     sft_ex = "".join(f"<li><code>{html.escape(e['question'])}</code> → <code>{html.escape(e['response'])}</code></li>"

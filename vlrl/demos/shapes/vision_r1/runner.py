@@ -12,8 +12,9 @@ Stages (markers under ``DIR/state``; an interrupted run resumes where it stopped
    mis-perceives, and a text reasoner that solves from the description alone. Only samples whose
    answer HFRRF's checker calls right are kept. SFT is the project's (:func:`vlrl.training.sft.run_sft`,
    what ``vlrl train sft`` runs, TRL's SFTTrainer) on those kept chains.
-2. **data** — RL problems, and held-out problems that share no (layout, question) pair and no image
-   with the cold start's problems or the RL problems (:func:`write_splits`).
+2. **data** — RL problems from the world's training layouts, and held-out problems from its held-out
+   layouts, so they share no layout, (layout, question) pair or image with the cold start's
+   problems, the RL problems or the captioner's SFT images (:func:`write_splits`).
 3. **evaluation before RL** (i.e. after the SFT cold start) — the project's reasoning evaluation
    (:func:`vlrl.methods.vision_r1.evaluate.evaluate_reasoning`, what ``vlrl eval reasoning`` runs):
    greedy, one try per problem, accuracy read by HFRRF's own answer extraction and checker against
@@ -46,7 +47,7 @@ from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.core.prompts import template_path
 from vlrl.demos.shapes.kit import problems as P
 from vlrl.demos.shapes.kit import world as W
-from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.cache import cached
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
@@ -141,20 +142,29 @@ def eval_cap(cfg: VR1Config) -> int:
 
 
 def write_problems(folder: Path, split: str, n: int, seed: int, world: W.WorldConfig) -> Path:
-    """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl``."""
-    return write_rows(folder, split, P.make_problems(n, seed, world, split), world)
+    """Render ``n`` scene problems into ``folder/images`` and ``folder/{split}.jsonl`` (every split but
+    ``eval`` from the world's training layouts, :func:`vlrl.demos.shapes.kit.world.layout_split`)."""
+    return write_rows(folder, split, P.make_problems(n, seed, world, split, layouts(split)), world)
+
+
+def layouts(split: str) -> str:
+    """The world's layout split a problem set draws from: ``eval`` for the held-out set, else ``train``."""
+    return "eval" if split == "eval" else "train"
 
 
 def write_splits(folder: Path, cfg: VR1Config) -> dict[str, Any]:
-    """The RL set and the held-out set; the held-out one shares no (layout, question) pair and no
-    image with the cold start's problems or the RL set (:func:`vlrl.demos.shapes.kit.problems.make_heldout`).
+    """The RL set and the held-out set. Training problems (RL and cold start) come from the world's
+    training layouts, held-out ones from its held-out layouts (:func:`vlrl.demos.shapes.kit.world.layout_split`,
+    the same split every demo model trains apart from), and :func:`vlrl.demos.shapes.kit.problems.make_heldout`
+    checks again that none shares a (layout, question) pair or an image with the cold start or the RL set.
 
     The cold start's problems are drawn again from their seed (the student's cache holds only what
     it needs), exactly as :func:`build_student` draws them."""
     world = cfg.warm.world
-    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train")
-    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart")
-    heldout, skipped = P.make_heldout(cfg.eval_problems, cfg.seed, world, "eval", P.seen_keys(cold) | P.seen_keys(train))
+    train = P.make_problems(cfg.prompts_per_step * cfg.total_steps, cfg.seed, world, "train", layouts("train"))
+    cold = P.make_problems(cfg.cold_start_problems, cfg.seed, world, "coldstart", layouts("coldstart"))
+    heldout, skipped = P.make_heldout(cfg.eval_problems, cfg.seed, world, "eval", P.seen_keys(cold) | P.seen_keys(train),
+                                      layouts("eval"))
     write_rows(folder, "train", train, world)
     write_rows(folder, "eval", heldout, world)
     info = {"train": len(train), "cold_start": len(cold), "eval": len(heldout), "eval_skipped_as_seen": skipped,
@@ -386,9 +396,9 @@ def _gap(summ: dict[str, Any]) -> float | None:
 def trained_on(cfg: VR1Config) -> dict[str, str]:
     """What every model of the run saw in training (the held-out problems are none of it)."""
     return {
-        "captioner": "shapes-world captions of its own scenes (the CapRL demo's warm start, SFT)",
+        "captioner": "shapes-world captions of its own scenes, training layouts only (the CapRL demo's warm start, SFT)",
         "student": (f"the captioner, then SFT on the cold start's kept chains for {cfg.cold_start_problems} problems "
-                    f"(split 'coldstart', seed {cfg.seed}); the chains come from the stand-in VLM's description "
+                    f"(split 'coldstart', seed {cfg.seed}, training layouts); the chains come from the stand-in VLM's description "
                     "and the stand-in reasoner, kept only where HFRRF's checker calls the answer right"),
         "ptst": f"the student, then PTST with hfrrf on the {cfg.prompts_per_step * cfg.total_steps} RL problems (split 'train')",
         "single": "the student, then single-stage GRPO with hfrrf on the same RL problems",
@@ -443,6 +453,14 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
         "trained_on": trained_on(cfg),
         "sft": {k: info.get("sft", {}).get(k) for k in ("global_step", "loss_first", "loss_last", "rows")},
         "stage_seconds": times,
-        "wall_seconds": round(sum(times.values()), 1),
+        **timing(times),
     }
+    # 95% intervals of the greedy accuracies: one problem per scene, so the Wilson interval over problems
+    # is the interval over scenes
+    from vlrl.core.stats import wilson
+
+    for key, ev in (("acc_before", "before"), ("acc_after", "ptst"), ("single_stage_acc_after", "single")):
+        n = evals[ev].get("n") or 0
+        ci = wilson(round(m[key] * n), n) if m.get(key) is not None else None
+        m[f"{key}_ci"] = [round(ci[0], 4), round(ci[1], 4)] if ci else None
     return m
