@@ -166,6 +166,9 @@ def test_clip_split_holds_out_a_fixed_share_of_configurations():
         == [c.to_dict() for c in V.make_clips(50, 3, prefix="t", split="eval", heldout=0.0)]
     with pytest.raises(ValueError, match="split"):
         V.make_clips(1, 0, split="test", heldout=share)
+    # the share is part of the warm starts' cache keys: models trained before the split are not reused
+    for part in ("cap", "ans"):
+        assert VideoWarmConfig(heldout_layouts=0.0).key(part) != VideoWarmConfig().key(part)
 
 
 def _frames_hash(clip: V.ClipFacts) -> str:
