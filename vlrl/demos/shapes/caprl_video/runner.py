@@ -36,7 +36,7 @@ from typing import Any
 from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.demos.shapes.caprl_video import world as V
 from vlrl.demos.shapes.caprl_video.models import VideoWarmConfig, build_all
-from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.kit.rewards import grammar_reward_block
@@ -260,7 +260,7 @@ def build_metrics(cfg: VideoDemoConfig, before: dict, after: dict, history: list
         "reward_last": window_mean(rewards, window, last=True),
         "reward_window_steps": window,
         "grpo_steps": len(history) and max(h["step"] for h in history),
-        "wall_seconds": round(sum(times.values()), 1),
+        **timing(times),
     }
     m["gain"] = round(m["acc_after"] - m["acc_before"], 4)
     for who in ("judge", "reward_answerer"):
@@ -332,7 +332,8 @@ def write_report(out: Path, cfg: VideoDemoConfig, metrics: dict[str, Any], befor
                   f"<td>{html.escape(r['caption_full'])}</td>"
                   f"<td>{html.escape(before['captions']['greedy'][i])}<br><small>reader acc {sb:.2f}</small></td>"
                   f"<td>{html.escape(after['captions']['greedy'][i])}<br><small>reader acc {sa:.2f}</small></td></tr>")
-    keys = ["acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed"]
+    keys = ["acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds",
+            "warm_start_seconds", "run_seconds", "heldout_layouts", "seed"]
     table = "".join(f"<tr><th>{k}</th><td>{metrics.get(k)}</td></tr>" for k in keys)
     trained = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>" for k, v in metrics["trained_on"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vlrl demo — CapRL on video</title>
