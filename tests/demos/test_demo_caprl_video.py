@@ -232,7 +232,9 @@ def test_caprl_video_demo_quick_learns(tmp_path):
     for key in ("method", "acc_before", "acc_after", "reward_first", "reward_last", "wall_seconds", "seed"):
         assert key in m
     assert m["method"] == "caprl-video" and m["seed"] == 0 and m["grpo_steps"] == 60
-    assert m["acc_after"] >= m["acc_before"] + 0.30, m  # measured +0.87 (seed 0); +0.74 to +0.90 over seeds 0-2
+    # held out by configuration: measured +0.74 (seed 0), +0.74 to +0.77 over seeds 0-2 (+0.74 to +0.90 before the split)
+    assert m["acc_after"] >= m["acc_before"] + 0.30, m
+    assert m["heldout_layouts"] > 0, m
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 11  # the plot and 10 clips' frames
     assert page.count("reader acc") == 20  # each clip's captions before and after RL
