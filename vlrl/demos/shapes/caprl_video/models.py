@@ -31,11 +31,12 @@ from typing import Any
 
 from vlrl.demos.shapes.caprl_video import world as V
 from vlrl.demos.shapes.kit.cache import cached, job_process_setup
-from vlrl.demos.shapes.kit.world import COLOURS, SHAPES
+from vlrl.demos.shapes.kit.world import COLOURS, SHAPES, WorldConfig
 from vlrl.demos.shapes.tiny_models.answerer import label_requests, train_answerer
 from vlrl.demos.shapes.tiny_models.settings import ANSWER_PROMPT, WarmStartConfig
 
-VERSION = 1
+VERSION = 2
+"""2: every training set draws only training configurations (``heldout_layouts``)."""
 VALUES = (*COLOURS, *SHAPES, *V.WAYS, *V.COUNTS, "yes", "no")
 """The answers the reward answerer's auxiliary head names."""
 
@@ -55,6 +56,11 @@ class VideoWarmConfig:
     sft_lr: float = 3e-3
     full_caption_steps: int = 500
     drop_p: float = 0.65
+    heldout_layouts: float = WorldConfig.heldout_layouts
+    """Share of the clip world's configurations (:func:`~.world.configuration`) kept for evaluation
+    only, split by the image world's :func:`~vlrl.demos.shapes.kit.world.layout_split` (the image
+    world's default share): the captioner's SFT clips, the answerer's captions and GRPO's clips draw
+    the other configurations, the held-out clips only these."""
     answerer: WarmStartConfig = field(default_factory=lambda: WarmStartConfig(ans_steps=300, ans_pool=12000))
     """The answerer's settings (its ``ans_*`` fields; the image world's fields are unused)."""
 
@@ -62,6 +68,7 @@ class VideoWarmConfig:
         d = asdict(self)
         if part == "ans":
             keep = {k: v for k, v in d["answerer"].items() if k.startswith("ans") or k in ("aux_weight", "answer_prompt")}
+            keep["heldout_layouts"] = self.heldout_layouts
         else:
             keep = {k: v for k, v in d.items() if k != "answerer" and (part == "cap" or k == "vocab_size")}
         keep["vocab_size"] = self.vocab_size
@@ -112,28 +119,42 @@ def build_tokenizer(cfg: VideoWarmConfig, out: Path) -> Path:
 # -- reward answerer ----------------------------------------------------------------------------
 
 
-def answerer_examples(cfg: WarmStartConfig, n: int, seed: int, render_request, choice_token) -> list[dict[str, Any]]:
+def answerer_clips(cfg: VideoWarmConfig, n: int, seed: int) -> list[V.ClipFacts]:
+    """The clips behind ``n`` answerer examples (four questions each): training configurations only."""
+    return V.make_clips(n // 4 + 1, seed, prefix="ans", split="train", heldout=cfg.heldout_layouts)
+
+
+def captioner_clips(cfg: VideoWarmConfig, seed: int) -> list[V.ClipFacts]:
+    """The ``sft_clips`` clips the captioner is fine-tuned on: training configurations only."""
+    return V.make_clips(cfg.sft_clips, seed, prefix="sft", split="train", heldout=cfg.heldout_layouts)
+
+
+def answerer_examples(cfg: VideoWarmConfig, n: int, seed: int, render_request, choice_token) -> list[dict[str, Any]]:
     """The reward answerer's labelled requests about clip captions (see the module docstring)."""
     rng = random.Random(f"video-answerer/{seed}")
+    acfg = cfg.answerer
 
     def cases():
-        for clip in V.make_clips(n // 4 + 1, seed, prefix="ans"):
-            facts = V.stated(clip, rng, rng.uniform(0, cfg.ans_drop_max))
-            if rng.random() < cfg.ans_corrupt_p:
+        for clip in answerer_clips(cfg, n, seed):
+            facts = V.stated(clip, rng, rng.uniform(0, acfg.ans_drop_max))
+            if rng.random() < acfg.ans_corrupt_p:
                 facts = V.corrupt(facts, rng)
             cap = V.caption(facts)
-            if rng.random() < cfg.ans_garble_p:
+            if rng.random() < acfg.ans_garble_p:
                 cap = V.garble(cap, rng)
             read = V.parse_caption(cap)
             yield cap, V.questions(clip, rng), lambda q, read=read: V.answer_from_caption(read, q)
 
-    return label_requests(cfg, n, rng, cases(), render_request, choice_token, values=VALUES)
+    return label_requests(acfg, n, rng, cases(), render_request, choice_token, values=VALUES)
 
 
 def train_video_answerer(cfg: VideoWarmConfig, tok_dir: Path, out: Path, seed: int) -> dict[str, Any]:
-    info = train_answerer(cfg.answerer, tok_dir, out, seed, examples=answerer_examples, values=VALUES)
-    return {**info, "trained_on": "captions of clips (attributes left out, one mis-stated, or garbled) with their "
-                                  "questions, labelled by the strict grammar reader"}
+    def examples(_acfg, n, s, render_request, choice_token):
+        return answerer_examples(cfg, n, s, render_request, choice_token)
+
+    info = train_answerer(cfg.answerer, tok_dir, out, seed, examples=examples, values=VALUES)
+    return {**info, "trained_on": "captions of clips of the training configurations (attributes left out, one "
+                                  "mis-stated, or garbled) with their questions, labelled by the strict grammar reader"}
 
 
 # -- captioner ----------------------------------------------------------------------------------
@@ -169,7 +190,7 @@ def train_captioner(cfg: VideoWarmConfig, tok_dir: Path, out: Path, seed: int) -
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_pretrained(str(out), dtype=torch.float32)
     tok = proc.tokenizer
-    clips = V.make_clips(cfg.sft_clips, seed, prefix="sft")
+    clips = captioner_clips(cfg, seed)
     encs = []
     for c in clips:  # written and decoded as GRPO's rows are, then encoded as GRPO encodes them
         path = V.write_video(c, out / "sft_videos" / f"{c.id}.mp4")
@@ -214,7 +235,7 @@ def train_captioner(cfg: VideoWarmConfig, tok_dir: Path, out: Path, seed: int) -
     gen.save_pretrained(str(out))
     return {"kind": "video_captioner", "seed": seed, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
             "prompt_tokens": prompt_len, "video_tokens": int((encs[0]["input_ids"] == video_pad).sum()),
-            "trained_on": f"{cfg.sft_clips} clips, {cfg.sft_steps} steps x {cfg.sft_batch} captions: full captions for "
+            "trained_on": f"{cfg.sft_clips} clips of the training configurations, {cfg.sft_steps} steps x {cfg.sft_batch} captions: full captions for "
                           f"{cfg.full_caption_steps} steps, then each attribute left out with p={cfg.drop_p}"}
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.demos.shapes.caprl_video import world as V
 from vlrl.demos.shapes.caprl_video.models import VideoWarmConfig, build_all
-from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run
+from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
 from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
 from vlrl.demos.shapes.kit.rewards import grammar_reward_block
@@ -73,16 +73,27 @@ class VideoDemoConfig(DemoSettings):
 
 
 def make_data(out: Path, cfg: VideoDemoConfig) -> None:
-    """Write the GRPO and held-out clips (``data/videos``) and their rows (``data/{train,eval}.jsonl``)."""
+    """Write the GRPO and held-out clips (``data/videos``) and their rows (``data/{train,eval}.jsonl``).
+
+    GRPO's clips come from the training configurations, the held-out ones from the others
+    (:func:`data_clips`)."""
     data = out / "data"
-    for split, n in (("train", cfg.grpo_steps * cfg.clips_per_step), ("eval", cfg.eval_clips)):
+    for split, clips in data_clips(cfg).items():
         rng = random.Random(f"video-demo-questions/{split}/{cfg.seed}")
         rows = []
-        for clip in V.make_clips(n, cfg.seed, prefix=f"{split}-"):
+        for clip in clips:
             V.write_video(clip, data / "videos" / f"{clip.id}.mp4")
             rows.append({"id": clip.id, "video": f"videos/{clip.id}.mp4", "clip": clip.to_dict(),
                          "caption_full": V.full_caption(clip), "questions": [q.to_dict() for q in V.questions(clip, rng)]})
         write_jsonl(data / f"{split}.jsonl", rows)
+
+
+def data_clips(cfg: VideoDemoConfig) -> dict[str, list[V.ClipFacts]]:
+    """GRPO's clips (``"train"``: training configurations) and the held-out clips (``"eval"``: held-out
+    configurations only, a share ``cfg.warm.heldout_layouts`` of all), so no held-out clip shows what any
+    model trained on."""
+    return {split: V.make_clips(n, cfg.seed, prefix=f"{split}-", split=split, heldout=cfg.warm.heldout_layouts)
+            for split, n in (("train", cfg.grpo_steps * cfg.clips_per_step), ("eval", cfg.eval_clips))}
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -249,7 +260,7 @@ def build_metrics(cfg: VideoDemoConfig, before: dict, after: dict, history: list
         "reward_last": window_mean(rewards, window, last=True),
         "reward_window_steps": window,
         "grpo_steps": len(history) and max(h["step"] for h in history),
-        "wall_seconds": round(sum(times.values()), 1),
+        **timing(times),
     }
     m["gain"] = round(m["acc_after"] - m["acc_before"], 4)
     for who in ("judge", "reward_answerer"):
@@ -270,7 +281,9 @@ def build_metrics(cfg: VideoDemoConfig, before: dict, after: dict, history: list
                   "never the reward)")
     m["trained_on"] = {name: json.loads((Path(p) / "warmstart.json").read_text()).get("trained_on")
                        for name, p in (("captioner", ws.captioner), ("reward_answerer", ws.answerer))}
-    m["trained_on"]["policy"] = f"GRPO with caprl_qa on {cfg.grpo_steps * cfg.clips_per_step} training clips"
+    m["trained_on"]["policy"] = (f"GRPO with caprl_qa on {cfg.grpo_steps * cfg.clips_per_step} clips of the training "
+                                 f"configurations")
+    m["heldout_layouts"] = cfg.warm.heldout_layouts
     m["stage_seconds"] = times
     return m
 
@@ -319,7 +332,8 @@ def write_report(out: Path, cfg: VideoDemoConfig, metrics: dict[str, Any], befor
                   f"<td>{html.escape(r['caption_full'])}</td>"
                   f"<td>{html.escape(before['captions']['greedy'][i])}<br><small>reader acc {sb:.2f}</small></td>"
                   f"<td>{html.escape(after['captions']['greedy'][i])}<br><small>reader acc {sa:.2f}</small></td></tr>")
-    keys = ["acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds", "seed"]
+    keys = ["acc_before", "acc_after", "gain", "reward_first", "reward_last", "grpo_steps", "wall_seconds",
+            "warm_start_seconds", "run_seconds", "heldout_layouts", "seed"]
     table = "".join(f"<tr><th>{k}</th><td>{metrics.get(k)}</td></tr>" for k in keys)
     trained = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>" for k, v in metrics["trained_on"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vlrl demo — CapRL on video</title>
@@ -328,7 +342,7 @@ vertical-align:top;text-align:left}}table{{border-collapse:collapse}}</style></h
 <h1>vlrl demo: CapRL on clips of the shapes world in motion</h1>
 <p>A tiny Qwen2.5-VL video captioner ({'quick' if cfg.quick else 'full'} run, seed {cfg.seed}; 4 frames of 56×56 a clip)
 trained with GRPO against the <code>caprl_qa</code> reward (a tiny text answerer). Accuracy: every question about
-{len(before['ids'])} held-out clips, answered from the greedy caption by the <b>rule reader</b> (the world's grammar
+{len(before['ids'])} held-out clips (of configurations no model trained on), answered from the greedy caption by the <b>rule reader</b> (the world's grammar
 parser: written code, no training, never the reward).</p>
 <table>{table}</table>
 <h2>What each model was trained on</h2><ul>{trained}</ul>

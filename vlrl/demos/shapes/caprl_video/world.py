@@ -35,7 +35,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from vlrl.demos.shapes.kit.world import BACKGROUND, COLOURS, SHAPES, Question, shuffled_pair, wrong_value
+from vlrl.demos.shapes.kit.world import BACKGROUND, COLOURS, SHAPES, Question, draw_split, shuffled_pair, wrong_value
 
 WAYS = ("left", "right")
 EVENTS = ("waits", "enters")
@@ -92,9 +92,24 @@ def random_clip(rng: random.Random, clip_id: str) -> ClipFacts:
     return ClipFacts(clip_id, mover, still, jitter)
 
 
-def make_clips(n: int, seed: int, prefix: str = "c") -> list[ClipFacts]:
+def configuration(clip: ClipFacts) -> tuple:
+    """What a clip shows, jitter aside: the mover's shape, colour, way and change, and the still
+    shape and its event (none: no second shape). 3×4×2×4×7 = 672 configurations; two clips of one
+    configuration differ by a few pixels. The clip world's counterpart of the image world's
+    :func:`~vlrl.demos.shapes.kit.world.layout`."""
+    m, s = clip.mover, clip.still
+    return (m.shape, m.colour, m.way, m.change, None if s is None else (s.shape, s.event))
+
+
+def make_clips(n: int, seed: int, prefix: str = "c", split: str | None = None, heldout: float = 0.0) -> list[ClipFacts]:
+    """``n`` random clips, reproducible from ``seed`` and ``prefix``; with ``split`` ("train" or
+    "eval") only clips whose :func:`configuration` the image world's
+    :func:`~vlrl.demos.shapes.kit.world.layout_split` puts in that split for the held-out share
+    ``heldout`` (drawn in order, the others skipped), so no held-out clip shows what a training
+    clip of any model shows. ``split=None`` (or ``heldout`` 0) draws from the whole world
+    (:func:`~vlrl.demos.shapes.kit.world.draw_split`, the image world's own draw)."""
     rng = random.Random(f"clips/{prefix}/{seed}")
-    return [random_clip(rng, f"{prefix}{seed}-{i}") for i in range(n)]
+    return draw_split(n, lambda i: random_clip(rng, f"{prefix}{seed}-{i}"), configuration, split, heldout, "make_clips")
 
 
 # -- rendering ----------------------------------------------------------------------------------

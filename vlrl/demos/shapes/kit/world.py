@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -154,19 +155,28 @@ def make_scenes(n: int, seed: int, cfg: WorldConfig, prefix: str = "s", split: s
     "eval") only scenes whose layout :func:`layout_split` puts in that split (drawn in order, the
     others skipped). ``split=None`` draws from the whole world, as before the split existed."""
     rng = random.Random(f"scenes/{prefix}/{seed}")
-    if split is None or cfg.heldout_layouts <= 0:
-        return [random_scene(rng, cfg, f"{prefix}{seed}-{i}") for i in range(n)]
+    return draw_split(n, lambda i: random_scene(rng, cfg, f"{prefix}{seed}-{i}"), layout, split, cfg.heldout_layouts,
+                      "make_scenes")
+
+
+def draw_split(n: int, draw: Callable[[int], Any], key: Callable[[Any], tuple], split: str | None, heldout: float,
+               who: str = "draw_split") -> list:
+    """``n`` items from ``draw(i)`` (``i``: the index the next kept item gets), keeping only those
+    whose ``key`` (a layout, or another world's counterpart) :func:`layout_split` puts in ``split``;
+    ``split=None`` or ``heldout`` 0 keeps every draw. Every demo world splits through this one function."""
+    if split is None or heldout <= 0:
+        return [draw(i) for i in range(n)]
     if split not in SPLITS:
-        raise ValueError(f"make_scenes: split must be one of {SPLITS} or None, not {split!r}")
-    out: list[Scene] = []
+        raise ValueError(f"{who}: split must be one of {SPLITS} or None, not {split!r}")
+    out: list = []
     tries = 0
     while len(out) < n:
-        sc = random_scene(rng, cfg, f"{prefix}{seed}-{len(out)}")
+        item = draw(len(out))
         tries += 1
-        if layout_split(layout(sc), cfg.heldout_layouts) == split:
-            out.append(sc)
+        if layout_split(key(item), heldout) == split:
+            out.append(item)
         elif tries > 1000 * (n + 10):
-            raise ValueError(f"make_scenes: the {split} split of this world is (nearly) empty")
+            raise ValueError(f"{who}: the {split} split of this world is (nearly) empty")
     return out
 
 
