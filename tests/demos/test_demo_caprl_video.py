@@ -222,16 +222,16 @@ def test_no_heldout_clip_shares_a_configuration_or_pixels_with_any_training_clip
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_caprl_video_demo_quick_learns(tmp_path):
-    from tests.support.demo import ENV, VLRL
+    from tests.support.demo import ENV, FRESH_SEED, VLRL
 
     out = tmp_path / "demo"
-    res = subprocess.run([VLRL, "demo", "--method", "caprl-video", "--quick", "--seed", "0", "--out", str(out)], env=ENV,
-                         capture_output=True, text=True)
+    res = subprocess.run([VLRL, "demo", "--method", "caprl-video", "--quick", "--seed", str(FRESH_SEED), "--out", str(out)],
+                         env=ENV, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     for key in ("method", "acc_before", "acc_after", "reward_first", "reward_last", "wall_seconds", "seed"):
         assert key in m
-    assert m["method"] == "caprl-video" and m["seed"] == 0 and m["grpo_steps"] == 60
+    assert m["method"] == "caprl-video" and m["seed"] == FRESH_SEED and m["grpo_steps"] == 60
     # held out by configuration: measured +0.74 (seed 0), +0.74 to +0.77 over seeds 0-2 (+0.74 to +0.90 before the split)
     assert m["acc_after"] >= m["acc_before"] + 0.30, m
     assert m["heldout_layouts"] > 0, m
