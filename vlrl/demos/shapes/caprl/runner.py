@@ -41,7 +41,7 @@ from vlrl.core.pipeline import atomic_write_json, read_jsonl, write_jsonl
 from vlrl.demos.shapes.kit import world as W
 from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
-from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
+from vlrl.demos.shapes.kit.recipes import grpo_trainer, run_recipe, save_recipe
 from vlrl.demos.shapes.kit.rewards import grammar_reward_block
 from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
 from vlrl.demos.shapes.tiny_models.warmstart import build_all
@@ -286,29 +286,9 @@ def recipe_dict(out: Path, cfg: DemoConfig, captioner: Path, answerer: Path, rew
             "guards": {"policy": "veto", "min_words": 3, "max_words": 8 * max_items(cfg.warm.world),
                        "repetition": {"max_consecutive": 2}},
         }, grammar_reward_block()],
-        "trainer": {
-            "output_dir": str(out / "grpo"),
-            "max_steps": cfg.grpo_steps,
-            "per_device_train_batch_size": cfg.images_per_step * cfg.num_generations,
-            "gradient_accumulation_steps": 1,
-            "num_generations": cfg.num_generations,
-            "max_completion_length": cfg.max_completion_length,
-            "temperature": cfg.temperature,
-            "top_k": 0,
-            "beta": 0.0,
-            "learning_rate": cfg.learning_rate,
-            "lr_scheduler_type": "constant",
-            "warmup_steps": 0,
-            "scale_rewards": "group",
-            "logging_steps": 1,
-            "save_strategy": "steps",
-            "save_steps": 50,
-            "save_total_limit": 1,
-            "seed": cfg.seed,
-            "dataloader_num_workers": 0,
-            "gradient_checkpointing": False,  # tiny model: recomputing activations only costs time
-            "report_to": "none",
-        },
+        "trainer": grpo_trainer(out / "grpo", cfg.seed, cfg.learning_rate, cfg.temperature, max_steps=cfg.grpo_steps,
+                                per_device_train_batch_size=cfg.images_per_step * cfg.num_generations,
+                                num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length),
         "callbacks": [CALLBACK],
     }
 

@@ -38,7 +38,7 @@ from vlrl.demos.shapes.caprl_video import world as V
 from vlrl.demos.shapes.caprl_video.models import VideoWarmConfig, build_all
 from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
-from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
+from vlrl.demos.shapes.kit.recipes import grpo_trainer, run_recipe, save_recipe
 from vlrl.demos.shapes.kit.rewards import grammar_reward_block
 
 logger = logging.getLogger(__name__)
@@ -191,30 +191,10 @@ def recipe_dict(out: Path, cfg: VideoDemoConfig, captioner: Path, answerer: Path
             # the longest honest caption of this world has 15 words
             "guards": {"policy": "veto", "min_words": 3, "max_words": 18, "repetition": {"max_consecutive": 2}},
         }, grammar_reward_block(PARSER)],
-        "trainer": {
-            "output_dir": str(out / "grpo"),
-            "max_steps": cfg.grpo_steps,
-            "per_device_train_batch_size": cfg.clips_per_step * cfg.num_generations,
-            "gradient_accumulation_steps": 1,
-            "num_generations": cfg.num_generations,
-            "max_completion_length": cfg.max_completion_length,
-            "temperature": cfg.temperature,
-            "top_k": 0,
-            "beta": 0.0,
-            "learning_rate": cfg.learning_rate,
-            "lr_scheduler_type": "constant",
-            "warmup_steps": 0,
-            "scale_rewards": "group",
-            "logging_steps": 1,
-            "save_strategy": "steps",
-            "save_steps": 50,
-            "save_total_limit": 1,
-            "seed": cfg.seed,
-            "dataloader_num_workers": 0,
-            "gradient_checkpointing": False,
-            "use_vllm": False,
-            "report_to": "none",
-        },
+        "trainer": grpo_trainer(out / "grpo", cfg.seed, cfg.learning_rate, cfg.temperature, max_steps=cfg.grpo_steps,
+                                per_device_train_batch_size=cfg.clips_per_step * cfg.num_generations,
+                                num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+                                use_vllm=False),
         "callbacks": [CALLBACK],
     }
 

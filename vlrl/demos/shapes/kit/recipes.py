@@ -21,6 +21,35 @@ def save_recipe(recipe: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def grpo_trainer(output_dir: Path, seed: int, learning_rate: float, temperature: float, save_steps: int = 50,
+                 **extra: Any) -> dict[str, Any]:
+    """The ``trainer`` block every demo's GRPO/PTST recipe shares: a tiny policy on a CPU, one
+    process. Sampling at ``temperature`` with top-k off and no KL (beta 0), a constant learning rate,
+    group-scaled advantages, a log line per step, one checkpoint kept every ``save_steps`` steps (so a
+    killed run resumes), no activation recomputation (a tiny model only pays time for it). ``extra``
+    adds each demo's own keys (steps, batch, group size, completion length)."""
+    return {
+        "output_dir": str(output_dir),
+        "gradient_accumulation_steps": 1,
+        "temperature": temperature,
+        "top_k": 0,
+        "beta": 0.0,
+        "learning_rate": learning_rate,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "scale_rewards": "group",
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": save_steps,
+        "save_total_limit": 1,
+        "seed": seed,
+        "dataloader_num_workers": 0,
+        "gradient_checkpointing": False,
+        "report_to": "none",
+        **extra,
+    }
+
+
 def run_recipe(path: Path) -> dict[str, Any]:
     """Run the recipe at ``path`` as ``vlrl train <its method>`` would (resuming an RL stage from its
     newest checkpoint); returns its metrics."""

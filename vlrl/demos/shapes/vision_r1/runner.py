@@ -50,7 +50,7 @@ from vlrl.demos.shapes.kit import world as W
 from vlrl.demos.shapes.kit.base import DemoSettings, hf_spec, open_run, timing
 from vlrl.demos.shapes.kit.cache import cached
 from vlrl.demos.shapes.kit.history import CALLBACK, read_history, window_mean
-from vlrl.demos.shapes.kit.recipes import run_recipe, save_recipe
+from vlrl.demos.shapes.kit.recipes import grpo_trainer, run_recipe, save_recipe
 from vlrl.demos.shapes.tiny_models.captioner import train_captioner
 from vlrl.demos.shapes.tiny_models.settings import WarmStartConfig
 from vlrl.demos.shapes.tiny_models.warmstart import build_tokenizer, paths
@@ -284,26 +284,8 @@ def rl_recipe(out: Path, cfg: VR1Config, student: Path, name: str, single: bool)
         "model": {"path": str(student), "dtype": "float32"},
         "data": {"source": str(out / "data" / "train.jsonl")},
         "rewards": [{"name": "hfrrf"}],
-        "trainer": {
-            "output_dir": str(out / name),
-            "per_device_train_batch_size": cfg.prompts_per_step * group,
-            "gradient_accumulation_steps": 1,
-            "temperature": cfg.temperature,
-            "top_k": 0,
-            "beta": 0.0,
-            "learning_rate": cfg.learning_rate,
-            "lr_scheduler_type": "constant",
-            "warmup_steps": 0,
-            "scale_rewards": "group",
-            "logging_steps": 1,
-            "save_strategy": "steps",
-            "save_steps": 10,
-            "save_total_limit": 1,
-            "seed": cfg.seed,
-            "dataloader_num_workers": 0,
-            "gradient_checkpointing": False,
-            "report_to": "none",
-        },
+        "trainer": grpo_trainer(out / name, cfg.seed, cfg.learning_rate, cfg.temperature, save_steps=10,
+                                per_device_train_batch_size=cfg.prompts_per_step * group),
         "callbacks": [CALLBACK],
     }
     if single:
