@@ -33,9 +33,27 @@ rewrites the upstream JSON response (the response is passed through otherwise)."
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port for a server a test starts, chosen outside the ranges other processes take
+    ports from on their own.
+
+    A port is free only until someone binds it, and between this call and the server's bind another
+    process may take it: Ray, started inside ``vlrl serve reward --engine ray`` before Ray Serve binds
+    the HTTP port, binds many ports of the OS's ephemeral range (``bind(0)``, 32768-60999 on Linux)
+    and its workers take 10002-19999; vLLM and torch do the same. A port the OS would hand out for
+    ``bind(0)`` was seen taken by a Ray process that way (the readiness probe then read gRPC bytes).
+    So the port is drawn from 20000-32767, where nothing binds unless told to."""
+    import random
+
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32767 on 127.0.0.1")
 
 
 @dataclass
