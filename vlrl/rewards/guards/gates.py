@@ -37,9 +37,9 @@ except ImportError:  # pragma: no cover
 MIN_LITERAL = 2
 """Shortest literal a clause may hold (one letter is in every text); a lone non-ASCII character is kept."""
 MAX_CLAUSES = 4
+"""Clauses kept per pattern: the most selective ones."""
 RARE_MARKS = frozenset("[]{}<>|#=*~^+%@$&\\/")
 """ASCII marks rare enough in captions that one alone is a gate ("[inst]", "<|system|>", "{...}")."""
-"""Clauses kept per pattern: the most selective ones."""
 
 Clause = frozenset[str]
 Gate = tuple[Clause, ...]
