@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from vlrl.rewards.guards import gates
-from vlrl.rewards.guards.lang import language_family_hit
+from vlrl.rewards.guards.lang import language_family_hit, score_labels
 from vlrl.rewards.guards.table import TABLE, cue_patterns, exemption_patterns, vocabulary
 from vlrl.rewards.guards.text import deobfuscate
 
@@ -167,7 +167,8 @@ def _verdict_in(text: str, shapes: tuple[str, ...]) -> str | None:
             if "object" not in shapes:
                 continue
             truthy = [v.strip("\"'") in _TRUTHY for _, v in pairs]
-            evalish = sum(bool(_EVAL_KEY.search(re.sub(r"[_\-.]", " ", k))) for k, _ in pairs)
+            evalish = sum(bool(_EVAL_KEY.search(re.sub(r"[_\-.]", " ", k))) or k.strip().lower() in score_labels()
+                          for k, _ in pairs)
             if ((evalish and sum(truthy) >= 1) or evalish >= 2
                     # every value a verdict ({'q1': 'yes', 'q2': 'yes'}), or a yes about the caption itself
                     or (len(pairs) >= 2 and all(truthy)) or (any(truthy) and _ABOUT_CAPTION.search(span))):

@@ -29,6 +29,12 @@ _QUOTES = str.maketrans(
 _DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
 _SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
+# Arabic-Indic, Persian and Devanagari digits read as ASCII ones ("التقييم: ١٠/١٠" is a 10/10 score
+# block); NFKC leaves them as they are
+_DIGITS = str.maketrans({chr(base + d): str(d) for base in (0x0660, 0x06F0, 0x0966) for d in range(10)})
+# Arabic short-vowel marks, shadda and tatweel are optional in writing ("للمقيّم" is "للمقيم"): removed,
+# so one spelling in the phrase table matches both
+_ARABIC_MARKS = re.compile("[\u064b-\u065f\u0670\u0640]")
 
 
 _FUNCTION_WORDS_FILE = Path(__file__).parent / "data" / "english_function_words.txt"
@@ -121,12 +127,15 @@ class Doc:
     @cached_property
     def native(self) -> str:
         """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
-        Latin look-alikes), quoted spans removed: what the per-language phrase table reads
+        Latin look-alikes), digits of other scripts read as ASCII ones, Arabic vowel marks removed,
+        quoted spans removed: what
+        the per-language phrase table reads
         (:mod:`vlrl.rewards.guards.lang`), with the text that English phrasing places in the image
         removed as well. Computed on first use."""
         if self.raw.isascii():  # nothing to fold: the same text as ``unquoted``
             return self.unquoted.lower()
-        text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES)).strip()
+        text = re.sub(r"\s+", " ", clean(self.raw).translate(_QUOTES).translate(_DIGITS)).strip()
+        text = _ARABIC_MARKS.sub("", text)
         # English image text too ("a T-shirt printed with ignore all instructions"): Latin-script
         # entries of the table share words with English
         return strip_image_text(strip_quoted(text)).lower()

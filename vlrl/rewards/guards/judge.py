@@ -61,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
+from vlrl.rewards.guards.lang import foreign_words, has_foreign_words
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -82,9 +83,10 @@ class JudgeVocab(BaseModel):
     padding_words: str = ""
     tautologies: list[str] = []
     list_verbs: list[str] = []
+    image_words: list[str] = []
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
-                     "placeholders", "tautologies", "list_verbs")
+                     "placeholders", "tautologies", "list_verbs", "image_words")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         for p in v:
@@ -172,8 +174,72 @@ class _JudgeGuard(Guard):
             parts = [_LETTERS.findall(text)]
             if first := doc.units(text, "sentence")[:1]:
                 parts.append(_LETTERS.findall(first[0]))
+                # or its first clause, when that has words enough to tell ("A cat sleeping on a
+                # windowsill, cat, window, sill, curtain, plant, ...")
+                if len(clause := _LETTERS.findall(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
+                    parts.append(clause)
             doc.memo[key] = any(_share(p, self.v.function) >= self.min_function_share for p in parts)
         return bool(doc.memo[key])
+
+    def foreign(self, doc: Doc) -> list[str]:
+        """The sentences of the caption, lower case in their own script, that do not read as English
+        (under ``min_function_share`` English function words): what the per-language word lists of
+        ``data/languages.yaml`` are counted in: none in an English caption, every sentence of a Spanish
+        one, the added sentence of an English caption with a German sentence added. A caption that
+        holds none of those words has none to count them in (one search)."""
+        key = ("foreign", self.min_function_share, id(self.v.function))
+        if key not in doc.memo:
+            doc.memo[key] = [] if not has_foreign_words(doc.native) else [
+                s for s, words in zip(doc.units(doc.native, "sentence"), sentence_words(doc), strict=True)
+                if _share(words, self.v.function) < self.min_function_share]
+        return doc.memo[key]  # type: ignore[return-value]
+
+
+def sentence_words(doc: Doc) -> list[list[str]]:
+    """The words (letters, any script) of each sentence of the caption in its own script, once."""
+    if "words" not in doc.memo:
+        doc.memo["words"] = [_LETTERS.findall(s) for s in doc.units(doc.native, "sentence")]
+    return doc.memo["words"]  # type: ignore[return-value]
+
+
+def sentence_keys(doc: Doc, skip: frozenset[str]) -> list[list[str]]:
+    """:func:`_keys` of each sentence of the caption in its own script, once per caption."""
+    key = ("keys", id(skip))
+    if key not in doc.memo:
+        doc.memo[key] = [_keys(words, skip) for words in sentence_words(doc)]
+    return doc.memo[key]  # type: ignore[return-value]
+
+
+def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
+    """Content keys of a sentence's words in any script, for overlap without a stemmer or a word list: the
+    first four letters of each word of four or more not in ``skip`` (Latin, Cyrillic, Arabic,
+    Devanagari: "улице" and "улица" share "улиц"), the first syllable of a Korean word (its particles
+    follow: "개가", "개를"), and each Chinese character or katakana word (Japanese particles are
+    hiragana)."""
+    keys = []
+    for w in words:
+        if w.isascii():
+            if len(w) >= 4 and w not in skip:
+                keys.append(w[:4])
+        elif _CJK.search(w):
+            keys += _HAN_KEY.findall(w)
+        elif _HANGUL.match(w):
+            keys.append(w[0])
+        elif len(w) >= 4 and w not in skip:
+            keys.append(w[:4])
+    return keys
+
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
+_HANGUL = re.compile(r"[\uac00-\ud7af]")
+_HAN_KEY = re.compile(r"[\u3400-\u9fff]|[\u30a0-\u30ff]{2,}")
+_LIST_SEP = re.compile(r"\s*[,\u3001\u060c\uff0c]\s*")
+
+
+def _short(item: str) -> bool:
+    """An item of a list of alternatives: at most three words, or six characters without spaces."""
+    item = item.strip()
+    return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -193,6 +259,7 @@ _GOVERNS = r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|elements?|op
 _TO_COLON = re.compile(r"(?:\s+[\w'-]+){0,4}?\s*:\s*")
 _OR_WORD = re.compile(r"\bor\b")  # every "or" pattern above needs the word
 _DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
+_DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w'-]+){1,2}\s*$")
 
 
 def _items(head: str, last: str) -> list[str]:
@@ -214,13 +281,14 @@ class HedgingGuard(_JudgeGuard):
     """Alternatives and guesses in place of facts (see the module docstring for the settings)."""
 
     def __init__(self, penalty: float = 1.0, max_alternatives: int = 2, max_or: int = 2, max_hedges: int = 3,
-                 speculative_items: int = 3, extra_hedges: Iterable[str] = (), extra_exemptions: Iterable[str] = (),
+                 speculative_items: int = 3, speculative_long: int = 4, extra_hedges: Iterable[str] = (), extra_exemptions: Iterable[str] = (),
                  **kw) -> None:
         super().__init__(penalty, **kw)
         self.max_alternatives = max_alternatives
         self.max_or = max_or
         self.max_hedges = max_hedges
         self.speculative_items = speculative_items
+        self.speculative_long = speculative_long
         self.hedge = _words_re([*self.vocab.hedges, *extra_hedges])
         self.exempt = _words_re([*self.vocab.list_exemptions, *extra_exemptions])
         self.idiom = _words_re(self.vocab.or_idioms)
@@ -235,7 +303,7 @@ class HedgingGuard(_JudgeGuard):
         text = doc.lower
         ors = hedges = 0
         has_or, has_slash, hedgy = bool(_OR_WORD.search(text)), "/" in text, self._hedge_gate.possible(text)
-        if not (has_or or has_slash or hedgy):
+        if not (has_or or has_slash or hedgy) and not self.foreign(doc):
             return
         idioms = self._idiom_gate.possible(text)
         for sent in doc.units(text, "sentence"):
@@ -267,6 +335,12 @@ class HedgingGuard(_JudgeGuard):
                     shaped = all(len(i.split()) <= 3 for i in items[1:]) if governs else _parallel(items)
                     if len(items) >= self.speculative_items and shaped:
                         yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
+                # however the guess is phrased, a long list of short items after it in its sentence whose
+                # first item the guess's clause ends with ("could be present include a toaster, a kettle,
+                # a knife block, a fruit bowl, ..."; not "probably in Thailand, with mangoes, papayas, ...")
+                if len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0]) \
+                        and sum(map(_short, parts[1:])) >= self.speculative_long:
+                    yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
                 word, n = same.most_common(1)[0]
@@ -274,6 +348,20 @@ class HedgingGuard(_JudgeGuard):
             for o in (re.finditer(r"\bor\b", bare) if has_or else ()):
                 if not self._exempt_before(bare, o.start()):
                     ors += 1
+        for sent in self.foreign(doc):  # other languages: their own guess and "or" words
+            guesses = foreign_words(sent, "hedges")
+            hedges += len(guesses)
+            if len(guesses) >= self.speculative_items:
+                yield "speculative_list", f"{len(guesses)} guesses ({guesses[0][0]}): {sent[:60]}"
+            for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
+                items = _LIST_SEP.split(sent[at + len(word):])
+                if _short(items[0]) and sum(map(_short, items[1:])) >= self.speculative_long:
+                    yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
+            for code, _, at in foreign_words(sent, "alternatives"):
+                ors += 1
+                before = _LIST_SEP.split(sent[max(0, at - 60):at].rstrip(" ,\u3001\u060c\uff0c"))
+                if len(before) > 1 and _short(before[-1]) and len(before) + 1 > self.max_alternatives:
+                    yield "alternatives", f"alternatives ({code}): {sent[max(0, at - 30):at + 20]}"
         if ors > self.max_or:
             yield "or_count", f"{ors} alternatives joined by 'or'"
         if hedges > self.max_hedges:
@@ -286,7 +374,7 @@ class HedgingGuard(_JudgeGuard):
 
 
 _PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
-_HASHTAG = re.compile(r"#[a-z][\w-]+")
+_HASHTAG = re.compile(r"#[^\W\d_][\w-]*")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
 _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
                           r"on the \w+|in the \w+|left|right|top|bottom|foreground|background)\b")
@@ -345,10 +433,16 @@ class KeywordStuffingGuard(_JudgeGuard):
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
+        if "#" in text and len(tags := _HASHTAG.findall(doc.native)) >= self.hashtags:  # any language
+            yield "hashtags", f"{len(tags)} hashtags"
+        for sent in self.foreign(doc):  # "Từ khóa: phở, bát, đũa, ...", "キーワード：寿司、箸、..."
+            for code, label, at in foreign_words(sent, "stuff_labels"):
+                rest = sent[at + len(label):].lstrip()
+                if rest[:1] in (":", "\uff1a", "-", "\u2013", "\u2014") and \
+                        len(_LIST_SEP.split(rest[1:].strip(" .\u3002"))) >= self.labelled_items:
+                    yield "tag_line", f"tag line ({code}): {sent[:80]}"
         if not self.english(doc):
             return
-        if "#" in text and len(_HASHTAG.findall(text)) >= self.hashtags:
-            yield "hashtags", f"{len(_HASHTAG.findall(text))} hashtags"
         sents = doc.units(text, "sentence")
         toks_of = sentence_tokens(doc, text)
         labelled = any(c in text for c in ":-\u2013\u2014")  # a label is followed by one of these
@@ -411,8 +505,10 @@ class RewordingGuard(_JudgeGuard):
     """The same content stated again in other words (see the module docstring)."""
 
     def __init__(self, penalty: float = 1.0, min_content: int = 3, max_overlap: float = 0.5, marker_overlap: float = 0.4,
-                 **kw) -> None:
+                 restated_share: float = 0.6, restated_sentences: int = 2, **kw) -> None:
         super().__init__(penalty, **kw)
+        self.restated_share = restated_share
+        self.restated_sentences = restated_sentences
         self.min_content = min_content
         self.max_overlap = max_overlap
         self.marker_overlap = marker_overlap
@@ -424,8 +520,27 @@ class RewordingGuard(_JudgeGuard):
         return {self.v.stem(t) for t in tokens
                 if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()}
 
+    def _restated(self, doc: Doc) -> Iterator[tuple[str, str]]:
+        """Any language, read without a stemmer or word families: sentences whose content
+        keys (:func:`_keys`) were nearly all said before, at least ``restated_sentences`` of them and
+        at least half of the sentences after the first ("Автобус на улице. Автобус стоит на улице.
+        На улице находится автобус.")."""
+        sents = doc.units(doc.native, "sentence")
+        if len(sents) <= self.restated_sentences:
+            return
+        seen: set[str] = set()
+        again = []
+        for k, (sent, listed) in enumerate(zip(sents, sentence_keys(doc, self.v.function), strict=True)):
+            keys = set(listed)
+            if k and len(keys) >= 2 and len(keys & seen) / len(keys) >= self.restated_share:
+                again.append(sent)
+            seen |= keys
+        if len(again) >= self.restated_sentences and len(again) * 2 >= len(sents) - 1:
+            yield "reworded", f"{len(again)} sentences restate earlier ones: {again[0][:60]}"
+
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
+        yield from self._restated(doc)
         if not self.english(doc):
             return
         sents = doc.units(text, "sentence")
@@ -470,7 +585,7 @@ class PaddingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, generic_sentences: int = 3, generic_share: float = 0.4,
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
-                 extra_fillers: Iterable[str] = (), **kw) -> None:
+                 meta_sentences: int = 3, meta_share: float = 0.5, extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.generic_sentences = generic_sentences
         self.generic_share = generic_share
@@ -483,6 +598,26 @@ class PaddingGuard(_JudgeGuard):
         self.placeholder = Gated(_words_re(self.vocab.placeholders))
         self.boilerplate = self.v.generic | frozenset(self.vocab.padding_words.split())
         self.tautology = [re.compile(p) for p in self.vocab.tautologies]
+        self.meta_sentences = meta_sentences
+        self.meta_share = meta_share
+        self.image_word = _words_re(self.vocab.image_words or ["(?!x)x"])
+
+    def _about_picture(self, doc: Doc) -> Iterator[tuple[str, str]]:
+        """Sentences after the first that talk about the picture, not what is in it: they name the
+        picture (``image_words``, in English or the caption's language) or say a thing is itself (a
+        content key twice: "Die Aufnahme ist eine Aufnahme", "写真には写っているものが写っています"),
+        at least ``meta_sentences`` of them and ``meta_share`` of the sentences after the first."""
+        sents = doc.units(doc.native, "sentence")
+        if len(sents) <= self.meta_sentences:
+            return
+        foreign = set(self.foreign(doc))
+        meta = []
+        for sent, keys in list(zip(sents, sentence_keys(doc, self.v.function), strict=True))[1:]:
+            named = (foreign_words(sent, "image_words") if sent in foreign else self.image_word.search(sent))
+            if named or len(set(keys)) < len(keys):
+                meta.append(sent)
+        if len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
+            yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
 
     def _generic(self, sentence: str, tokens: list[str]) -> bool:
         """A sentence that fits any image: its content words are words about any picture or text, or
@@ -508,6 +643,7 @@ class PaddingGuard(_JudgeGuard):
         text = doc.lower
         if m := self.placeholder.search(text):
             yield "placeholder", f"placeholder text: {m.group(0)}"
+        yield from self._about_picture(doc)
         if not self.english(doc):
             return
         fill = [m.group(0) for m in self.filler.finditer(text)]

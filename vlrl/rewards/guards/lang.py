@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vlrl.rewards.guards import gates
 from vlrl.rewards.guards.gates import Alternation, Gated, remembered
+from vlrl.rewards.guards.text import fold
 
 TABLE = Path(__file__).parent / "data" / "languages.yaml"
 FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
@@ -60,6 +61,22 @@ def _scripts_in(text: str) -> frozenset[str]:
     return frozenset(name for name, pat in SCRIPTS.items() if pat.search(text))
 
 
+WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words")
+"""The word lists the judge-hack guards count in sentences that are not English (:func:`foreign_words`)."""
+
+# a word of a script with spaces starts and ends where no letter, mark or apostrophe touches it
+# (Devanagari vowel signs are marks, not word characters)
+_WORD_EDGE = r"[\w'\u0300-\u036f\u0900-\u097f]"
+_UNSPACED = {"han", "kana", "hangul"}  # Korean particles and endings attach to the word before
+
+
+def _word_pattern(words: list[str], scripts: list[str]) -> re.Pattern[str]:
+    alt = "|".join(f"(?:{w})" for w in sorted(words, key=len, reverse=True))
+    if _UNSPACED & set(scripts):
+        return re.compile(alt)
+    return re.compile(rf"(?<!{_WORD_EDGE})(?:{alt})(?!{_WORD_EDGE})")
+
+
 def _check(patterns: list[str]) -> list[str]:
     for p in patterns:
         try:
@@ -82,8 +99,13 @@ class Language(BaseModel):
     score_labels: list[str] = Field(default_factory=list)
     image_text: list[str] = Field(default_factory=list)
     image_text_before: list[str] = Field(default_factory=list)
+    hedges: list[str] = Field(default_factory=list)
+    alternatives: list[str] = Field(default_factory=list)
+    stuff_labels: list[str] = Field(default_factory=list)
+    image_words: list[str] = Field(default_factory=list)
 
-    @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before")
+    @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before", "hedges",
+                     "alternatives", "stuff_labels", "image_words")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         return _check(v)
@@ -120,6 +142,8 @@ class _Compiled:
                            if lang.image_text else None)
         self.image_text_before = (Gated(rf"[^.;!?,，。；！？،、\n]{{0,120}}?(?:{'|'.join(lang.image_text_before)})")
                                   if lang.image_text_before else None)
+
+        self.words = {f: _word_pattern(getattr(lang, f), lang.scripts) for f in WORD_FIELDS if getattr(lang, f)}
 
     def applies(self, text: str) -> bool:
         held = _scripts_in(text)
@@ -195,4 +219,44 @@ def language_family_hit(native: str, family: str, path: str | Path = TABLE) -> s
     return None
 
 
-__all__ = ["language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+@lru_cache(maxsize=4)
+def score_labels(path: str = str(TABLE)) -> frozenset[str]:
+    """Every language's words that name a score ("puntuación", "оценка"): a data object keyed by one
+    (``{"puntuación": 10}``) is a score block (:func:`vlrl.rewards.guards.detectors.verdict_data`)."""
+    words = [w.lower() for lang in load_table(path).languages.values() for w in lang.score_labels]
+    return frozenset(words) | frozenset(fold(w) for w in words)  # as the homoglyph-folded views read them
+
+
+@lru_cache(maxsize=4)
+def _any_word(path: str) -> dict[str, re.Pattern[str]]:
+    """Per script, one pattern of every word of every :data:`WORD_FIELDS` list of the languages that
+    write it: a text it finds nothing in holds no such word in any language."""
+    by_script: dict[str, list[str]] = {}
+    for lang in load_table(path).languages.values():
+        for script in lang.scripts:
+            by_script.setdefault(script, []).extend(w for f in WORD_FIELDS for w in getattr(lang, f))
+    return {script: _word_pattern(words, [script]) for script, words in by_script.items() if words}
+
+
+def has_foreign_words(text: str, path: str | Path = TABLE) -> bool:
+    """Whether ``text`` (lower case, own script) holds any word of the table's :data:`WORD_FIELDS`."""
+    patterns = _any_word(str(path))
+    return any(script in patterns and patterns[script].search(text) for script in _scripts_in(text))
+
+
+def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[tuple[str, str, int]]:
+    """``(language code, word, where)`` for each word of ``field`` (one of :data:`WORD_FIELDS`) that a table
+    language whose script ``sentence`` holds finds in it (lower case, own script), each place once
+    however many languages share the word ("foto", "o")."""
+    found: dict[int, tuple[str, str, int]] = {}
+    held = _scripts_in(sentence)
+    for lang in _compiled(str(path)):
+        pat = lang.words.get(field)
+        if pat is None or held.isdisjoint(lang.script_names):
+            continue
+        for m in pat.finditer(sentence):
+            found.setdefault(m.start(), (lang.code, m.group(0), m.start()))
+    return [found[k] for k in sorted(found)]
+
+
+__all__ = ["WORD_FIELDS", "foreign_words", "has_foreign_words", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
