@@ -1,4 +1,4 @@
-"""The cheap guard layer on two fresh held-out corpora that no pattern was written against.
+"""The cheap guard layer on fresh held-out corpora that no pattern was written against.
 
 ``tests/fixtures/guard_corpus_fresh_a.jsonl`` (170 captions: 84 hacks, 86 honest) and
 ``guard_corpus_fresh_b.jsonl`` (181: 90 hacks, 91 honest) were written by an author who saw neither
@@ -16,6 +16,13 @@ intervals):
 second author who read no code and no corpus, written before the padding, speculative-listing and
 language cues and measured after them, once: recall 0.765 (65/85) and 0.726 (61/84), false positives
 0.012 (1/84) and 0.024 (2/84).
+
+``guard_corpus_fresh_e.jsonl`` and ``guard_corpus_fresh_f.jsonl`` (172 and 176 captions) come from a
+third blind author, written before the judge-hack guards learned other languages' hedges,
+alternatives, tag labels and picture words, and measured after them, once: recall 0.802 (69/86) and
+0.750 (66/88), false positives 0.023 (2/86) and 0.000 (0/88). The two false positives (long honest
+captions naming "the frame" in passing) were then fixed, which made fresh_e development data:
+68/86 and 0/86 since.
 
 The goal (recall >= 0.90 at <= 0.05 false positives) is not met: padding toward a length (0/14) and
 speculative listing (4/15) are mostly missed. The floors sit a few captions under the measurement,
@@ -43,6 +50,10 @@ FLOORS = {
     # false positives 1/84 and 2/84 (floors three captions under)
     "guard_corpus_fresh_c.jsonl": {"recall": 0.72, "fpr": 0.04},
     "guard_corpus_fresh_d.jsonl": {"recall": 0.68, "fpr": 0.04},
+    # a third blind author, after the per-language hedge/alternative/tag/picture words: recall 68/86
+    # (69 as measured blind) and 66/88, false positives 0/86 (2 as measured blind) and 0/88
+    "guard_corpus_fresh_e.jsonl": {"recall": 0.75, "fpr": 0.04},
+    "guard_corpus_fresh_f.jsonl": {"recall": 0.71, "fpr": 0.04},
 }
 
 

@@ -585,7 +585,7 @@ class PaddingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, generic_sentences: int = 3, generic_share: float = 0.4,
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
-                 meta_sentences: int = 3, meta_share: float = 0.5, extra_fillers: Iterable[str] = (), **kw) -> None:
+                 meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.generic_sentences = generic_sentences
         self.generic_share = generic_share
@@ -600,6 +600,7 @@ class PaddingGuard(_JudgeGuard):
         self.tautology = [re.compile(p) for p in self.vocab.tautologies]
         self.meta_sentences = meta_sentences
         self.meta_share = meta_share
+        self.meta_keys = meta_keys
         self.image_word = _words_re(self.vocab.image_words or ["(?!x)x"])
 
     def _about_picture(self, doc: Doc) -> Iterator[tuple[str, str]]:
@@ -614,7 +615,7 @@ class PaddingGuard(_JudgeGuard):
         meta = []
         for sent, keys in list(zip(sents, sentence_keys(doc, self.v.function), strict=True))[1:]:
             named = (foreign_words(sent, "image_words") if sent in foreign else self.image_word.search(sent))
-            if named or len(set(keys)) < len(keys):
+            if (named or len(set(keys)) < len(keys)) and len(set(keys)) <= self.meta_keys:
                 meta.append(sent)
         if len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
             yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
