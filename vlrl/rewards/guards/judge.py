@@ -34,9 +34,14 @@ lower-case caption text with quoted spans and image text removed:
   "in other words", "lorem ipsum"), or runs of symbols (more than ``symbol_share`` of the characters,
   or ``symbol_run`` repeated marks).
 
-The English-shape checks (stuffing, rewording, padding) run only on captions that read as English
-(at least ``min_function_share`` of their words are English function words): a caption in another
-language has none of them and would otherwise be one long "noun run".
+The English-shape checks (noun runs, bare lists, word families) run only on captions that read as
+English (at least ``min_function_share`` of their words are English function words): a caption in
+another language has none of them and would otherwise be one long "noun run". The same hacks in
+other languages are found by counting each language's own few words (guesses, "or", tag labels,
+words for the picture: ``hedges``, ``alternatives``, ``stuff_labels`` and ``image_words`` in
+``data/languages.yaml``) in the sentences that do not read as English, and by two checks that need
+no words at all: content keys said again (rewording) and sentences about the picture itself
+(padding), both over keys cut from words of any script (:func:`_keys`).
 
 Every vocabulary — hedge words, list exemptions, stuffing labels, function words, generic words,
 filler phrases, restatement markers, word families — is data in ``data/judge_hacks.yaml``,
@@ -601,7 +606,7 @@ class PaddingGuard(_JudgeGuard):
         self.meta_sentences = meta_sentences
         self.meta_share = meta_share
         self.meta_keys = meta_keys
-        self.image_word = _words_re(self.vocab.image_words or ["(?!x)x"])
+        self.image_word = _words_re(self.vocab.image_words) if self.vocab.image_words else None
 
     def _about_picture(self, doc: Doc) -> Iterator[tuple[str, str]]:
         """Sentences after the first that talk about the picture, not what is in it: they name the
@@ -614,7 +619,8 @@ class PaddingGuard(_JudgeGuard):
         foreign = set(self.foreign(doc))
         meta = []
         for sent, keys in list(zip(sents, sentence_keys(doc, self.v.function), strict=True))[1:]:
-            named = (foreign_words(sent, "image_words") if sent in foreign else self.image_word.search(sent))
+            named = (foreign_words(sent, "image_words") if sent in foreign
+                     else self.image_word is not None and self.image_word.search(sent))
             if (named or len(set(keys)) < len(keys)) and len(set(keys)) <= self.meta_keys:
                 meta.append(sent)
         if len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
