@@ -182,3 +182,23 @@ def test_an_english_caption_reads_no_foreign_word_lists():
     caption = "A wooden table with two mugs, a laptop and a notebook, lit by a window on the left."
     assert not has_foreign_words(Doc.of(caption).native)
     assert foreign_words("un coche verde o gris", "alternatives") == [("es", "o", 15)]
+
+
+def test_every_family_a_guard_reports_is_logged_as_its_own_sub_score(cheap):
+    """A family the table does not declare would log ``guard/<guard>/<family>`` as 0 while the guard
+    fires; every family reported over the development corpora and the cases above is declared."""
+    import json
+
+    from tests.support.paths import FIXTURES
+
+    captions = [*ALTERNATIVES.values(), *GUESSES.values(), *TAG_LINES.values()]
+    for path in sorted(FIXTURES.glob("guard_*.jsonl")):
+        captions += [json.loads(line)["caption"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    seen = set()
+    for caption in captions:
+        report = cheap.evaluate(caption)
+        details = cheap.details(report)
+        for guard, family in report.families.items():
+            seen.add((guard, family))
+            assert details.get(f"guard/{guard}/{family}") == 1.0, (guard, family, caption[:60])
+    assert {g for g, _ in seen} >= set(JUDGE_GUARDS)
