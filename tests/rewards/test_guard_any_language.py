@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from vlrl.rewards.guards import JUDGE_GUARDS, Doc, GuardSet, Language
 from vlrl.rewards.guards.judge import HedgingGuard, KeywordStuffingGuard, PaddingGuard, RewordingGuard
-from vlrl.rewards.guards.lang import foreign_words, has_foreign_words, load_table
+from vlrl.rewards.guards.lang import foreign_words, load_table
 from vlrl.rewards.guards.text import split
 
 REQUIRED = ("zh", "ja", "ko", "es", "fr", "de", "ru", "pt", "ar", "hi", "it", "vi")
@@ -178,9 +178,11 @@ def test_a_data_object_keyed_by_a_score_word_of_any_language_is_a_score_block(ch
         assert "grader_address" in cheap.evaluate(caption).fired, caption
 
 
-def test_an_english_caption_reads_no_foreign_word_lists():
-    caption = "A wooden table with two mugs, a laptop and a notebook, lit by a window on the left."
-    assert not has_foreign_words(Doc.of(caption).native)
+def test_only_sentences_that_are_not_english_read_the_word_lists():
+    guard = HedgingGuard()
+    assert guard.foreign(Doc.of("A wooden table with two mugs, a laptop and a notebook, lit by a window.")) == []
+    mixed = Doc.of("A kid on a swing in a park. Die Aufnahme ist eine Aufnahme, wie bei jedem Foto.")
+    assert guard.foreign(mixed) == ["die aufnahme ist eine aufnahme, wie bei jedem foto."]
     assert foreign_words("un coche verde o gris", "alternatives") == [("es", "o", 15)]
 
 

@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import foreign_words, has_foreign_words
+from vlrl.rewards.guards.lang import foreign_words
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -190,13 +190,16 @@ class _JudgeGuard(Guard):
         """The sentences of the caption, lower case in their own script, that do not read as English
         (under ``min_function_share`` English function words): what the per-language word lists of
         ``data/languages.yaml`` are counted in: none in an English caption, every sentence of a Spanish
-        one, the added sentence of an English caption with a German sentence added. A caption that
-        holds none of those words has none to count them in (one search)."""
+        one, the added sentence of an English caption with a German sentence added."""
         key = ("foreign", self.min_function_share, id(self.v.function))
         if key not in doc.memo:
-            doc.memo[key] = [] if not has_foreign_words(doc.native) else [
-                s for s, words in zip(doc.units(doc.native, "sentence"), sentence_words(doc), strict=True)
-                if _share(words, self.v.function) < self.min_function_share]
+            # an ASCII caption whose own-script text is the English guards' text (most are) shares their
+            # tokens (which are ASCII words only)
+            native = doc.native
+            words_of = (sentence_tokens(doc, doc.lower) if native.isascii() and native == doc.lower
+                        else sentence_words(doc))
+            doc.memo[key] = [s for s, words in zip(doc.units(doc.native, "sentence"), words_of, strict=True)
+                             if _share(words, self.v.function) < self.min_function_share]
         return doc.memo[key]  # type: ignore[return-value]
 
 
@@ -221,6 +224,8 @@ def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
     Devanagari: "улице" and "улица" share "улиц"), the first syllable of a Korean word (its particles
     follow: "개가", "개를"), and each Chinese character or katakana word (Japanese particles are
     hiragana)."""
+    if all(map(str.isascii, words)):
+        return [w[:4] for w in words if len(w) >= 4 and w not in skip]
     keys = []
     for w in words:
         if w.isascii():

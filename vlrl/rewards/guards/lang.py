@@ -227,23 +227,6 @@ def score_labels(path: str = str(TABLE)) -> frozenset[str]:
     return frozenset(words) | frozenset(fold(w) for w in words)  # as the homoglyph-folded views read them
 
 
-@lru_cache(maxsize=4)
-def _any_word(path: str) -> dict[str, re.Pattern[str]]:
-    """Per script, one pattern of every word of every :data:`WORD_FIELDS` list of the languages that
-    write it: a text it finds nothing in holds no such word in any language."""
-    by_script: dict[str, list[str]] = {}
-    for lang in load_table(path).languages.values():
-        for script in lang.scripts:
-            by_script.setdefault(script, []).extend(w for f in WORD_FIELDS for w in getattr(lang, f))
-    return {script: _word_pattern(words, [script]) for script, words in by_script.items() if words}
-
-
-def has_foreign_words(text: str, path: str | Path = TABLE) -> bool:
-    """Whether ``text`` (lower case, own script) holds any word of the table's :data:`WORD_FIELDS`."""
-    patterns = _any_word(str(path))
-    return any(script in patterns and patterns[script].search(text) for script in _scripts_in(text))
-
-
 def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[tuple[str, str, int]]:
     """``(language code, word, where)`` for each word of ``field`` (one of :data:`WORD_FIELDS`) that a table
     language whose script ``sentence`` holds finds in it (lower case, own script), each place once
@@ -259,4 +242,4 @@ def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[t
     return [found[k] for k in sorted(found)]
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "has_foreign_words", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+__all__ = ["WORD_FIELDS", "foreign_words", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
