@@ -193,20 +193,19 @@ class _JudgeGuard(Guard):
         one, the added sentence of an English caption with a German sentence added."""
         key = ("foreign", self.min_function_share, id(self.v.function))
         if key not in doc.memo:
-            # an ASCII caption whose own-script text is the English guards' text (most are) shares their
-            # tokens (which are ASCII words only)
-            native = doc.native
-            words_of = (sentence_tokens(doc, doc.lower) if native.isascii() and native == doc.lower
-                        else sentence_words(doc))
-            doc.memo[key] = [s for s, words in zip(doc.units(doc.native, "sentence"), words_of, strict=True)
+            doc.memo[key] = [s for s, words in zip(doc.units(doc.native, "sentence"), sentence_words(doc), strict=True)
                              if _share(words, self.v.function) < self.min_function_share]
         return doc.memo[key]  # type: ignore[return-value]
 
 
 def sentence_words(doc: Doc) -> list[list[str]]:
-    """The words (letters, any script) of each sentence of the caption in its own script, once."""
+    """The words (letters, any script) of each sentence of the caption in its own script, once; for an
+    ASCII caption whose own-script text is the English guards' text (most are), their tokens."""
     if "words" not in doc.memo:
-        doc.memo["words"] = [_LETTERS.findall(s) for s in doc.units(doc.native, "sentence")]
+        native = doc.native
+        doc.memo["words"] = ([[t for t in toks if t.isalpha()] for toks in sentence_tokens(doc, doc.lower)]
+                             if native.isascii() and native == doc.lower else
+                             [_LETTERS.findall(s) for s in doc.units(native, "sentence")])
     return doc.memo["words"]  # type: ignore[return-value]
 
 

@@ -227,18 +227,28 @@ def score_labels(path: str = str(TABLE)) -> frozenset[str]:
     return frozenset(words) | frozenset(fold(w) for w in words)  # as the homoglyph-folded views read them
 
 
+@lru_cache(maxsize=4)
+def _word_lists(path: str) -> dict[tuple[str, str], re.Pattern[str]]:
+    """Per (field, script), one pattern of every language that writes the script: a group per
+    language, named by its code, each with the word edges of its own script."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for lang in _compiled(path):
+        for field, pat in lang.words.items():
+            for script in lang.script_names:
+                out.setdefault((field, script), []).append(f"(?P<{lang.code}>{pat.pattern})")
+    return {key: re.compile("|".join(groups)) for key, groups in out.items()}
+
+
 def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[tuple[str, str, int]]:
     """``(language code, word, where)`` for each word of ``field`` (one of :data:`WORD_FIELDS`) that a table
     language whose script ``sentence`` holds finds in it (lower case, own script), each place once
-    however many languages share the word ("foto", "o")."""
+    however many languages share the word ("foto", "o": the first language of the table)."""
     found: dict[int, tuple[str, str, int]] = {}
-    held = _scripts_in(sentence)
-    for lang in _compiled(str(path)):
-        pat = lang.words.get(field)
-        if pat is None or held.isdisjoint(lang.script_names):
-            continue
-        for m in pat.finditer(sentence):
-            found.setdefault(m.start(), (lang.code, m.group(0), m.start()))
+    patterns = _word_lists(str(path))
+    for script in _scripts_in(sentence):
+        if (pat := patterns.get((field, script))) is not None:
+            for m in pat.finditer(sentence):
+                found.setdefault(m.start(), (m.lastgroup or "", m.group(0), m.start()))
     return [found[k] for k in sorted(found)]
 
 
