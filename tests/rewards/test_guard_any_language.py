@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from vlrl.rewards.guards import JUDGE_GUARDS, Doc, GuardSet, Language
 from vlrl.rewards.guards.judge import HedgingGuard, KeywordStuffingGuard, PaddingGuard, RewordingGuard
-from vlrl.rewards.guards.lang import foreign_words, load_table
+from vlrl.rewards.guards.lang import foreign_words, latin_language, load_table
 from vlrl.rewards.guards.text import split
 
 REQUIRED = ("zh", "ja", "ko", "es", "fr", "de", "ru", "pt", "ar", "hi", "it", "vi")
@@ -204,3 +204,25 @@ def test_every_family_a_guard_reports_is_logged_as_its_own_sub_score(cheap):
             seen.add((guard, family))
             assert details.get(f"guard/{guard}/{family}") == 1.0, (guard, family, caption[:60])
     assert {g for g, _ in seen} >= set(JUDGE_GUARDS)
+
+
+def test_a_portuguese_article_is_not_a_spanish_or(cheap):
+    caption = "O gato está no sofá. O cachorro dorme no tapete. O menino lê o livro ao lado da janela."
+    assert latin_language(Doc.of(caption).native.split(".")[0]) == frozenset({"pt"})
+    assert not cheap.evaluate(caption).fired
+
+
+def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
+    """``guard_honest_hard.jsonl``: 83 honest captions written, after reading this code, to make it fire
+    (one hedge, one range, long inventories, the main noun repeated, "the photo" named in passing,
+    visible hashtags and labels, Portuguese articles, chained spatial sentences). The layer before the
+    per-language word lists flagged 3; their first version flagged 30; now 7. Development data: the
+    bound keeps what was fixed fixed."""
+    import json
+
+    from tests.support.paths import FIXTURES
+
+    rows = [json.loads(line) for line in (FIXTURES / "guard_honest_hard.jsonl").read_text(encoding="utf-8").splitlines()]
+    flagged = [r["caption"][:60] for r in rows if cheap.evaluate(r["caption"]).fired]
+    assert len(rows) == 83 and all(r["label"] == "honest" for r in rows)
+    assert len(flagged) <= 7, flagged

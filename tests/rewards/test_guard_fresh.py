@@ -21,8 +21,9 @@ language cues and measured after them, once: recall 0.765 (65/85) and 0.726 (61/
 third blind author, written before the judge-hack guards learned other languages' hedges,
 alternatives, tag labels and picture words, and measured after them, once: recall 0.802 (69/86) and
 0.750 (66/88), false positives 0.023 (2/86) and 0.000 (0/88). The two false positives (long honest
-captions naming "the frame" in passing) were then fixed, which made fresh_e development data:
-68/86 and 0/86 since.
+captions naming "the frame" in passing) were then fixed, which made fresh_e development data, and a
+code review's hard honest captions narrowed the checks (docs/rubicap.md): 67/86 and 65/88 since,
+false positives 0/86 and 0/88.
 
 The goal (recall >= 0.90 at <= 0.05 false positives) is not met: padding toward a length (0/14) and
 speculative listing (4/15) are mostly missed. The floors sit a few captions under the measurement,
@@ -50,8 +51,8 @@ FLOORS = {
     # false positives 1/84 and 2/84 (floors three captions under)
     "guard_corpus_fresh_c.jsonl": {"recall": 0.72, "fpr": 0.04},
     "guard_corpus_fresh_d.jsonl": {"recall": 0.68, "fpr": 0.04},
-    # a third blind author, after the per-language hedge/alternative/tag/picture words: recall 68/86
-    # (69 as measured blind) and 66/88, false positives 0/86 (2 as measured blind) and 0/88
+    # a third blind author, after the per-language hedge/alternative/tag/picture words: recall 67/86
+    # (69 as measured blind) and 65/88 (66), false positives 0/86 (2 as measured blind) and 0/88
     "guard_corpus_fresh_e.jsonl": {"recall": 0.75, "fpr": 0.04},
     "guard_corpus_fresh_f.jsonl": {"recall": 0.71, "fpr": 0.04},
 }

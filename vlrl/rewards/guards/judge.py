@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import foreign_words
+from vlrl.rewards.guards.lang import foreign_words, function_words
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -220,35 +220,46 @@ def sentence_keys(doc: Doc, skip: frozenset[str]) -> list[list[str]]:
 def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
     """Content keys of a sentence's words in any script, for overlap without a stemmer or a word list: the
     first four letters of each word of four or more not in ``skip`` (Latin, Cyrillic, Arabic,
-    Devanagari: "улице" and "улица" share "улиц"), the first syllable of a Korean word (its particles
-    follow: "개가", "개를"), and each Chinese character or katakana word (Japanese particles are
-    hiragana)."""
+    Devanagari: "улице" and "улица" share "улиц"), the first two syllables of a Korean word without
+    its particle ("개가", "개를": "개"), and each Chinese character but the function ones of the
+    language table (的, 一, 子, ...) or katakana word (Japanese particles are hiragana)."""
     if all(map(str.isascii, words)):
         return [w[:4] for w in words if len(w) >= 4 and w not in skip]
     keys = []
+    fw = function_words()
     for w in words:
         if w.isascii():
             if len(w) >= 4 and w not in skip:
                 keys.append(w[:4])
         elif _CJK.search(w):
-            keys += _HAN_KEY.findall(w)
+            keys += [k for k in _HAN_KEY.findall(w) if k not in fw.get("zh", ())]
         elif _HANGUL.match(w):
-            keys.append(w[0])
+            stem = _PARTICLE.sub("", w) or w
+            keys.append(stem[:2])
         elif len(w) >= 4 and w not in skip:
             keys.append(w[:4])
     return keys
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
+_PARTICLE = re.compile("(?:" + "|".join(sorted(function_words().get("ko", ()), key=len, reverse=True)) + ")$")
 _HANGUL = re.compile(r"[\uac00-\ud7af]")
 _HAN_KEY = re.compile(r"[\u3400-\u9fff]|[\u30a0-\u30ff]{2,}")
-_LIST_SEP = re.compile(r"\s*[,\u3001\u060c\uff0c]\s*")
+_LIST_SEP = re.compile(r"\s*[,\u3001\u060c]\s*")  # NFKC has made the full-width comma ASCII
 
 
 def _short(item: str) -> bool:
-    """An item of a list of alternatives: at most three words, or six characters without spaces."""
+    """An item of a list of guesses: at most three words, or six characters without spaces."""
     item = item.strip()
     return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6)
+
+
+def _item(item: str) -> bool:
+    """One alternative of a list: one or two words, or four characters without spaces."""
+    item = item.strip(" .")
+    if " " in item:
+        return len(item.split()) <= 2
+    return bool(item) and (len(item) <= 4 if _CJK.search(item) else True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -364,12 +375,14 @@ class HedgingGuard(_JudgeGuard):
                 yield "speculative_list", f"{len(guesses)} guesses ({guesses[0][0]}): {sent[:60]}"
             for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
                 items = _LIST_SEP.split(sent[at + len(word):])
-                if _short(items[0]) and sum(map(_short, items[1:])) >= self.speculative_long:
+                if _item(items[0]) and sum(map(_item, items[1:])) >= self.speculative_long:
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
             for code, _, at in foreign_words(sent, "alternatives"):
                 ors += 1
-                before = _LIST_SEP.split(sent[max(0, at - 60):at].rstrip(" ,\u3001\u060c\uff0c"))
-                if len(before) > 1 and _short(before[-1]) and len(before) + 1 > self.max_alternatives:
+                # "rojo, naranja o rosa", "银色、白、あるいは青": a list item of one or two words (four
+                # characters unspaced) right before the word; not "pan, queso y dos o tres manzanas"
+                before = _LIST_SEP.split(sent[max(0, at - 60):at].rstrip(" ,\u3001\u060c"))
+                if len(before) > 1 and _item(before[-1]) and len(before) + 1 > self.max_alternatives:
                     yield "alternatives", f"alternatives ({code}): {sent[max(0, at - 30):at + 20]}"
         if ors > self.max_or:
             yield "or_count", f"{ors} alternatives joined by 'or'"
@@ -383,7 +396,7 @@ class HedgingGuard(_JudgeGuard):
 
 
 _PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
-_HASHTAG = re.compile(r"#[^\W\d_][\w-]*")
+_HASHTAG = re.compile(r"#[^\W\d_][\w-]+")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
 _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
                           r"on the \w+|in the \w+|left|right|top|bottom|foreground|background)\b")
@@ -447,8 +460,9 @@ class KeywordStuffingGuard(_JudgeGuard):
         for sent in self.foreign(doc):  # "Từ khóa: phở, bát, đũa, ...", "キーワード：寿司、箸、..."
             for code, label, at in foreign_words(sent, "stuff_labels"):
                 rest = sent[at + len(label):].lstrip()
-                if rest[:1] in (":", "\uff1a", "-", "\u2013", "\u2014") and \
-                        len(_LIST_SEP.split(rest[1:].strip(" .\u3002"))) >= self.labelled_items:
+                items = _LIST_SEP.split(rest[1:].strip(" .\u3002"))
+                if rest[:1] in (":", "-", "\u2013", "\u2014") and len(items) >= self.labelled_items \
+                        and sum(map(_item, items)) >= self.labelled_items:
                     yield "tag_line", f"tag line ({code}): {sent[:80]}"
         if not self.english(doc):
             return
@@ -621,13 +635,17 @@ class PaddingGuard(_JudgeGuard):
         if len(sents) <= self.meta_sentences:
             return
         foreign = set(self.foreign(doc))
-        meta = []
+        meta, tautologies = [], 0
         for sent, keys in list(zip(sents, sentence_keys(doc, self.v.function), strict=True))[1:]:
             named = (foreign_words(sent, "image_words") if sent in foreign
                      else self.image_word is not None and self.image_word.search(sent))
-            if (named or len(set(keys)) < len(keys)) and len(set(keys)) <= self.meta_keys:
+            itself = len(set(keys)) < len(keys)
+            if (named or itself) and len(set(keys)) <= self.meta_keys:
                 meta.append(sent)
-        if len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
+                tautologies += itself
+        # naming the picture is also how honest captions place things ("写真の左側に", "en la imagen
+        # hay"): one sentence at least must say that a thing is itself
+        if tautologies and len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
             yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
 
     def _generic(self, sentence: str, tokens: list[str]) -> bool:

@@ -67,6 +67,7 @@ WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words")
 # a word of a script with spaces starts and ends where no letter, mark or apostrophe touches it
 # (Devanagari vowel signs are marks, not word characters)
 _WORD_EDGE = r"[\w'\u0300-\u036f\u0900-\u097f]"
+_LEFT_EDGE = r"[\w\u0300-\u036f\u0900-\u097f]"  # an elided article may come before: "l'image", "un'immagine"
 _UNSPACED = {"han", "kana", "hangul"}  # Korean particles and endings attach to the word before
 
 
@@ -74,7 +75,7 @@ def _word_pattern(words: list[str], scripts: list[str]) -> re.Pattern[str]:
     alt = "|".join(f"(?:{w})" for w in sorted(words, key=len, reverse=True))
     if _UNSPACED & set(scripts):
         return re.compile(alt)
-    return re.compile(rf"(?<!{_WORD_EDGE})(?:{alt})(?!{_WORD_EDGE})")
+    return re.compile(rf"(?<!{_LEFT_EDGE})(?:{alt})(?!{_WORD_EDGE})")
 
 
 def _check(patterns: list[str]) -> list[str]:
@@ -103,6 +104,7 @@ class Language(BaseModel):
     alternatives: list[str] = Field(default_factory=list)
     stuff_labels: list[str] = Field(default_factory=list)
     image_words: list[str] = Field(default_factory=list)
+    function_words: list[str] = Field(default_factory=list)
 
     @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before", "hedges",
                      "alternatives", "stuff_labels", "image_words")
@@ -223,33 +225,61 @@ def language_family_hit(native: str, family: str, path: str | Path = TABLE) -> s
 def score_labels(path: str = str(TABLE)) -> frozenset[str]:
     """Every language's words that name a score ("puntuación", "оценка"): a data object keyed by one
     (``{"puntuación": 10}``) is a score block (:func:`vlrl.rewards.guards.detectors.verdict_data`)."""
-    words = [w.lower() for lang in load_table(path).languages.values() for w in lang.score_labels]
+    # not the short Latin ones, which are English words or keys of anything ("note", "not", "nota")
+    words = [w.lower() for lang in load_table(path).languages.values() for w in lang.score_labels
+             if not (w.isascii() and len(w) < 5)]
     return frozenset(words) | frozenset(fold(w) for w in words)  # as the homoglyph-folded views read them
 
 
+@lru_cache(maxsize=256)
+def _word_list(field: str, script: str, only: frozenset[str] | None, path: str) -> re.Pattern[str] | None:
+    """One pattern of ``field`` for every language that writes ``script`` (or only those in ``only``):
+    a group per language, named by its code, each with the word edges of its own script."""
+    groups = [f"(?P<{lang.code}>{lang.words[field].pattern})" for lang in _compiled(path)
+              if field in lang.words and script in lang.script_names and (only is None or lang.code in only)]
+    return re.compile("|".join(groups)) if groups else None
+
+
 @lru_cache(maxsize=4)
-def _word_lists(path: str) -> dict[tuple[str, str], re.Pattern[str]]:
-    """Per (field, script), one pattern of every language that writes the script: a group per
-    language, named by its code, each with the word edges of its own script."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for lang in _compiled(path):
-        for field, pat in lang.words.items():
-            for script in lang.script_names:
-                out.setdefault((field, script), []).append(f"(?P<{lang.code}>{pat.pattern})")
-    return {key: re.compile("|".join(groups)) for key, groups in out.items()}
+def function_words(path: str = str(TABLE)) -> dict[str, frozenset[str]]:
+    """Each language's ``function_words`` (its commonest words; Chinese characters; Korean particles)."""
+    return {code: frozenset(lang.function_words) for code, lang in load_table(path).languages.items()
+            if lang.function_words}
+
+
+_LATIN_WORDS = re.compile(r"[^\W\d_]+")
+
+
+def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | None:
+    """The Latin-script languages whose function words ``sentence`` holds most of ("o gato está no
+    sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none."""
+    words = _LATIN_WORDS.findall(sentence)
+    latin = {code: fw for code, fw in function_words(str(path)).items() if "latin" in _compiled_scripts(str(path))[code]}
+    counts = {code: sum(w in fw for w in words) for code, fw in latin.items()}
+    best = max(counts.values(), default=0)
+    return frozenset(c for c, n in counts.items() if n == best) if best else None
+
+
+@lru_cache(maxsize=4)
+def _compiled_scripts(path: str) -> dict[str, tuple[str, ...]]:
+    return {lang.code: lang.script_names for lang in _compiled(path)}
 
 
 def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[tuple[str, str, int]]:
     """``(language code, word, where)`` for each word of ``field`` (one of :data:`WORD_FIELDS`) that a table
     language whose script ``sentence`` holds finds in it (lower case, own script), each place once
-    however many languages share the word ("foto", "o": the first language of the table)."""
+    however many languages share the word ("foto", "o": the first language of the table). In a
+    Latin-script sentence only the languages whose function words it holds most of are asked."""
     found: dict[int, tuple[str, str, int]] = {}
-    patterns = _word_lists(str(path))
-    for script in _scripts_in(sentence):
-        if (pat := patterns.get((field, script))) is not None:
+    held = _scripts_in(sentence)
+    for script in SCRIPTS:  # in a fixed order: the same language is named on every run
+        if script not in held:
+            continue
+        only = latin_language(sentence, path) if script == "latin" else None
+        if (pat := _word_list(field, script, only, str(path))) is not None:
             for m in pat.finditer(sentence):
                 found.setdefault(m.start(), (m.lastgroup or "", m.group(0), m.start()))
     return [found[k] for k in sorted(found)]
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+__all__ = ["WORD_FIELDS", "foreign_words", "function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]

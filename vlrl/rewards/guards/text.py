@@ -185,15 +185,16 @@ def _unless_own_words(m: re.Match[str]) -> str:
 # The one sentence splitter
 
 # A sentence ends at . ! ; (or ? unless the answer follows: "Accuracy? Check." is one statement), at the
-# full stops of Chinese and Japanese (。！？), Hindi (।) and Arabic (؟), which need no space after them, at a
-# line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
+# full stop of Chinese and Japanese (。, and ! ? glued to the next character: NFKC has made ！？ ASCII),
+# Hindi (।) and Arabic (؟), which need no space after them, at a line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
 # further at dashes and bars; an aside at brackets too (a bracketed aside is a statement of its own);
 # a phrase at every sentence mark, colon and dash.
 # Each cut either ends a unit after its mark (the ``end`` group stays with the unit) or only
 # separates; whitespace around a unit is stripped. Matching the cuts (rather than splitting at
 # lookbehind positions) lets the regex engine skip straight to the few characters a cut starts with.
-_SENTENCE = (r"(?P<end>[.!;]|\?(?=\s+(?![Cc]heck\b)|[A-Za-z])|[\u3002\uff01\uff1f\uff61\u0964\u061f])"
-             r"(?:\s+|(?=[A-Za-z])|(?<=[\u3002\uff01\uff1f\uff61\u0964\u061f]))|[ \t]*\n\s*")
+_CJK_NEXT = r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
+_SENTENCE = (rf"(?P<end>[.!;]|\?(?=\s+(?![Cc]heck\b)|[A-Za-z]|{_CJK_NEXT})|[\u3002\u0964\u061f])"
+             rf"(?:\s+|(?=[A-Za-z])|(?<=[\u3002\u0964\u061f])|(?={_CJK_NEXT}))|[ \t]*\n\s*")
 _CLAUSE = _SENTENCE + r"|\s+[\u2014\-]{1,2}\s+|\|\s*"
 SPLITTERS = {
     "sentence": re.compile(_SENTENCE),
