@@ -254,15 +254,15 @@ def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | 
     """The Latin-script languages whose function words ``sentence`` holds most of ("o gato está no
     sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none."""
     words = _LATIN_WORDS.findall(sentence)
-    latin = {code: fw for code, fw in function_words(str(path)).items() if "latin" in _compiled_scripts(str(path))[code]}
-    counts = {code: sum(w in fw for w in words) for code, fw in latin.items()}
+    counts = {code: sum(w in fw for w in words) for code, fw in _latin(str(path)).items()}
     best = max(counts.values(), default=0)
     return frozenset(c for c, n in counts.items() if n == best) if best else None
 
 
 @lru_cache(maxsize=4)
-def _compiled_scripts(path: str) -> dict[str, tuple[str, ...]]:
-    return {lang.code: lang.script_names for lang in _compiled(path)}
+def _latin(path: str) -> dict[str, frozenset[str]]:
+    langs = load_table(path).languages
+    return {code: fw for code, fw in function_words(path).items() if "latin" in langs[code].scripts}
 
 
 def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[tuple[str, str, int]]:
