@@ -226,3 +226,7 @@ def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
     flagged = [r["caption"][:60] for r in rows if cheap.evaluate(r["caption"]).fired]
     assert len(rows) == 83 and all(r["label"] == "honest" for r in rows)
     assert len(flagged) <= 7, flagged
+
+
+def test_an_exact_loop_is_the_repetition_guards_not_rewording():
+    assert not _fired(RewordingGuard(), "A cat sits. " + "The cat is black and small. " * 5)

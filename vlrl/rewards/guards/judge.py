@@ -555,6 +555,8 @@ class RewordingGuard(_JudgeGuard):
         again = []
         for k, (sent, listed) in enumerate(zip(sents, sentence_keys(doc, self.v.function), strict=True)):
             keys = set(listed)
+            if sent in sents[:k]:
+                continue  # an exact repeat is the repetition guard's
             if k and len(keys) >= 2 and len(keys & seen) / len(keys) >= self.restated_share:
                 again.append(sent)
             seen |= keys
