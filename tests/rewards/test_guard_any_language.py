@@ -230,3 +230,15 @@ def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
 
 def test_an_exact_loop_is_the_repetition_guards_not_rewording():
     assert not _fired(RewordingGuard(), "A cat sits. " + "The cat is black and small. " * 5)
+
+
+def test_a_guard_that_says_nothing_of_how_it_detects_is_refused_before_any_caption():
+    from vlrl.rewards.guards.base import Guard, register_guard
+
+    class Silent(Guard):
+        pass
+
+    with pytest.raises(TypeError, match="implements none of hits, find and match"):
+        Silent()
+    with pytest.raises(TypeError, match="implements none"):
+        register_guard("silent_test_guard")(Silent)

@@ -19,11 +19,20 @@ GUARDS: dict[str, type[Guard]] = {}
 
 def register_guard(name: str) -> Callable[[type[Guard]], type[Guard]]:
     def deco(cls: type[Guard]) -> type[Guard]:
+        _require_detection(cls, name)
         cls.name = name
         GUARDS[name] = cls
         return cls
 
     return deco
+
+
+def _require_detection(cls: type, name: str) -> None:
+    """A guard must say how it detects (:meth:`Guard.hits`, :meth:`Guard.find` or :meth:`Guard.match`):
+    one that overrides none would loop through the defaults, each calling the next. Refused when the
+    class is registered or built, before it meets a caption."""
+    if all(getattr(cls, m) is getattr(Guard, m) for m in ("hits", "find", "match")):
+        raise TypeError(f"guard {name!r} implements none of hits, find and match")
 
 
 class Guard:
@@ -43,6 +52,7 @@ class Guard:
     """Default guards run in (rank, registration) order, whatever module was imported first."""
 
     def __init__(self, penalty: float = 1.0) -> None:
+        _require_detection(type(self), self.name)
         self.penalty = float(penalty)
         self._user: list[CompiledFamily] = []
         self._skip: frozenset[str] = frozenset()
@@ -115,8 +125,6 @@ class Guard:
 
     def match(self, doc: Doc) -> str | None:
         """The evidence (a snippet of the caption) when the guard fires, else ``None``."""
-        if type(self).find is Guard.find and type(self).hits is Guard.hits:
-            raise NotImplementedError(f"guard {self.name!r} implements none of hits, find and match")
         hit = self.check(doc)
         return hit[1] if hit else None
 
