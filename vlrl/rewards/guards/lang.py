@@ -71,11 +71,13 @@ _LEFT_EDGE = r"[\w\u0300-\u036f\u0900-\u097f]"  # an elided article may come bef
 _UNSPACED = {"han", "kana", "hangul"}  # Korean particles and endings attach to the word before
 
 
-def _word_pattern(words: list[str], scripts: list[str]) -> re.Pattern[str]:
+def _word_pattern(words: list[str], scripts: list[str]) -> str:
+    """One language's words as a pattern (longest first), with word edges where its script has spaces;
+    compiled once per script in :func:`_word_list`, beside the other languages' groups."""
     alt = "|".join(f"(?:{w})" for w in sorted(words, key=len, reverse=True))
     if _UNSPACED & set(scripts):
-        return re.compile(alt)
-    return re.compile(rf"(?<!{_LEFT_EDGE})(?:{alt})(?!{_WORD_EDGE})")
+        return alt
+    return rf"(?<!{_LEFT_EDGE})(?:{alt})(?!{_WORD_EDGE})"
 
 
 def _check(patterns: list[str]) -> list[str]:
@@ -235,7 +237,7 @@ def score_labels(path: str = str(TABLE)) -> frozenset[str]:
 def _word_list(field: str, script: str, only: frozenset[str] | None, path: str) -> re.Pattern[str] | None:
     """One pattern of ``field`` for every language that writes ``script`` (or only those in ``only``):
     a group per language, named by its code, each with the word edges of its own script."""
-    groups = [f"(?P<{lang.code}>{lang.words[field].pattern})" for lang in _compiled(path)
+    groups = [f"(?P<{lang.code}>{lang.words[field]})" for lang in _compiled(path)
               if field in lang.words and script in lang.script_names and (only is None or lang.code in only)]
     return re.compile("|".join(groups)) if groups else None
 
