@@ -9,7 +9,6 @@ caption, here, keeps the guards themselves to their patterns (:mod:`vlrl.rewards
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -27,7 +26,10 @@ _QUOTES = str.maketrans(
 # Double-quoted span (bounded, one line); single-quoted span whose quotes are not apostrophes
 # (not glued to a word) and which may contain apostrophes inside words (DON'T).
 _DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
-_SQ_SPAN = re.compile(r"(?<![\w'])'(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
+# (the opening quote is matched before the look-behind that tests what precedes it: a pattern that
+# starts with a literal is found by a fast scan, one that starts with a look-behind is tried everywhere)
+_SQ_SPAN = re.compile(r"'(?<![\w']')(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
+_FENCE = re.compile(r'"{3,}|\'{3,}')
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
 # Arabic-Indic, Persian and Devanagari digits read as ASCII ones ("التقييم: ١٠/١٠" is a 10/10 score
 # block); NFKC leaves them as they are
@@ -67,8 +69,12 @@ def reads_as_english(text: str, least: float = 0.1) -> bool:
 def normalize(text: str) -> str:
     """NFKC, invisible characters removed, homoglyphs folded, straight quotes, single spaces (case is
     kept; option letters need it)."""
-    text = fold(unicodedata.normalize("NFKC", text or "")).translate(_QUOTES)
-    return re.sub(r"\s+", " ", text).strip()
+    return " ".join(_folded(text).split())
+
+
+def _folded(text: str | None) -> str:
+    # (:func:`fold` applies NFKC itself)
+    return fold(text or "").translate(_QUOTES)
 
 
 def strip_quoted(text: str) -> str:
@@ -76,7 +82,8 @@ def strip_quoted(text: str) -> str:
 
     Triple quotes are not a quotation but the fence a judge prompt puts around the caption; a
     caption that writes them is forging prompt structure, so what they enclose stays visible."""
-    text = re.sub(r'"{3,}|\'{3,}', " . ", text)
+    if '"""' in text or "'''" in text:
+        text = _FENCE.sub(" . ", text)
     text = _DQ_SPAN.sub(_QUOTE_MARK, text)
     return _SQ_SPAN.sub(_QUOTE_MARK, text)
 
@@ -142,7 +149,8 @@ class Doc:
 
     @classmethod
     def of(cls, text: str) -> Doc:
-        norm = normalize(text)
+        folded = _folded(text)
+        norm = " ".join(folded.split())  # (:func:`normalize`)
         unquoted = strip_image_text(strip_quoted(norm))
         decoded, obfuscated = deobfuscate(unquoted)
         if backwards := unreversed(unquoted):
@@ -155,8 +163,11 @@ class Doc:
             decoded = fuzzy_fix(lower_decoded) if english else lower_decoded
         else:
             decoded = lower
-        lines = fold(text or "").translate(_QUOTES)
-        shaped = "\n".join(strip_image_text(re.sub(r"[ \t]+", " ", ln)).strip() for ln in lines.splitlines())
+        lines = folded.splitlines()
+        if len(lines) > 1:
+            shaped = "\n".join(strip_image_text(" ".join(ln.split())).strip() for ln in lines)
+        else:  # one line: the normalised text itself
+            shaped = strip_image_text(norm).strip()
         return cls(
             text, norm, unquoted, lower, re.findall(r"[\w']+", norm.lower()),
             decoded, obfuscated, decoded, shaped.lower(),
