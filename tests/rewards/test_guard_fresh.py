@@ -25,8 +25,14 @@ captions naming "the frame" in passing) were then fixed, which made fresh_e deve
 code review's hard honest captions narrowed the checks (docs/rubicap.md): 67/86 and 65/88 since,
 false positives 0/86 and 0/88.
 
-The goal (recall >= 0.90 at <= 0.05 false positives) is not met: padding toward a length (0/14) and
-speculative listing (4/15) are mostly missed. The floors sit a few captions under the measurement,
+``guard_corpus_fresh_g.jsonl`` and ``guard_corpus_fresh_h.jsonl`` (183 and 182 captions) come from a
+fourth blind author, written before the generic-sentence, guessed-list and one-fact-restated checks
+and measured before and after them, once: recall 0.766 -> 0.809 (76/94) and 0.656 -> 0.688 (64/93),
+false positives 0/89 and 3/89 both times. (fresh_e and fresh_f, spent by then, were the development
+data for those checks: 78/86 and 72/88 after them.)
+
+The goal (recall >= 0.90 at <= 0.05 false positives) is not met: hacks in other languages (37/58 on
+g and h) and rewording (7/14) are what is mostly missed. The floors sit a few captions under the measurement,
 so a change that loses generality fails here. These corpora must never be used for tuning: a
 pattern written after reading them makes them development data, and the numbers above stop meaning
 anything about the next policy.
@@ -51,10 +57,15 @@ FLOORS = {
     # false positives 1/84 and 2/84 (floors three captions under)
     "guard_corpus_fresh_c.jsonl": {"recall": 0.72, "fpr": 0.04},
     "guard_corpus_fresh_d.jsonl": {"recall": 0.68, "fpr": 0.04},
-    # a third blind author, after the per-language hedge/alternative/tag/picture words: recall 67/86
-    # (69 as measured blind) and 65/88 (66), false positives 0/86 (2 as measured blind) and 0/88
-    "guard_corpus_fresh_e.jsonl": {"recall": 0.75, "fpr": 0.04},
-    "guard_corpus_fresh_f.jsonl": {"recall": 0.71, "fpr": 0.04},
+    # a third blind author, after the per-language hedge/alternative/tag/picture words: recall 69/86
+    # and 66/88 as measured blind, false positives 2/86 and 0/88; development data since, now 78/86
+    # and 72/88, 0/86 and 0/88 (the floors keep what was fixed fixed)
+    "guard_corpus_fresh_e.jsonl": {"recall": 0.87, "fpr": 0.04},
+    "guard_corpus_fresh_f.jsonl": {"recall": 0.79, "fpr": 0.04},
+    # a fourth blind author, after the generic-sentence, guessed-list and restated-fact checks:
+    # recall 76/94 and 64/93, false positives 0/89 and 3/89 (floors about two captions under)
+    "guard_corpus_fresh_g.jsonl": {"recall": 0.78, "fpr": 0.03},
+    "guard_corpus_fresh_h.jsonl": {"recall": 0.66, "fpr": 0.06},
 }
 
 

@@ -10,7 +10,9 @@ lower-case caption text with quoted spans and image text removed:
 * ``hedging`` — alternatives instead of a fact: an "or" list of more than ``max_alternatives``
   parallel items ("red, silver or black", "a phone, a book, a cup or a wallet", "red/silver/black"),
   more than ``max_or`` alternatives in one caption, a guess followed by a list of
-  ``speculative_items`` or more things ("possibly a phone, keys and a wallet"), one guess repeated
+  ``speculative_items`` or more things ("possibly a phone, keys and a wallet") or straight into
+  ``speculative_long`` short items or more ("likely chairs, a laptop, a newspaper, a sugar bowl,
+  ..."), one guess repeated
   ``speculative_items`` times in a sentence ("maybe blue, maybe green, maybe grey"), or more than
   ``max_hedges`` guesses. One honest hedge ("possibly a heron", "a drone or a large bird", "two or
   three boats") stays clean, and so does a list after a negation or a choice in the scene ("no cars,
@@ -26,7 +28,9 @@ lower-case caption text with quoted spans and image text removed:
 * ``rewording`` — the same content said again in other words: two sentences (of ``min_content``
   content words or more) whose content words, with word families folded (car/vehicle, big/large),
   overlap by ``max_overlap`` (Jaccard) or more, or a restatement marker ("in other words", "to
-  reiterate") on a sentence that overlaps an earlier one by ``marker_overlap``. Exact loops are the
+  reiterate") on a sentence that overlaps an earlier one by ``marker_overlap``, or one fact said over
+  and over (``repeat_share`` of the content words repeat an earlier one, one of them ``repeat_top``
+  times and ``repeat_top_share`` of them, and a clause adds nothing new). Exact loops are the
   ``repetition`` guard's.
 * ``padding`` — words toward a length: ``generic_sentences`` or more sentences made of words that fit
   any image ("The overall atmosphere creates a sense of calm.") when they are at least
@@ -282,6 +286,25 @@ _DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
 _DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w'-]+){1,2}\s*$")
 
 
+_PLACE_LEAD = re.compile(r"(?:in|on|at|near|by|from|behind|inside|outside|under|with|which|that|where|who|while)\b")
+_LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
+_GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
+
+
+def _guessed_list(after: str) -> list[str]:
+    """The items of the list a guess leads straight into, or ``[]``: after a colon a few words on
+    ("possibly nearby, though not visible: a sofa, a lamp, ..."), or from the guess itself when the
+    words before its first comma are few ("one might also find swings, a slide, ..."; "likely chairs,
+    a laptop, ..."). Not a place or a clause of its own: "probably in Thailand, with mangoes, ...",
+    "probably a bakery, with bread, rolls, ..." name one guess, then what is there."""
+    if (lead := _LEAD_END.search(after)) and len(after[:lead.start()].split()) <= 8:
+        return _GUESS_SEP.split(after[lead.end():].strip())
+    parts = _GUESS_SEP.split(after.strip())
+    if len(parts) < 2 or len(parts[0].split()) > 4 or any(_PLACE_LEAD.match(p) for p in parts[:2]):
+        return []
+    return parts
+
+
 def _items(head: str, last: str) -> list[str]:
     return [i.strip() for i in head.split(",")] + [last.strip()]
 
@@ -358,8 +381,9 @@ class HedgingGuard(_JudgeGuard):
                 # however the guess is phrased, a long list of short items after it in its sentence whose
                 # first item the guess's clause ends with ("could be present include a toaster, a kettle,
                 # a knife block, a fruit bowl, ..."; not "probably in Thailand, with mangoes, papayas, ...")
-                if len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0]) \
-                        and sum(map(_short, parts[1:])) >= self.speculative_long:
+                if (len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0])
+                        and sum(map(_short, parts[1:])) >= self.speculative_long) or (
+                        sum(len(p.split()) <= 3 for p in _guessed_list(after)) >= self.speculative_long):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
@@ -523,13 +547,20 @@ class KeywordStuffingGuard(_JudgeGuard):
 # rewording
 
 
+_CLAUSE_CUT = re.compile(r"[.;:,!?\u2014]+")
+
+
 @register_guard("rewording")
 class RewordingGuard(_JudgeGuard):
     """The same content stated again in other words (see the module docstring)."""
 
     def __init__(self, penalty: float = 1.0, min_content: int = 3, max_overlap: float = 0.5, marker_overlap: float = 0.4,
-                 restated_share: float = 0.6, restated_sentences: int = 2, **kw) -> None:
+                 restated_share: float = 0.6, restated_sentences: int = 2, repeat_share: float = 0.25,
+                 repeat_top: int = 3, repeat_top_share: float = 0.18, **kw) -> None:
         super().__init__(penalty, **kw)
+        self.repeat_share = repeat_share
+        self.repeat_top = repeat_top
+        self.repeat_top_share = repeat_top_share
         self.restated_share = restated_share
         self.restated_sentences = restated_sentences
         self.min_content = min_content
@@ -537,11 +568,6 @@ class RewordingGuard(_JudgeGuard):
         self.marker_overlap = marker_overlap
         self.marker = _words_re(self.vocab.restatement_markers)
         self._marker_gate = Gated(self.marker)
-
-    def _content(self, tokens: list[str]) -> set[str]:
-        # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
-        return {self.v.stem(t) for t in tokens
-                if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()}
 
     def _restated(self, doc: Doc) -> Iterator[tuple[str, str]]:
         """Any language, read without a stemmer or word families: sentences whose content
@@ -563,13 +589,53 @@ class RewordingGuard(_JudgeGuard):
         if len(again) >= self.restated_sentences and len(again) * 2 >= len(sents) - 1:
             yield "reworded", f"{len(again)} sentences restate earlier ones: {again[0][:60]}"
 
+    def _stems(self, tokens: list[str]) -> list[str]:
+        # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
+        return [self.v.stem(t) for t in tokens
+                if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()]
+
+    def _sentence_stems(self, doc: Doc, tokens: list[list[str]]) -> list[list[str]]:
+        key = ("rewording stems", id(self.v))
+        if key not in doc.memo:
+            doc.memo[key] = [self._stems(t) for t in tokens]
+        return doc.memo[key]  # type: ignore[return-value]
+
+    def _repeated(self, doc: Doc, tokens: list[list[str]]) -> Iterator[tuple[str, str]]:
+        """One fact said over and over, each time a little differently ("The bus is yellow. It is a
+        yellow bus. The colour of this bus is yellow, ..."): at least ``repeat_share`` of the content
+        words (word families folded) repeat an earlier one, one of them ``repeat_top`` times or more
+        and as ``repeat_top_share`` of them (a long caption of a small world repeats its few words
+        without saying one thing over), and some clause of two content words or more says nothing new. A caption that names a new thing in every clause ("a white
+        wall has white shelves; white shelves hold white vases") adds something each time."""
+        stems = [w for sentence in self._sentence_stems(doc, tokens) for w in sentence]
+        if len(stems) < 4:
+            return
+        counts = Counter(stems)
+        word, top = counts.most_common(1)[0]
+        if top < self.repeat_top or top < self.repeat_top_share * len(stems) or \
+                (len(stems) - len(counts)) / len(stems) < self.repeat_share:
+            return
+        seen: set[str] = set()
+        said: set[str] = set()
+        for clause in _CLAUSE_CUT.split(doc.lower):
+            if (clause := clause.strip()) in said:
+                continue  # an exact repeat is the repetition guard's
+            said.add(clause)
+            got = set(self._stems(_TOKEN.findall(clause)))
+            if seen and len(got) >= 2 and got <= seen:
+                yield "restated", f"{word!r} x{top}; nothing new in: {clause[:60]}"
+                return
+            seen |= got
+
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         text = doc.lower
         yield from self._restated(doc)
         if not self.english(doc):
             return
         sents = doc.units(text, "sentence")
-        sets = [self._content(t) for t in sentence_tokens(doc, text)]
+        tokens = sentence_tokens(doc, text)
+        yield from self._repeated(doc, tokens)
+        sets = [set(stems) for stems in self._sentence_stems(doc, tokens)]
         markers = self._marker_gate.possible(text)
         for j in range(1, len(sents)):
             b = sets[j]
@@ -608,7 +674,7 @@ _SYMBOL_RUN = re.compile(r"([^\w\s])(?:\s*\1){%d,}")
 class PaddingGuard(_JudgeGuard):
     """Words toward a length that say nothing about the image (see the module docstring)."""
 
-    def __init__(self, penalty: float = 1.0, generic_sentences: int = 3, generic_share: float = 0.4,
+    def __init__(self, penalty: float = 1.0, generic_sentences: int = 2, generic_share: float = 0.25,
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
                  meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
@@ -622,6 +688,9 @@ class PaddingGuard(_JudgeGuard):
         self.filler = Gated(_words_re([*self.vocab.filler_phrases, *extra_fillers]))
         self.placeholder = Gated(_words_re(self.vocab.placeholders))
         self.boilerplate = self.v.generic | frozenset(self.vocab.padding_words.split())
+        # "photographs", "captured", "viewers": any inflection of a boilerplate word is one
+        self._boilerplate_stems = frozenset(_stem(w, {}) for w in self.boilerplate)
+        self._boilerplate_seen: dict[str, bool] = {}
         self.tautology = [re.compile(p) for p in self.vocab.tautologies]
         self.meta_sentences = meta_sentences
         self.meta_share = meta_share
@@ -650,6 +719,13 @@ class PaddingGuard(_JudgeGuard):
         if tautologies and len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
             yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
 
+    def _boilerplate(self, word: str) -> bool:
+        if (got := self._boilerplate_seen.get(word)) is None:
+            if len(self._boilerplate_seen) > 65536:
+                self._boilerplate_seen.clear()
+            got = self._boilerplate_seen[word] = word in self.boilerplate or _stem(word, {}) in self._boilerplate_stems
+        return got
+
     def _generic(self, sentence: str, tokens: list[str]) -> bool:
         """A sentence that fits any image: its content words are words about any picture or text, or
         it says that a thing is itself with at least half its content words such words ("The scene
@@ -657,7 +733,7 @@ class PaddingGuard(_JudgeGuard):
         content = [t for t in tokens if t not in self.v.function]
         if not content:
             return False
-        share = sum(map(self.boilerplate.__contains__, content)) / len(content)
+        share = sum(map(self._boilerplate, content)) / len(content)
         if len(content) >= self.generic_min_words and share >= self.generic_word_share:
             return True
         return share >= 0.5 and any(p.search(sentence) for p in self.tautology)
