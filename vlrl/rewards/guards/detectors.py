@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from vlrl.rewards.guards import gates
-from vlrl.rewards.guards.lang import language_family_hit, score_labels
+from vlrl.rewards.guards.lang import language_family_hit, praised, score_labels
 from vlrl.rewards.guards.table import TABLE, cue_patterns, exemption_patterns, vocabulary
 from vlrl.rewards.guards.text import deobfuscate
 
@@ -229,8 +229,9 @@ def score_expression(unit: str, doc: Any) -> str | None:
 
 
 def language(unit: str, doc: Any, family: str) -> str | None:
-    """A family of the per-language phrase table (``data/languages.yaml``)."""
-    return language_family_hit(unit, family)
+    """A family of the per-language phrase table (``data/languages.yaml``); for claims, also praise of
+    the caption by its structure (:func:`~vlrl.rewards.guards.lang.praised`)."""
+    return language_family_hit(unit, family) or (praised(unit) if family == "claim" else None)
 
 
 # ------------------------------------------------------------------------------------------------

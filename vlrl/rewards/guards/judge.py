@@ -70,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import foreign_words, function_words
+from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -167,7 +167,7 @@ class _JudgeGuard(Guard):
 
     rank = 1  # after the praise and grader guards
 
-    def __init__(self, penalty: float = 1.0, vocab: str | None = None, min_function_share: float = 0.15) -> None:
+    def __init__(self, penalty: float = 1.0, vocab: str | None = None, min_function_share: float = FOREIGN_SHARE) -> None:
         super().__init__(penalty)
         self.vocab = load_vocab(str(vocab or VOCAB))
         self.v = _Vocab(self.vocab)
@@ -258,6 +258,29 @@ def _short(item: str) -> bool:
     return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6)
 
 
+def _guess_item(item: str) -> bool:
+    """An item of a list of guesses in any language: up to three words (Vietnamese writes a word as
+    several syllables: "xe đạp", "quầy bán nước"), or six characters without spaces."""
+    item = item.strip(" .")
+    return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6 or not _CJK.search(item))
+
+
+@lru_cache(maxsize=1)
+def _all_function_words() -> frozenset[str]:
+    return frozenset(w for words in function_words().values() for w in words)
+
+
+def _marked(item: str) -> bool:
+    """Whether a list item opens with a function word of some language ("con tomates", "ein Buch"), or,
+    unspaced, holds a Chinese function character ("桌上有咖啡杯"). The items of one list share it: in
+    "probablemente es un mercado, con tomates, pimientos, ..." the guess named one thing and a list
+    of what is there follows."""
+    item = item.strip()
+    if _CJK.search(item) and " " not in item:
+        return any(c in _all_function_words() for c in item)
+    return item.split(" ", 1)[0] in _all_function_words()
+
+
 def _item(item: str) -> bool:
     """One alternative of a list: one or two words, or four characters without spaces."""
     item = item.strip(" .")
@@ -288,6 +311,7 @@ _DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w
 
 _PLACE_LEAD = re.compile(r"(?:in|on|at|near|by|from|behind|inside|outside|under|with|which|that|where|who|while)\b")
 _LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
+_LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+(?!.*\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s)")
 _GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
 
 
@@ -300,8 +324,15 @@ def _guessed_list(after: str) -> list[str]:
     if (lead := _LEAD_END.search(after)) and len(after[:lead.start()].split()) <= 8:
         return _GUESS_SEP.split(after[lead.end():].strip())
     parts = _GUESS_SEP.split(after.strip())
-    if len(parts) < 2 or len(parts[0].split()) > 4 or any(_PLACE_LEAD.match(p) for p in parts[:2]):
+    if len(parts) < 2 or any(_PLACE_LEAD.match(p) for p in parts[:2]):
         return []
+    if len(parts[0].split()) > 4:
+        # a longer lead that ends in a verb or "such as" before the first item ("likely present but
+        # not clearly visible include a keyboard, mouse, ...")
+        if not (m := _LIST_LEAD.search(parts[0])) or len(parts[0][:m.start()].split()) > 8 \
+                or len(parts[0][m.end():].split()) > 3:
+            return []
+        parts[0] = parts[0][m.end():]
     return parts
 
 
@@ -398,8 +429,12 @@ class HedgingGuard(_JudgeGuard):
             if len(guesses) >= self.speculative_items:
                 yield "speculative_list", f"{len(guesses)} guesses ({guesses[0][0]}): {sent[:60]}"
             for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
-                items = _LIST_SEP.split(sent[at + len(word):])
-                if _item(items[0]) and sum(map(_item, items[1:])) >= self.speculative_long:
+                # (set off by a comma, or leading in with a verb: "возможно, есть чайник, хлеб, ...",
+                # "Möglicherweise sind auch eine Lampe, ein Buch, ..."; the last item holds the "and")
+                items = _LIST_SEP.split(sent[at + len(word):].lstrip(" ,\u3001\u060c"))
+                if (_item(items[0]) or len(items[0].split()) <= 4) and len(items) > self.speculative_long \
+                        and sum(map(_guess_item, items[1:-1])) >= self.speculative_long - 1 \
+                        and _marked(items[1]) == _marked(items[2]):
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
             for code, _, at in foreign_words(sent, "alternatives"):
                 ors += 1
@@ -485,6 +520,8 @@ class KeywordStuffingGuard(_JudgeGuard):
             for code, label, at in foreign_words(sent, "stuff_labels"):
                 rest = sent[at + len(label):].lstrip()
                 items = _LIST_SEP.split(rest[1:].strip(" .\u3002"))
+                if len(items) == 1 and _CJK.search(rest):  # Chinese and Japanese words parted by spaces
+                    items = rest[1:].split()
                 if rest[:1] in (":", "-", "\u2013", "\u2014") and len(items) >= self.labelled_items \
                         and sum(map(_item, items)) >= self.labelled_items:
                     yield "tag_line", f"tag line ({code}): {sent[:80]}"
@@ -701,22 +738,28 @@ class PaddingGuard(_JudgeGuard):
         """Sentences after the first that talk about the picture, not what is in it: they name the
         picture (``image_words``, in English or the caption's language) or say a thing is itself (a
         content key twice: "Die Aufnahme ist eine Aufnahme", "写真には写っているものが写っています"),
-        at least ``meta_sentences`` of them and ``meta_share`` of the sentences after the first."""
+        at least ``meta_sentences`` of them (or two that name the picture) and ``meta_share`` of the
+        sentences after the first."""
         sents = doc.units(doc.native, "sentence")
-        if len(sents) <= self.meta_sentences:
+        if len(sents) <= 2:
             return
         foreign = set(self.foreign(doc))
-        meta, tautologies = [], 0
+        meta, tautologies, named_only = [], 0, 0
         for sent, keys in list(zip(sents, sentence_keys(doc, self.v.function), strict=True))[1:]:
-            named = (foreign_words(sent, "image_words") if sent in foreign
-                     else self.image_word is not None and self.image_word.search(sent))
+            named = (len(foreign_words(sent, "image_words")) if sent in foreign
+                     else len(self.image_word.findall(sent)) if self.image_word is not None else 0)
             itself = len(set(keys)) < len(keys)
-            if (named or itself) and len(set(keys)) <= self.meta_keys:
+            # (a long sentence is about the picture when it names it twice: "la composition de la
+            # photographie présente la scène ..., comme dans toute image")
+            if (named or itself) and (len(set(keys)) <= self.meta_keys or named >= 2):
                 meta.append(sent)
                 tautologies += itself
+                named_only += bool(named)
         # naming the picture is also how honest captions place things ("写真の左側に", "en la imagen
-        # hay"): one sentence at least must say that a thing is itself
-        if tautologies and len(meta) >= self.meta_sentences and len(meta) >= self.meta_share * (len(sents) - 1):
+        # hay"): one sentence at least must say that a thing is itself; two are enough when each of
+        # them names the picture ("C'est une photographie. ... Cette image montre ce qu'elle montre.")
+        enough = len(meta) >= self.meta_sentences or named_only >= 2
+        if tautologies and enough and len(meta) >= self.meta_share * (len(sents) - 1):
             yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
 
     def _boilerplate(self, word: str) -> bool:

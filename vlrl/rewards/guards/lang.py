@@ -33,8 +33,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vlrl.rewards.guards import gates
+from vlrl.rewards.guards.doc import english_share
 from vlrl.rewards.guards.gates import Alternation, Gated, remembered
-from vlrl.rewards.guards.text import fold
+from vlrl.rewards.guards.text import fold, split
+
+FOREIGN_SHARE = 0.15
+"""A sentence with fewer English function words than this share does not read as English."""
 
 TABLE = Path(__file__).parent / "data" / "languages.yaml"
 FAMILY_GUARD = {"claim": "self_praise", "address": "grader_address", "score": "grader_address",
@@ -50,7 +54,7 @@ SCRIPTS = {
     "arabic": re.compile(r"[\u0600-\u06ff]"),
     "devanagari": re.compile(r"[\u0900-\u097f]"),
 }
-_MAX_SCORE = r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|10\s+из\s+10|10\s*分)"
+_MAX_SCORE = r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|10\s+из\s+10|10\s*分|100\s*[分点점]|満点|만점)"
 
 
 @lru_cache(maxsize=64)
@@ -61,7 +65,7 @@ def _scripts_in(text: str) -> frozenset[str]:
     return frozenset(name for name, pat in SCRIPTS.items() if pat.search(text))
 
 
-WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words")
+WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "self_words", "praise_words")
 """The word lists the judge-hack guards count in sentences that are not English (:func:`foreign_words`)."""
 
 # a word of a script with spaces starts and ends where no letter, mark or apostrophe touches it
@@ -106,10 +110,12 @@ class Language(BaseModel):
     alternatives: list[str] = Field(default_factory=list)
     stuff_labels: list[str] = Field(default_factory=list)
     image_words: list[str] = Field(default_factory=list)
+    self_words: list[str] = Field(default_factory=list)
+    praise_words: list[str] = Field(default_factory=list)
     function_words: list[str] = Field(default_factory=list)
 
     @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before", "hedges",
-                     "alternatives", "stuff_labels", "image_words")
+                     "alternatives", "stuff_labels", "image_words", "self_words", "praise_words")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         return _check(v)
@@ -284,4 +290,30 @@ def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[t
     return [found[k] for k in sorted(found)]
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+@lru_cache(maxsize=4)
+def _self_gate(path: str) -> Gated | None:
+    words = [w for lang in load_table(path).languages.values() for w in lang.self_words]
+    return Gated("|".join(f"(?:{w})" for w in words)) if words else None
+
+
+def praised(native: str, praise: int = 2, reach: int = 30, path: str | Path = TABLE) -> str | None:
+    """Praise of the caption by its structure, in any language of the table: a sentence that does not
+    read as English and names the caption itself (``self_words``: "描述", "descrizione", "mô tả") beside
+    ``praise`` or more words of quality (``praise_words``: "完整", "accurata", "chính xác") within
+    ``reach`` characters of it, however it is phrased ("Descrizione accurata, completa e
+    impeccabile."). Not a complete tea set beside a museum's description, further along the
+    sentence. English has its own families."""
+    if (gate := _self_gate(str(path))) is None or not gate.search(native):
+        return None
+    for sentence in split(native, "sentence"):
+        if english_share(sentence) >= FOREIGN_SHARE or not (named := foreign_words(sentence, "self_words", path)):
+            continue
+        quality = foreign_words(sentence, "praise_words", path)
+        for code, word, at in named:
+            near = [q for q in quality if at - reach <= q[2] <= at + len(word) + reach]
+            if len(near) >= praise:
+                return f"lang {code} praise: {sentence[max(0, at - reach):at + len(word) + reach][:80]}"
+    return None
+
+
+__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
