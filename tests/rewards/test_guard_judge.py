@@ -173,3 +173,12 @@ def test_english_image_text_and_punctuation_do_not_confuse_the_language_views():
     assert not GuardSet.from_settings(enabled=["self_praise", "grader_address"]).evaluate(shirt).fired
     typo = "A library reading room. Complet caption \u2014 evry detial included, nothin left out."
     assert "self_praise" in GuardSet.from_settings(enabled=["self_praise"]).evaluate(typo).fired
+
+
+def test_a_short_speculative_list_setting_reads_two_item_lists_in_other_languages():
+    # speculative_long is a setting: at 1 a foreign guess followed by two items is a list to check,
+    # with no third item to compare the second's marking against (this raised IndexError)
+    two = "Quizás una mesa, una silla."
+    loose = GuardSet.from_settings(enabled=["hedging"], hedging={"speculative_long": 1})
+    assert loose.evaluate(two).fired == ["hedging"]
+    assert not GuardSet.from_settings(enabled=["hedging"]).evaluate(two).fired

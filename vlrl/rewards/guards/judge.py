@@ -434,7 +434,7 @@ class HedgingGuard(_JudgeGuard):
                 items = _LIST_SEP.split(sent[at + len(word):].lstrip(" ,\u3001\u060c"))
                 if (_item(items[0]) or len(items[0].split()) <= 4) and len(items) > self.speculative_long \
                         and sum(map(_guess_item, items[1:-1])) >= self.speculative_long - 1 \
-                        and _marked(items[1]) == _marked(items[2]):
+                        and (len(items) < 3 or _marked(items[1]) == _marked(items[2])):
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
             for code, _, at in foreign_words(sent, "alternatives"):
                 ors += 1
