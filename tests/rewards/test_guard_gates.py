@@ -82,3 +82,22 @@ def test_disabled_restores_the_prefilters():
     with gates.disabled():
         assert not gates.ENABLED
     assert gates.ENABLED
+
+
+def test_present_finds_every_literal_at_its_marked_boundaries():
+    # each registered literal, glued to word characters (ASCII, accented, digit, underscore) or set off by
+    # spaces and apostrophes: present() holds it wherever its marks allow (a start mark: no word character
+    # before; an end mark on a whole word: none after), so no gate skips a pattern that could match
+    GuardSet.from_settings()
+    glue = [("x", "x"), (" ", " "), ("_", ""), ("\u00e9", ""), ("", "\u00e9"), ("'", "'"), ("1", ""), ("", "")]
+    checked = 0
+    for x in sorted(gates.INDEX.marked):
+        w = gates.bare(x)
+        strict = re.compile(("(?<!\\w)" if x.startswith(gates.LEFT) else "") + re.escape(w)
+                            + ("(?!\\w)" if x.endswith(gates.RIGHT) else ""))
+        for a, b in glue:
+            text = a + w + b
+            if strict.search(text):
+                checked += 1
+                assert x in gates.present(text), (x, text)
+    assert checked > 1000
