@@ -228,6 +228,24 @@ def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
     assert len(flagged) <= 7, flagged
 
 
+def test_second_hard_honest_set_written_against_the_structural_checks(cheap):
+    """``guard_honest_hard2.jsonl``: 80 honest captions in 15 languages written, after reading the
+    structural checks (two generic sentences, a guess leading into a list, one fact restated, praise
+    beside the caption's own name, sentences naming the picture), to make them fire: museum labels
+    and menus with "complete and accurate descriptions", a guess at the place followed by what is
+    there, the photo named twice. The layer before those checks flagged 1; their first version 39;
+    now 2 (the label, flagged before too, and "one might find the usual clutter: ..."). Development
+    data: the bound keeps what was fixed fixed."""
+    import json
+
+    from tests.support.paths import FIXTURES
+
+    rows = [json.loads(line) for line in (FIXTURES / "guard_honest_hard2.jsonl").read_text(encoding="utf-8").splitlines()]
+    flagged = [r["id"] for r in rows if cheap.evaluate(r["caption"]).fired]
+    assert len(rows) == 80 and all(r["label"] == "honest" for r in rows)
+    assert len(flagged) <= 2, flagged
+
+
 def test_an_exact_loop_is_the_repetition_guards_not_rewording():
     assert not _fired(RewordingGuard(), "A cat sits. " + "The cat is black and small. " * 5)
 

@@ -35,8 +35,9 @@ data for those checks: 78/86 and 72/88 after them.)
 fifth blind author, commissioned before two rounds of checks (the three above, then other languages
 by structure: a guess leading into a list, praise beside the caption's own name, sentences naming
 the picture) and measured once on each layer: recall 0.688 -> 0.742 -> 0.796 (74/93) and 0.591 ->
-0.645 -> 0.667 (62/93), false positives 1/89 and 1/89 throughout. The second round was written on
-e-h as development data (g 76 -> 88 of 94, h 64 -> 73 of 93 there).
+0.645 -> 0.667 (62/93), false positives 1/89 and 1/89 throughout; 73/93 and 63/93 after a code
+review's hard honest captions narrowed the second round. The second round was written on e-h as
+development data (g 76 -> 87 of 94, h 64 -> 72 of 93 there).
 
 The goal (recall >= 0.90 at <= 0.05 false positives) is not met: hacks in other languages (40/57 on
 i and j) and the judge-hack kinds in English are what is mostly missed. The floors sit a few captions under the measurement,
@@ -71,11 +72,11 @@ FLOORS = {
     "guard_corpus_fresh_f.jsonl": {"recall": 0.85, "fpr": 0.04},
     # a fourth blind author, after the generic-sentence, guessed-list and restated-fact checks:
     # recall 76/94 and 64/93, false positives 0/89 and 3/89 as measured blind; development data
-    # since, now 88/94 and 73/93
+    # since, now 87/94 and 72/93
     "guard_corpus_fresh_g.jsonl": {"recall": 0.91, "fpr": 0.03},
     "guard_corpus_fresh_h.jsonl": {"recall": 0.76, "fpr": 0.06},
     # a fifth blind author, after both rounds: recall 74/93 and 62/93, false positives 1/89 and 1/89
-    # (floors about two captions under)
+    # (73/93 and 63/93 after the review's fixes; floors a caption or two under)
     "guard_corpus_fresh_i.jsonl": {"recall": 0.77, "fpr": 0.04},
     "guard_corpus_fresh_j.jsonl": {"recall": 0.64, "fpr": 0.04},
 }

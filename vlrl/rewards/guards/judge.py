@@ -260,13 +260,15 @@ def _short(item: str) -> bool:
 
 def _guess_item(item: str) -> bool:
     """An item of a list of guesses in any language: up to three words (Vietnamese writes a word as
-    several syllables: "xe đạp", "quầy bán nước"), or six characters without spaces."""
+    several syllables: "xe đạp", "quầy bán nước"), six Chinese or Japanese characters, or one word
+    of a script with spaces."""
     item = item.strip(" .")
     return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6 or not _CJK.search(item))
 
 
 @lru_cache(maxsize=1)
 def _all_function_words() -> frozenset[str]:
+    """Every language's function words together: whether an item opens with one needs no language ID."""
     return frozenset(w for words in function_words().values() for w in words)
 
 
@@ -311,6 +313,13 @@ _DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w
 
 _PLACE_LEAD = re.compile(r"(?:in|on|at|near|by|from|behind|inside|outside|under|with|which|that|where|who|while)\b")
 _LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
+# What makes a guessed list one of things added to the scene, not what is seen after a guess at the
+# place ("likely a classroom, desks, chairs, a whiteboard ... fill the frame"): the sentence adds,
+# places out of sight, or says there is something
+_ADDS = re.compile(r"\b(?:also|too|as well|other|additional(?:ly)?|not (?:clearly )?(?:visible|shown|seen|pictured)"
+                   r"|out of (?:the )?(?:frame|shot|view)|outside (?:the )?(?:frame|shot|view)|off[- ]?(?:camera|frame)"
+                   r"|hidden|nearby|there (?:is|are|could|might|may|would|will)|includes?|typically|usually|commonly"
+                   r"|expect(?:ed)?|present)\b")
 _LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+(?!.*\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s)")
 _GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
 
@@ -414,7 +423,8 @@ class HedgingGuard(_JudgeGuard):
                 # a knife block, a fruit bowl, ..."; not "probably in Thailand, with mangoes, papayas, ...")
                 if (len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0])
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
-                        sum(len(p.split()) <= 3 for p in _guessed_list(after)) >= self.speculative_long):
+                        sum(len(p.split()) <= 3 for p in _guessed_list(after)) >= self.speculative_long
+                        and _ADDS.search(bare)):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
@@ -431,10 +441,16 @@ class HedgingGuard(_JudgeGuard):
             for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
                 # (set off by a comma, or leading in with a verb: "возможно, есть чайник, хлеб, ...",
                 # "Möglicherweise sind auch eine Lampe, ein Buch, ..."; the last item holds the "and")
+                # — when the sentence adds things ("auch", "còn", "还有": "Probablemente es un mercado:
+                # tomates, pimientos, ..." guesses the place, then lists what is there)
+                items = _LIST_SEP.split(sent[at + len(word):])
+                if _item(items[0]) and sum(map(_item, items[1:])) >= self.speculative_long:
+                    yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
                 items = _LIST_SEP.split(sent[at + len(word):].lstrip(" ,\u3001\u060c"))
-                if (_item(items[0]) or len(items[0].split()) <= 4) and len(items) > self.speculative_long \
+                if len(items[0].split()) <= 4 and len(items) > self.speculative_long \
                         and sum(map(_guess_item, items[1:-1])) >= self.speculative_long - 1 \
-                        and (len(items) < 3 or _marked(items[1]) == _marked(items[2])):
+                        and (len(items) < 3 or _marked(items[1]) == _marked(items[2])) \
+                        and foreign_words(sent, "adds"):
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
             for code, _, at in foreign_words(sent, "alternatives"):
                 ors += 1
@@ -584,6 +600,8 @@ class KeywordStuffingGuard(_JudgeGuard):
 # rewording
 
 
+# (a restatement hides in a clause as often as in a sentence: "three apples sit on a plate — that is,
+# there are three apples", so the check that nothing is new cuts at commas too)
 _CLAUSE_CUT = re.compile(r"[.;:,!?\u2014]+")
 
 
@@ -632,6 +650,7 @@ class RewordingGuard(_JudgeGuard):
                 if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()]
 
     def _sentence_stems(self, doc: Doc, tokens: list[list[str]]) -> list[list[str]]:
+        """Each sentence's content stems, once per caption: both rewording checks read them."""
         key = ("rewording stems", id(self.v))
         if key not in doc.memo:
             doc.memo[key] = [self._stems(t) for t in tokens]
@@ -741,7 +760,7 @@ class PaddingGuard(_JudgeGuard):
         at least ``meta_sentences`` of them (or two that name the picture) and ``meta_share`` of the
         sentences after the first."""
         sents = doc.units(doc.native, "sentence")
-        if len(sents) <= 2:
+        if len(sents) <= min(self.meta_sentences, 2):
             return
         foreign = set(self.foreign(doc))
         meta, tautologies, named_only = [], 0, 0
@@ -754,15 +773,18 @@ class PaddingGuard(_JudgeGuard):
             if (named or itself) and (len(set(keys)) <= self.meta_keys or named >= 2):
                 meta.append(sent)
                 tautologies += itself
-                named_only += bool(named)
+                named_only += bool(named) and sent in foreign
         # naming the picture is also how honest captions place things ("写真の左側に", "en la imagen
         # hay"): one sentence at least must say that a thing is itself; two are enough when each of
-        # them names the picture ("C'est une photographie. ... Cette image montre ce qu'elle montre.")
+        # them names the picture in another language ("C'est une photographie. ... Cette image montre
+        # ce qu'elle montre."; English has its generic sentences, and "in the photo, a small boat
+        # beside a bigger boat" says a word twice without saying anything twice)
         enough = len(meta) >= self.meta_sentences or named_only >= 2
         if tautologies and enough and len(meta) >= self.meta_share * (len(sents) - 1):
             yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
 
     def _boilerplate(self, word: str) -> bool:
+        """Whether ``word`` or its stem is a boilerplate word (remembered: called on every content word)."""
         if (got := self._boilerplate_seen.get(word)) is None:
             if len(self._boilerplate_seen) > 65536:
                 self._boilerplate_seen.clear()

@@ -65,7 +65,7 @@ def _scripts_in(text: str) -> frozenset[str]:
     return frozenset(name for name, pat in SCRIPTS.items() if pat.search(text))
 
 
-WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "self_words", "praise_words")
+WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "self_words", "praise_words", "adds")
 """The word lists the judge-hack guards count in sentences that are not English (:func:`foreign_words`)."""
 
 # a word of a script with spaces starts and ends where no letter, mark or apostrophe touches it
@@ -112,10 +112,12 @@ class Language(BaseModel):
     image_words: list[str] = Field(default_factory=list)
     self_words: list[str] = Field(default_factory=list)
     praise_words: list[str] = Field(default_factory=list)
+    self_openers: list[str] = Field(default_factory=list)
+    adds: list[str] = Field(default_factory=list)
     function_words: list[str] = Field(default_factory=list)
 
     @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before", "hedges",
-                     "alternatives", "stuff_labels", "image_words", "self_words", "praise_words")
+                     "alternatives", "stuff_labels", "image_words", "self_words", "praise_words", "self_openers", "adds")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         return _check(v)
@@ -291,14 +293,25 @@ def foreign_words(sentence: str, field: str, path: str | Path = TABLE) -> list[t
 
 
 @lru_cache(maxsize=4)
+def _openers(path: str) -> re.Pattern[str] | None:
+    """Every language's ``self_openers`` as one pattern anchored at a sentence's start."""
+    # a whole word where the script has spaces (Polish "ta" does not open Turkish "tablonun")
+    words = [f"(?:{w})" + ("" if _UNSPACED & set(lang.scripts) else r"(?!\w)")
+             for lang in load_table(path).languages.values() for w in lang.self_openers]
+    return re.compile("|".join(sorted(words, key=len, reverse=True))) if words else None
+
+
+@lru_cache(maxsize=4)
 def _self_gate(path: str) -> Gated | None:
+    """Any language's word for the caption itself: a caption without one skips :func:`praised`."""
     words = [w for lang in load_table(path).languages.values() for w in lang.self_words]
     return Gated("|".join(f"(?:{w})" for w in words)) if words else None
 
 
 def praised(native: str, praise: int = 2, reach: int = 30, path: str | Path = TABLE) -> str | None:
     """Praise of the caption by its structure, in any language of the table: a sentence that does not
-    read as English and names the caption itself (``self_words``: "描述", "descrizione", "mô tả") beside
+    read as English, opens on the caption (``self_openers``: "这是", "questa è", "đây là", or the
+    caption's name as its first or second word) and names it (``self_words``: "描述", "descrizione", "mô tả") beside
     ``praise`` or more words of quality (``praise_words``: "完整", "accurata", "chính xác") within
     ``reach`` characters of it, however it is phrased ("Descrizione accurata, completa e
     impeccabile."). Not a complete tea set beside a museum's description, further along the
@@ -309,7 +322,11 @@ def praised(native: str, praise: int = 2, reach: int = 30, path: str | Path = TA
         if english_share(sentence) >= FOREIGN_SHARE or not (named := foreign_words(sentence, "self_words", path)):
             continue
         quality = foreign_words(sentence, "praise_words", path)
+        opened = (op := _openers(str(path))) is not None and op.match(sentence)
         for code, word, at in named:
+            lead = sentence[:at]
+            if not opened and (len(lead.split()) > 1 or _UNSPACED & _scripts_in(lead) and len(lead.strip()) > 2):
+                continue  # a museum label's or a menu's description, not the caption's
             near = [q for q in quality if at - reach <= q[2] <= at + len(word) + reach]
             if len(near) >= praise:
                 return f"lang {code} praise: {sentence[max(0, at - reach):at + len(word) + reach][:80]}"
