@@ -661,8 +661,9 @@ class RewordingGuard(_JudgeGuard):
         yellow bus. The colour of this bus is yellow, ..."): at least ``repeat_share`` of the content
         words (word families folded) repeat an earlier one, one of them ``repeat_top`` times or more
         and as ``repeat_top_share`` of them (a long caption of a small world repeats its few words
-        without saying one thing over), and some clause of two content words or more says nothing new. A caption that names a new thing in every clause ("a white
-        wall has white shelves; white shelves hold white vases") adds something each time."""
+        without saying one thing over), and some clause of two content words or more says nothing
+        new. A caption that names a new thing in every clause ("a white wall has white shelves;
+        white shelves hold white vases") adds something each time."""
         stems = [w for sentence in self._sentence_stems(doc, tokens) for w in sentence]
         if len(stems) < 4:
             return

@@ -311,11 +311,11 @@ def _self_gate(path: str) -> Gated | None:
 def praised(native: str, praise: int = 2, reach: int = 30, path: str | Path = TABLE) -> str | None:
     """Praise of the caption by its structure, in any language of the table: a sentence that does not
     read as English, opens on the caption (``self_openers``: "这是", "questa è", "đây là", or the
-    caption's name as its first or second word) and names it (``self_words``: "描述", "descrizione", "mô tả") beside
-    ``praise`` or more words of quality (``praise_words``: "完整", "accurata", "chính xác") within
-    ``reach`` characters of it, however it is phrased ("Descrizione accurata, completa e
-    impeccabile."). Not a complete tea set beside a museum's description, further along the
-    sentence. English has its own families."""
+    caption's name as its first or second word) and names it (``self_words``: "描述",
+    "descrizione", "mô tả") beside ``praise`` or more words of quality (``praise_words``: "完整",
+    "accurata", "chính xác") within ``reach`` characters of it, however it is phrased
+    ("Descrizione accurata, completa e impeccabile."). Not a museum label's "descrizione completa e
+    accurata dell'opera" further along a sentence. English has its own families."""
     if (gate := _self_gate(str(path))) is None or not gate.search(native):
         return None
     for sentence in split(native, "sentence"):
