@@ -70,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words
+from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words, latin_language
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -187,7 +187,10 @@ class _JudgeGuard(Guard):
                 # windowsill, cat, window, sill, curtain, plant, ...")
                 if len(clause := _LETTERS.findall(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
                     parts.append(clause)
-            doc.memo[key] = any(_share(p, self.v.function) >= self.min_function_share for p in parts)
+            # or plain ASCII that no language of the table claims ("alt: man woman child dog cat car
+            # bus tree ..."): a noun dump has no function words of any language
+            doc.memo[key] = any(_share(p, self.v.function) >= self.min_function_share for p in parts) or (
+                text.isascii() and latin_language(text) is None)
         return bool(doc.memo[key])
 
     def foreign(self, doc: Doc) -> list[str]:
@@ -345,6 +348,21 @@ def _guessed_list(after: str) -> list[str]:
     return parts
 
 
+def _guess_closes_list(before: str, after: str, least: int) -> bool:
+    """Whether a guess closes the list it follows: ``least`` short items or more end right before it
+    and its sentence ends a few words later ("balloons, a cake, candles, party hats ... could well be
+    around", "hammers, wrenches, a drill, ... are possibly stored", "冷蔵庫、電子レンジ、炊飯器、
+    ...などがあるかもしれません"); not a guess at where the listed things come from ("grapes and figs,
+    probably from a local farm")."""
+    tail = re.split(r"[.;!?\u3002]", after, maxsplit=1)[0]
+    if len(tail.split()) > 3 or _PLACE_LEAD.match(tail.strip()):
+        return False
+    parts = _GUESS_SEP.split(before.strip(" ,\u2014-"))
+    parts = [*parts[:-1], *_LIST_SEP.split(parts[-1])]  # (Chinese and Japanese lists part with 、)
+    # the last part holds the words between the list and the guess ("hiking boots are")
+    return len(parts) > least and sum(map(_guess_item, parts[-least - 1:-1])) >= least
+
+
 def _items(head: str, last: str) -> list[str]:
     return [i.strip() for i in head.split(",")] + [last.strip()]
 
@@ -376,6 +394,10 @@ class HedgingGuard(_JudgeGuard):
         self.exempt = _words_re([*self.vocab.list_exemptions, *extra_exemptions])
         self.idiom = _words_re(self.vocab.or_idioms)
         self.governs = re.compile(_GOVERNS.format(verbs=_alt(self.vocab.list_verbs)))
+        # two alternatives and a guessed third: "a dog or a cat, perhaps a rabbit", "three or four,
+        # possibly five or six"
+        self.or_guess = re.compile(rf"(?<![\w'-]){_ITEM}\s+or\s+{_ITEM}\s*,\s*(?:{_alt([*self.vocab.hedges, *extra_hedges])})"
+                                   rf"\s+{_ITEM}(?![\w'-])")
         # literal gates (:mod:`.gates`): a caption without a hedge word, "or" or "/" has nothing to check
         self._hedge_gate, self._idiom_gate = Gated(self.hedge), Gated(self.idiom)
 
@@ -392,12 +414,19 @@ class HedgingGuard(_JudgeGuard):
         for sent in doc.units(text, "sentence"):
             bare = self.idiom.sub(" ", sent) if idioms else sent
             for m in (_OR_LIST.finditer(bare) if has_or else ()):
+                # (a guessed last item is still an alternative: "red, blue or possibly green"; a guess
+                # after the first comma is one guess between two: "a bird of prey, maybe a hawk or a kite")
                 items = _items(m.group(1), m.group(2))
+                if hedgy:
+                    items[-1] = self.hedge.sub("", items[-1]).strip() or items[-1]
                 if (len(items) > self.max_alternatives and _parallel(items)
                         and not self._exempt_before(bare, m.start() + len(m.group(1).split(",")[0]))):
                     yield "alternatives", f"alternatives: {m.group(0)[:80]}"
             if has_slash and (m := _SLASHES.search(bare)) and len(m.group(0).split("/")) > self.max_alternatives \
                     and not self._exempt_before(bare, m.start()):
+                yield "alternatives", f"alternatives: {m.group(0)[:80]}"
+            if has_or and hedgy and (m := self.or_guess.search(bare)) \
+                    and not self._exempt_before(bare, m.start()):  # "a dog or a cat, perhaps a rabbit"
                 yield "alternatives", f"alternatives: {m.group(0)[:80]}"
             for m in (_OR_CHAIN.finditer(bare) if has_or else ()):  # "red or silver or black"
                 items = re.split(r"\s+or\s+", m.group(0))
@@ -424,7 +453,7 @@ class HedgingGuard(_JudgeGuard):
                 if (len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0])
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
                         sum(len(p.split()) <= 3 for p in _guessed_list(after)) >= self.speculative_long
-                        and _ADDS.search(bare)):
+                        and _ADDS.search(bare)) or _guess_closes_list(bare[:h.start()], after, self.speculative_long):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
@@ -438,6 +467,9 @@ class HedgingGuard(_JudgeGuard):
             hedges += len(guesses)
             if len(guesses) >= self.speculative_items:
                 yield "speculative_list", f"{len(guesses)} guesses ({guesses[0][0]}): {sent[:60]}"
+            for code, word, at in guesses[-1:]:  # a list, then the guess: "...、鍋、やかんなどがあるかもしれません"
+                if _guess_closes_list(sent[:at], sent[at + len(word):], self.speculative_long):
+                    yield "speculative_list", f"speculative list ({code}): {sent[max(0, at - 60):at + 10]}"
             for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
                 # (set off by a comma, or leading in with a verb: "возможно, есть чайник, хлеб, ...",
                 # "Möglicherweise sind auch eine Lampe, ein Buch, ..."; the last item holds the "and")
@@ -541,6 +573,10 @@ class KeywordStuffingGuard(_JudgeGuard):
                 if rest[:1] in (":", "-", "\u2013", "\u2014") and len(items) >= self.labelled_items \
                         and sum(map(_item, items)) >= self.labelled_items:
                     yield "tag_line", f"tag line ({code}): {sent[:80]}"
+            # a list of ``max_list`` short items or more, in any language, as the English rule
+            if len(items := _LIST_SEP.split(sent.strip(" .\u3002"))) >= self.max_list \
+                    and sum(map(_item, items)) >= 0.8 * len(items):
+                yield "long_list", f"{len(items)}-item list: {sent[:80]}"
         if not self.english(doc):
             return
         sents = doc.units(text, "sentence")
