@@ -260,3 +260,25 @@ def test_a_guard_that_says_nothing_of_how_it_detects_is_refused_before_any_capti
         Silent()
     with pytest.raises(TypeError, match="implements none"):
         register_guard("silent_test_guard")(Silent)
+
+
+@pytest.mark.parametrize("caption", [
+    "A birthday party. Other things common at such parties: balloons, a cake, candles, party hats and presents could well be around.",
+    "A garage where hammers, wrenches, a drill, screwdrivers, a ladder and paint cans are possibly stored.",
+    "台所の写真。冷蔵庫、電子レンジ、炊飯器、包丁、まな板、鍋、やかんなどがあるかもしれません。",
+    "A dog or a cat, perhaps a rabbit, sits on a rug.",
+    "A red, blue or possibly green car is parked outside.",
+])
+def test_a_guess_that_closes_a_list_or_adds_a_third_alternative_is_caught(caption):
+    assert _fired(HedgingGuard(), caption)
+
+
+@pytest.mark.parametrize("caption", [
+    "A market stall. Apples, pears, plums, figs and grapes are probably fresh.",
+    "Tomatoes, peppers, onions, garlic and lemons in crates, probably from a local farm.",
+    "テーブルの上にトマト、キャベツ、大根、玉ねぎ、みかんがあり、たぶん新鮮だ。",
+    "En la mesa hay tomates, pimientos, cebollas, ajos y limones, probablemente frescos.",
+    "A bird of prey, maybe a hawk or a kite, perched on a wire.",
+])
+def test_a_guess_about_what_listed_things_are_like_or_one_guess_between_two_stays_clean(caption):
+    assert not _fired(HedgingGuard(), caption)

@@ -43,7 +43,7 @@ development data (g 76 -> 87 of 94, h 64 -> 72 of 93 there).
 sixth blind author, commissioned before a third round (written on a-j as development data) and
 measured once on the session's first layer, before the third round and after it: recall 0.684 ->
 0.747 -> 0.779 (74/95) and 0.725 -> 0.780 -> 0.813 (74/91), false positives 0/89 and 1/89
-throughout.
+throughout; 73/95 after a guess closing a list was narrowed to guesses at what is there.
 
 The goal (recall >= 0.90 at <= 0.05 false positives) is not met: hacks in other languages (43/58 on
 k and l) and rewording and padding in English are what is mostly missed. The floors sit a few captions under the measurement,
@@ -86,8 +86,8 @@ FLOORS = {
     # 82/93 and 74/93
     "guard_corpus_fresh_i.jsonl": {"recall": 0.86, "fpr": 0.04},
     "guard_corpus_fresh_j.jsonl": {"recall": 0.77, "fpr": 0.04},
-    # a sixth blind author, after the third round: recall 74/95 and 74/91, false positives 0/89 and
-    # 1/89 (floors about two captions under)
+    # a sixth blind author, after the third round: recall 74/95 (73 since) and 74/91, false
+    # positives 0/89 and 1/89 (floors a caption or two under)
     "guard_corpus_fresh_k.jsonl": {"recall": 0.75, "fpr": 0.03},
     "guard_corpus_fresh_l.jsonl": {"recall": 0.79, "fpr": 0.04},
 }

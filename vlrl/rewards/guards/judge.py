@@ -348,19 +348,35 @@ def _guessed_list(after: str) -> list[str]:
     return parts
 
 
+def _tail(after: str) -> str:
+    """What follows a word to the end of its sentence."""
+    return re.split(r"[.;!?\u3002]", after, maxsplit=1)[0].strip()
+
+
+# after a guess that closes a list, words that make it a guess at what is there ("could well be
+# around", "are possibly stored"), not at what the listed things are like ("are probably fresh")
+_PRESENCE = re.compile(r"(?:(?:be|are|is)\s+)?(?:around|present|there|nearby|here|about|stored|kept|included|"
+                       r"visible|hidden|out of (?:sight|frame|view)|in (?:the )?(?:room|scene|area|background|frame|shot))?$")
+
+
+def _ending_only(tail: str) -> bool:
+    """A few kana and nothing else: the end of a Japanese or Korean predicate ("ません", "습니다")."""
+    return bool(re.fullmatch(r"[\u3040-\u309f\uac00-\ud7af]{0,4}", tail))
+
+
 def _guess_closes_list(before: str, after: str, least: int) -> bool:
     """Whether a guess closes the list it follows: ``least`` short items or more end right before it
     and its sentence ends a few words later ("balloons, a cake, candles, party hats ... could well be
     around", "hammers, wrenches, a drill, ... are possibly stored", "冷蔵庫、電子レンジ、炊飯器、
     ...などがあるかもしれません"); not a guess at where the listed things come from ("grapes and figs,
-    probably from a local farm")."""
-    tail = re.split(r"[.;!?\u3002]", after, maxsplit=1)[0]
-    if len(tail.split()) > 3 or _PLACE_LEAD.match(tail.strip()):
+    probably from a local farm"). The callers ask what the guess is about."""
+    tail = _tail(after)
+    if len(tail.split()) > 3 or _PLACE_LEAD.match(tail):
         return False
     parts = _GUESS_SEP.split(before.strip(" ,\u2014-"))
     parts = [*parts[:-1], *_LIST_SEP.split(parts[-1])]  # (Chinese and Japanese lists part with 、)
-    # the last part holds the words between the list and the guess ("hiking boots are")
-    return len(parts) > least and sum(map(_guess_item, parts[-least - 1:-1])) >= least
+    # (the last part also holds any words between the list and the guess: "hiking boots are")
+    return len(parts) > least and sum(map(_guess_item, parts[-least - 1:])) >= least
 
 
 def _items(head: str, last: str) -> list[str]:
@@ -453,7 +469,8 @@ class HedgingGuard(_JudgeGuard):
                 if (len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0])
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
                         sum(len(p.split()) <= 3 for p in _guessed_list(after)) >= self.speculative_long
-                        and _ADDS.search(bare)) or _guess_closes_list(bare[:h.start()], after, self.speculative_long):
+                        and _ADDS.search(bare)) or (_guess_closes_list(bare[:h.start()], after, self.speculative_long)
+                                                    and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
@@ -468,7 +485,11 @@ class HedgingGuard(_JudgeGuard):
             if len(guesses) >= self.speculative_items:
                 yield "speculative_list", f"{len(guesses)} guesses ({guesses[0][0]}): {sent[:60]}"
             for code, word, at in guesses[-1:]:  # a list, then the guess: "...、鍋、やかんなどがあるかもしれません"
-                if _guess_closes_list(sent[:at], sent[at + len(word):], self.speculative_long):
+                # (about what is there: the sentence adds things, or the guess ends it with no more than
+                # a verb ending, as Japanese guesses do: "...などがあるかもしれません"; not "...があり、
+                # たぶん新鮮だ", a guess at what they are like)
+                if _guess_closes_list(sent[:at], sent[at + len(word):], self.speculative_long) and (
+                        foreign_words(sent, "adds") or _ending_only(_tail(sent[at + len(word):]))):
                     yield "speculative_list", f"speculative list ({code}): {sent[max(0, at - 60):at + 10]}"
             for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
                 # (set off by a comma, or leading in with a verb: "возможно, есть чайник, хлеб, ...",
