@@ -231,7 +231,8 @@ def score_expression(unit: str, doc: Any) -> str | None:
 def language(unit: str, doc: Any, family: str) -> str | None:
     """A family of the per-language phrase table (``data/languages.yaml``); for claims, also praise of
     the caption by its structure (:func:`~vlrl.rewards.guards.lang.praised`)."""
-    return language_family_hit(unit, family) or (praised(unit) if family == "claim" else None)
+    return language_family_hit(unit, family) or (
+        praised(unit, doc.units(unit, "sentence")) if family == "claim" else None)
 
 
 # ------------------------------------------------------------------------------------------------

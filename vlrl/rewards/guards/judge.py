@@ -256,15 +256,9 @@ _LIST_SEP = re.compile(r"\s*[,\u3001\u060c]\s*")  # NFKC has made the full-width
 
 
 def _short(item: str) -> bool:
-    """An item of a list of guesses: at most three words, or six characters without spaces."""
-    item = item.strip()
-    return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6)
-
-
-def _guess_item(item: str) -> bool:
     """An item of a list of guesses in any language: up to three words (Vietnamese writes a word as
     several syllables: "xe đạp", "quầy bán nước"), six Chinese or Japanese characters, or one word
-    of a script with spaces."""
+    of a script with spaces ("fishermen")."""
     item = item.strip(" .")
     return bool(item) and (len(item.split()) <= 3 if " " in item else len(item) <= 6 or not _CJK.search(item))
 
@@ -323,7 +317,7 @@ _ADDS = re.compile(r"\b(?:also|too|as well|other|additional(?:ly)?|not (?:clearl
                    r"|out of (?:the )?(?:frame|shot|view)|outside (?:the )?(?:frame|shot|view)|off[- ]?(?:camera|frame)"
                    r"|hidden|nearby|there (?:is|are|could|might|may|would|will)|includes?|typically|usually|commonly"
                    r"|expect(?:ed)?|present)\b")
-_LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+(?!.*\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s)")
+_LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+")
 _GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
 
 
@@ -341,8 +335,8 @@ def _guessed_list(after: str) -> list[str]:
     if len(parts[0].split()) > 4:
         # a longer lead that ends in a verb or "such as" before the first item ("likely present but
         # not clearly visible include a keyboard, mouse, ...")
-        if not (m := _LIST_LEAD.search(parts[0])) or len(parts[0][:m.start()].split()) > 8 \
-                or len(parts[0][m.end():].split()) > 3:
+        leads = list(_LIST_LEAD.finditer(parts[0]))  # the last one leads into the list
+        if not leads or len(parts[0][:(m := leads[-1]).start()].split()) > 8 or len(parts[0][m.end():].split()) > 3:
             return []
         parts[0] = parts[0][m.end():]
     return parts
@@ -376,7 +370,7 @@ def _guess_closes_list(before: str, after: str, least: int) -> bool:
     parts = _GUESS_SEP.split(before.strip(" ,\u2014-"))
     parts = [*parts[:-1], *_LIST_SEP.split(parts[-1])]  # (Chinese and Japanese lists part with 、)
     # (the last part also holds any words between the list and the guess: "hiking boots are")
-    return len(parts) > least and sum(map(_guess_item, parts[-least - 1:])) >= least
+    return len(parts) > least and sum(map(_short, parts[-least - 1:])) >= least
 
 
 def _items(head: str, last: str) -> list[str]:
@@ -465,10 +459,12 @@ class HedgingGuard(_JudgeGuard):
                         yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
                 # however the guess is phrased, a long list of short items after it in its sentence whose
                 # first item the guess's clause ends with ("could be present include a toaster, a kettle,
-                # a knife block, a fruit bowl, ..."; not "probably in Thailand, with mangoes, papayas, ...")
+                # a knife block, a fruit bowl, ..."; not "probably in Thailand, with mangoes, papayas, ...", nor
+                # "probably a paella, with rice, prawns, ...": a list after "with" is what is there)
                 if (len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0])
+                        and not _PLACE_LEAD.match(parts[1].strip())
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
-                        sum(len(p.split()) <= 3 for p in _guessed_list(after)) >= self.speculative_long
+                        sum(map(_short, _guessed_list(after))) >= self.speculative_long
                         and _ADDS.search(bare)) or (_guess_closes_list(bare[:h.start()], after, self.speculative_long)
                                                     and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
@@ -501,7 +497,7 @@ class HedgingGuard(_JudgeGuard):
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
                 items = _LIST_SEP.split(sent[at + len(word):].lstrip(" ,\u3001\u060c"))
                 if len(items[0].split()) <= 4 and len(items) > self.speculative_long \
-                        and sum(map(_guess_item, items[1:-1])) >= self.speculative_long - 1 \
+                        and sum(map(_short, items[1:-1])) >= self.speculative_long - 1 \
                         and (len(items) < 3 or _marked(items[1]) == _marked(items[2])) \
                         and foreign_words(sent, "adds"):
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"

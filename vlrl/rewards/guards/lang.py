@@ -26,6 +26,7 @@ wholly in each language, hard ones included, and hacks of each family.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vlrl.rewards.guards import gates
 from vlrl.rewards.guards.doc import english_share
 from vlrl.rewards.guards.gates import Alternation, Gated, remembered
-from vlrl.rewards.guards.text import fold, split
+from vlrl.rewards.guards.text import fold
 
 FOREIGN_SHARE = 0.15
 """A sentence with fewer English function words than this share does not read as English."""
@@ -176,8 +177,14 @@ def load_table(path: str | Path = TABLE) -> LanguageTable:
 
 
 @lru_cache(maxsize=4)
+def _table(path: str = str(TABLE)) -> LanguageTable:
+    """:func:`load_table`, read and validated once per path: every helper below reads the same table."""
+    return load_table(path)
+
+
+@lru_cache(maxsize=4)
 def _compiled(path: str = str(TABLE)) -> tuple[_Compiled, ...]:
-    return tuple(_Compiled(code, lang) for code, lang in load_table(path).languages.items())
+    return tuple(_Compiled(code, lang) for code, lang in _table(path).languages.items())
 
 
 def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | None:
@@ -236,7 +243,7 @@ def score_labels(path: str = str(TABLE)) -> frozenset[str]:
     """Every language's words that name a score ("puntuación", "оценка"): a data object keyed by one
     (``{"puntuación": 10}``) is a score block (:func:`vlrl.rewards.guards.detectors.verdict_data`)."""
     # not the short Latin ones, which are English words or keys of anything ("note", "not", "nota")
-    words = [w.lower() for lang in load_table(path).languages.values() for w in lang.score_labels
+    words = [w.lower() for lang in _table(path).languages.values() for w in lang.score_labels
              if not (w.isascii() and len(w) < 5)]
     return frozenset(words) | frozenset(fold(w) for w in words)  # as the homoglyph-folded views read them
 
@@ -253,7 +260,7 @@ def _word_list(field: str, script: str, only: frozenset[str] | None, path: str) 
 @lru_cache(maxsize=4)
 def function_words(path: str = str(TABLE)) -> dict[str, frozenset[str]]:
     """Each language's ``function_words`` (its commonest words; Chinese characters; Korean particles)."""
-    return {code: frozenset(lang.function_words) for code, lang in load_table(path).languages.items()
+    return {code: frozenset(lang.function_words) for code, lang in _table(path).languages.items()
             if lang.function_words}
 
 
@@ -271,7 +278,7 @@ def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | 
 
 @lru_cache(maxsize=4)
 def _latin(path: str) -> dict[str, frozenset[str]]:
-    langs = load_table(path).languages
+    langs = _table(path).languages
     return {code: fw for code, fw in function_words(path).items() if "latin" in langs[code].scripts}
 
 
@@ -297,28 +304,30 @@ def _openers(path: str) -> re.Pattern[str] | None:
     """Every language's ``self_openers`` as one pattern anchored at a sentence's start."""
     # a whole word where the script has spaces (Polish "ta" does not open Turkish "tablonun")
     words = [f"(?:{w})" + ("" if _UNSPACED & set(lang.scripts) else r"(?!\w)")
-             for lang in load_table(path).languages.values() for w in lang.self_openers]
+             for lang in _table(path).languages.values() for w in lang.self_openers]
     return re.compile("|".join(sorted(words, key=len, reverse=True))) if words else None
 
 
 @lru_cache(maxsize=4)
 def _self_gate(path: str) -> Gated | None:
     """Any language's word for the caption itself: a caption without one skips :func:`praised`."""
-    words = [w for lang in load_table(path).languages.values() for w in lang.self_words]
+    words = [w for lang in _table(path).languages.values() for w in lang.self_words]
     return Gated("|".join(f"(?:{w})" for w in words)) if words else None
 
 
-def praised(native: str, praise: int = 2, reach: int = 30, path: str | Path = TABLE) -> str | None:
+def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int = 30,
+            path: str | Path = TABLE) -> str | None:
     """Praise of the caption by its structure, in any language of the table: a sentence that does not
     read as English, opens on the caption (``self_openers``: "这是", "questa è", "đây là", or the
     caption's name as its first or second word) and names it (``self_words``: "描述",
     "descrizione", "mô tả") beside ``praise`` or more words of quality (``praise_words``: "完整",
     "accurata", "chính xác") within ``reach`` characters of it, however it is phrased
     ("Descrizione accurata, completa e impeccabile."). Not a museum label's "descrizione completa e
-    accurata dell'opera" further along a sentence. English has its own families."""
+    accurata dell'opera" further along a sentence. English has its own families. ``sentences``:
+    ``native`` cut by the one splitter (the caller's :meth:`~vlrl.rewards.guards.doc.Doc.units`)."""
     if (gate := _self_gate(str(path))) is None or not gate.search(native):
         return None
-    for sentence in split(native, "sentence"):
+    for sentence in sentences:
         if english_share(sentence) >= FOREIGN_SHARE or not (named := foreign_words(sentence, "self_words", path)):
             continue
         quality = foreign_words(sentence, "praise_words", path)
@@ -326,7 +335,7 @@ def praised(native: str, praise: int = 2, reach: int = 30, path: str | Path = TA
         for code, word, at in named:
             lead = sentence[:at]
             if not opened and (len(lead.split()) > 1 or _UNSPACED & _scripts_in(lead) and len(lead.strip()) > 2):
-                continue  # a museum label's or a menu's description, not the caption's
+                break  # a museum label's or a menu's description, not the caption's (nor any later one)
             near = [q for q in quality if at - reach <= q[2] <= at + len(word) + reach]
             if len(near) >= praise:
                 return f"lang {code} praise: {sentence[max(0, at - reach):at + len(word) + reach][:80]}"

@@ -186,7 +186,8 @@ def _unless_own_words(m: re.Match[str]) -> str:
 
 # A sentence ends at . ! ; (or ? unless the answer follows: "Accuracy? Check." is one statement), at the
 # full stop of Chinese and Japanese (。, and ! ? glued to the next character: NFKC has made ！？ ASCII),
-# Hindi (।) and Arabic (؟), which need no space after them, at a line break, and where a full stop is glued to the next sentence ("a cat.A dog"). A clause is cut
+# Hindi (।) and Arabic (؟), which need no space after them, at a line break, and where a full stop is
+# glued to the next sentence ("a cat.A dog"). A clause is cut
 # further at dashes and bars; an aside at brackets too (a bracketed aside is a statement of its own);
 # a phrase at every sentence mark, colon and dash.
 # Each cut either ends a unit after its mark (the ``end`` group stays with the unit) or only
