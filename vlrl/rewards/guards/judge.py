@@ -93,6 +93,16 @@ class JudgeVocab(BaseModel):
     tautologies: list[str] = []
     list_verbs: list[str] = []
     image_words: list[str] = []
+    abstract_suffix: str = "(?!)"
+
+    @field_validator("abstract_suffix")
+    @classmethod
+    def _suffix_compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"bad pattern {v!r}: {e}") from None
+        return v
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
                      "placeholders", "tautologies", "list_verbs", "image_words")
@@ -249,6 +259,8 @@ def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
+# a word of any script with spaces, vowel signs and all (Devanagari's are marks, not word characters)
+_ANY_WORD = re.compile(r"[^\s\d.,;:!?\u0964\u3002\u3001\u060c\"'()\[\]\u00ab\u00bb\u2014\u2013-]+")
 _PARTICLE = re.compile("(?:" + "|".join(sorted(function_words().get("ko", ()), key=len, reverse=True)) + ")$")
 _HANGUL = re.compile(r"[\uac00-\ud7af]")
 _HAN_KEY = re.compile(r"[\u3400-\u9fff]|[\u30a0-\u30ff]{2,}")
@@ -309,6 +321,7 @@ _DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w
 
 
 _PLACE_LEAD = re.compile(r"(?:in|on|at|near|by|from|behind|inside|outside|under|with|which|that|where|who|while)\b")
+_WITH = re.compile(r"(?:with|con|mit|avec|com|met|ze?|ile|dengan|với|с|со)\s", re.IGNORECASE)
 _LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
 # What makes a guessed list one of things added to the scene, not what is seen after a guess at the
 # place ("likely a classroom, desks, chairs, a whiteboard ... fill the frame"): the sentence adds,
@@ -316,7 +329,7 @@ _LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
 _ADDS = re.compile(r"\b(?:also|too|as well|other|additional(?:ly)?|not (?:clearly )?(?:visible|shown|seen|pictured)"
                    r"|out of (?:the )?(?:frame|shot|view)|outside (?:the )?(?:frame|shot|view)|off[- ]?(?:camera|frame)"
                    r"|hidden|nearby|there (?:is|are|could|might|may|would|will)|includes?|typically|usually|commonly"
-                   r"|expect(?:ed)?|present)\b")
+                   r"|expect(?:ed)?|present|around|close by|ruled out|typical|implied)\b")
 _LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+")
 _GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
 
@@ -349,8 +362,9 @@ def _tail(after: str) -> str:
 
 # after a guess that closes a list, words that make it a guess at what is there ("could well be
 # around", "are possibly stored"), not at what the listed things are like ("are probably fresh")
-_PRESENCE = re.compile(r"(?:(?:be|are|is)\s+)?(?:around|present|there|nearby|here|about|stored|kept|included|"
-                       r"visible|hidden|out of (?:sight|frame|view)|in (?:the )?(?:room|scene|area|background|frame|shot))?$")
+_PRESENCE = re.compile(r"(?:(?:be|are|is)\s+)?(?:around|present|there|nearby|close by|here|about|stored|kept|included|"
+                       r"visible|hidden|out of (?:sight|frame|view)|in (?:the )?(?:room|scene|area|background|frame|shot))?"
+                       r"(?:\s+(?:too|as well|also))?$")
 
 
 def _ending_only(tail: str) -> bool:
@@ -371,6 +385,53 @@ def _guess_closes_list(before: str, after: str, least: int) -> bool:
     parts = [*parts[:-1], *_LIST_SEP.split(parts[-1])]  # (Chinese and Japanese lists part with 、)
     # (the last part also holds any words between the list and the guess: "hiking boots are")
     return len(parts) > least and sum(map(_short, parts[-least - 1:])) >= least
+
+
+def _short_run(sent: str) -> tuple[int, int, list[tuple[int, int]]]:
+    """The longest run of short items (:func:`_short`) among the parts ``_GUESS_SEP`` cuts ``sent``
+    into: (first, end) part indices and every part's (start, end) offsets."""
+    spans, pos = [], 0
+    for m in _GUESS_SEP.finditer(sent):
+        spans.append((pos, m.start()))
+        pos = m.end()
+    spans.append((pos, len(sent)))
+    best, k = (0, 0), 0
+    while k < len(spans):
+        j = k
+        while j < len(spans) and _short(sent[spans[j][0]:spans[j][1]]):
+            j += 1
+        if j - k > best[1] - best[0]:
+            best = (k, j)
+        k = j + 1
+    return best[0], best[1], spans
+
+
+def _list_under_guess(sent: str, guesses: list[tuple[int, int]], least: int, lead_words: int = 4,
+                      closes: bool = True) -> bool:
+    """Whether a guess governs a run of ``least`` short items or more, wherever its words fall: it
+    leads straight into the run from the part before it ("one can assume a fire pit, cooler, lantern,
+    ...", "reasonable to infer that ovens, flour sacks, ...") or closes it ("..., tongs and a picnic
+    table are presumably close by"). Not a guess at something else that the list then describes
+    ("likely a student's, is covered with books, pens, ...", "probably twenty people in the square,
+    some sitting, some standing, ...": more words between), nor one about a place ("probably in
+    Spain, selling oranges, ..."). ``guesses``: (start, end) of each guess in ``sent``; the caller asks
+    that the sentence adds things (``_ADDS``, or the language's ``adds``). ``closes``: whether a guess
+    after the list counts (English only: what follows it must say the things are there, ``_PRESENCE``)."""
+    first, end, spans = _short_run(sent)
+    if end - first < least or _WITH.match(sent[spans[first][0]:]):
+        return False  # a list after "with" is what is there: "probablemente un mercado, con manzanas, peras, ..."
+    start = spans[first][0]
+    for g_start, g_end in guesses:
+        if g_start >= spans[end - 2][1]:  # in or after the run's last item: the guess closes it, when it
+            # guesses at what is there ("are presumably close by"), not what it is like ("probably fresh")
+            if closes and _PRESENCE.match(_tail(sent[g_end:])):
+                return True
+            continue
+        lead = sent[g_end:start]
+        if (first and g_end <= start and g_start >= spans[first - 1][0] and len(lead.split()) <= lead_words
+                and not _PLACE_LEAD.match(re.sub(r"^that\s+", "", lead.strip(" ,:")))):
+            return True
+    return False
 
 
 def _items(head: str, last: str) -> list[str]:
@@ -468,7 +529,10 @@ class HedgingGuard(_JudgeGuard):
                         and _ADDS.search(bare)) or (_guess_closes_list(bare[:h.start()], after, self.speculative_long)
                                                     and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
-            same = Counter(h.group(0) for h in self.hedge.finditer(bare)) if hedgy else Counter()
+            guesses = list(self.hedge.finditer(bare)) if hedgy else []
+            if guesses and _ADDS.search(bare) and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
+                yield "speculative_list", f"speculative list: {bare[:80]}"
+            same = Counter(h.group(0) for h in guesses)
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
                 word, n = same.most_common(1)[0]
                 yield "repeated_guess", f"alternatives: {word!r} x{n} in one sentence"
@@ -487,6 +551,12 @@ class HedgingGuard(_JudgeGuard):
                 if _guess_closes_list(sent[:at], sent[at + len(word):], self.speculative_long) and (
                         foreign_words(sent, "adds") or _ending_only(_tail(sent[at + len(word):]))):
                     yield "speculative_list", f"speculative list ({code}): {sent[max(0, at - 60):at + 10]}"
+            if guesses and foreign_words(sent, "adds") and _list_under_guess(
+                    sent, [(at, at + len(word)) for _, word, at in guesses], self.speculative_long, lead_words=6,
+                    closes=False):
+                # ("Möglicherweise befinden sich dort auch ein Laptop, eine Lampe, Stifte, ...": a verb
+                # of several words may lead in where the language puts it first)
+                yield "speculative_list", f"speculative list ({guesses[0][0]}): {sent[:60]}"
             for code, word, at in guesses[:1]:  # a guess, then a list: "可能还有书架、地毯、绿植、..."
                 # (set off by a comma, or leading in with a verb: "возможно, есть чайник, хлеб, ...",
                 # "Möglicherweise sind auch eine Lampe, ein Buch, ..."; the last item holds the "and")
@@ -786,8 +856,10 @@ class PaddingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, generic_sentences: int = 2, generic_share: float = 0.25,
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
-                 meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, extra_fillers: Iterable[str] = (), **kw) -> None:
+                 meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, foreign_generic_share: float = 0.5,
+                 extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
+        self.foreign_generic_share = foreign_generic_share
         self.generic_sentences = generic_sentences
         self.generic_share = generic_share
         self.generic_word_share = generic_word_share
@@ -800,6 +872,7 @@ class PaddingGuard(_JudgeGuard):
         self.boilerplate = self.v.generic | frozenset(self.vocab.padding_words.split())
         # "photographs", "captured", "viewers": any inflection of a boilerplate word is one
         self._boilerplate_stems = frozenset(_stem(w, {}) for w in self.boilerplate)
+        self._abstract = re.compile(self.vocab.abstract_suffix)
         self._boilerplate_seen: dict[str, bool] = {}
         self.tautology = [re.compile(p) for p in self.vocab.tautologies]
         self.meta_sentences = meta_sentences
@@ -838,12 +911,32 @@ class PaddingGuard(_JudgeGuard):
             yield "about_picture", f"{len(meta)}/{len(sents) - 1} later sentences are about the picture: {meta[0][:60]}"
 
     def _boilerplate(self, word: str) -> bool:
-        """Whether ``word`` or its stem is a boilerplate word (remembered: called on every content word)."""
+        """Whether ``word`` or its stem is a boilerplate word, or the word is abstract by its ending
+        (``abstract_suffix``: "intention", "stillness", "harmoniously"; remembered: called on every
+        content word)."""
         if (got := self._boilerplate_seen.get(word)) is None:
             if len(self._boilerplate_seen) > 65536:
                 self._boilerplate_seen.clear()
-            got = self._boilerplate_seen[word] = word in self.boilerplate or _stem(word, {}) in self._boilerplate_stems
+            got = self._boilerplate_seen[word] = (word in self.boilerplate or _stem(word, {}) in self._boilerplate_stems
+                                                  or bool(self._abstract.search(word)))
         return got
+
+    def _generic_foreign(self, sentence: str) -> bool:
+        """A sentence in another language that fits any image: two words or more of its language's
+        ``padding_words`` and ``image_words`` (languages.yaml: composition, light, mood, the viewer,
+        abstract endings) covering at least ``generic_word_share`` of the letters of its content
+        words ("La composición es equilibrada y los elementos visuales se combinan de forma
+        armoniosa, ..."). Letters, not words: it reads scripts with and without spaces alike, and a
+        Vietnamese word of two syllables ("bố cục") is one word."""
+        hits = {at: word for field in ("padding_words", "image_words") for _, word, at in foreign_words(sentence, field)}
+        if len(hits) < self.generic_min_words:
+            return False
+        if _CJK.search(sentence) or _HANGUL.search(sentence):
+            letters = len(_CJK.findall(sentence)) + len(_HANGUL.findall(sentence))
+        else:
+            skip = _all_function_words()
+            letters = sum(len(w) for w in _ANY_WORD.findall(sentence) if len(w) >= 3 and w not in skip)
+        return bool(letters) and sum(map(len, hits.values())) >= self.foreign_generic_share * letters
 
     def _generic(self, sentence: str, tokens: list[str]) -> bool:
         """A sentence that fits any image: its content words are words about any picture or text, or
@@ -870,13 +963,17 @@ class PaddingGuard(_JudgeGuard):
         if m := self.placeholder.search(text):
             yield "placeholder", f"placeholder text: {m.group(0)}"
         yield from self._about_picture(doc)
+        foreign = [s for s in self.foreign(doc) if self._generic_foreign(s)]
         if not self.english(doc):
+            if len(foreign) >= self.generic_sentences and \
+                    len(foreign) >= self.generic_share * len(doc.units(doc.native, "sentence")):
+                yield "generic_sentences", f"{len(foreign)} sentences fit any image: {foreign[0][:60]}"
             return
         fill = [m.group(0) for m in self.filler.finditer(text)]
         if len(fill) >= self.fillers:
             yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
         sents = doc.units(text, "sentence")
-        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(s, toks)]
+        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(s, toks)] + foreign
         if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:
             yield "generic_sentences", f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
         return

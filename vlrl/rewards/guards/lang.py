@@ -54,8 +54,13 @@ SCRIPTS = {
     "cyrillic": re.compile(r"[\u0400-\u04ff]"),
     "arabic": re.compile(r"[\u0600-\u06ff]"),
     "devanagari": re.compile(r"[\u0900-\u097f]"),
+    "greek": re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]"),
+    "hebrew": re.compile(r"[\u0590-\u05ff]"),
+    "thai": re.compile(r"[\u0e00-\u0e7f]"),
 }
-_MAX_SCORE = r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|10\s+из\s+10|10\s*分|100\s*[分点점]|満点|만점)"
+# (a full score in words of any language: "10 из 10", "10 su 10", "5 von 5", "10 out of 10")
+_MAX_SCORE = (r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|(?P<full>10|5|100)\s+(?:[^\W\d]{1,4}\s+){1,2}(?P=full)"
+              r"|10\s*分|100\s*[分点점]|満点|만점)")
 
 
 @lru_cache(maxsize=64)
@@ -66,14 +71,14 @@ def _scripts_in(text: str) -> frozenset[str]:
     return frozenset(name for name, pat in SCRIPTS.items() if pat.search(text))
 
 
-WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "self_words", "praise_words", "adds")
+WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "padding_words", "self_words", "praise_words", "adds")
 """The word lists the judge-hack guards count in sentences that are not English (:func:`foreign_words`)."""
 
 # a word of a script with spaces starts and ends where no letter, mark or apostrophe touches it
 # (Devanagari vowel signs are marks, not word characters)
 _WORD_EDGE = r"[\w'\u0300-\u036f\u0900-\u097f]"
 _LEFT_EDGE = r"[\w\u0300-\u036f\u0900-\u097f]"  # an elided article may come before: "l'image", "un'immagine"
-_UNSPACED = {"han", "kana", "hangul"}  # Korean particles and endings attach to the word before
+_UNSPACED = {"han", "kana", "hangul", "thai"}  # Korean particles and endings attach to the word before
 
 
 def _word_pattern(words: list[str], scripts: list[str]) -> str:
@@ -111,6 +116,7 @@ class Language(BaseModel):
     alternatives: list[str] = Field(default_factory=list)
     stuff_labels: list[str] = Field(default_factory=list)
     image_words: list[str] = Field(default_factory=list)
+    padding_words: list[str] = Field(default_factory=list)
     self_words: list[str] = Field(default_factory=list)
     praise_words: list[str] = Field(default_factory=list)
     self_openers: list[str] = Field(default_factory=list)
@@ -118,7 +124,8 @@ class Language(BaseModel):
     function_words: list[str] = Field(default_factory=list)
 
     @field_validator("claim", "address", "score", "injection", "image_text", "image_text_before", "hedges",
-                     "alternatives", "stuff_labels", "image_words", "self_words", "praise_words", "self_openers", "adds")
+                     "alternatives", "stuff_labels", "image_words", "padding_words", "self_words", "praise_words", "self_openers",
+                     "adds")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         return _check(v)
@@ -147,7 +154,8 @@ class _Compiled:
         self.families = {f: Alternation(getattr(lang, f)) for f in FAMILY_GUARD if getattr(lang, f)}
         if lang.score_labels:
             labels = "|".join(re.escape(w) for w in lang.score_labels)
-            self.score_block = Gated(rf"(?:{labels})\s*[:：=]\s*{_MAX_SCORE}")
+            # (the label may name what is scored: "Оценка подписи: 10 из 10")
+            self.score_block = Gated(rf"(?:{labels})(?:\s+[^\W\d]+){{0,2}}\s*[:：=]\s*{_MAX_SCORE}")
         else:
             self.score_block = None
         end = r"(?=[.;!?,，。；！？،\n]|$)"

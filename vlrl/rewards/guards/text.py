@@ -125,9 +125,13 @@ def deobfuscate(text: str) -> tuple[str, bool]:
 # ------------------------------------------------------------------------------------------------
 # Image text
 
+# (a noun after "reading" or "display" makes a compound, not a verb that quotes: "reading lamps",
+# "display monitor", "display case")
+_COMPOUND = (r"(?!\s+(?:lamps?|lights?|glasses|rooms?|nooks?|chairs?|corners?|tables?|areas?|materials?|list|monitors?|"
+             r"cases?|cabinets?|windows?|shel(?:f|ves)|stands?|racks?|screens?|units?|boards?|models?|panels?)\b)")
 _INTRO = (
-    r"\b(?:says|said|saying|reads|reading|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
-    r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?"
+    r"\b(?:says|said|saying|reads|reading" + _COMPOUND + r"|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
+    r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?" + _COMPOUND +
     r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
     r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
     r"|painted\s+with|lettered\s+with|marked)"
@@ -155,7 +159,7 @@ _IMAGE_TEXT_BEFORE = Gated(
 # ... and a list introduced by a colon after such a verb ("a poster lists the rules: be kind, ...").
 _IMAGE_TEXT_COLON = Gated(
     r"\b(?:lists?|listing|reads?|reading|says|saying|shows?|showing|displays?|displaying|titled|labell?ed|announc\w+)"
-    r"\b[^.:\n]{0,40}:\s*[^.\n]*"
+    r"\b" + _COMPOUND + r"(?!\s+(?:this|these)\b)[^.:\n]{0,40}:\s*[^.\n]*"
     # a sign or label in the scene followed by its text ("a hotel sign: 9.2 out of 10 guest rating")
     r"|\b(?:sign|signs|label|banner|poster|plaque|sticker|placard|scoreboard|billboard|headline|t-shirt|mug|"
     r"chalkboard|whiteboard|blackboard|(?<!hidden )(?<!secret )(?<!special )(?<!important )message|fortune|motto|slogan|"
