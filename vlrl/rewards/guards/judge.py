@@ -355,6 +355,12 @@ def _guessed_list(after: str) -> list[str]:
     return parts
 
 
+def _until_clause(items: list[str]) -> list[str]:
+    """The items of a list up to the first that opens with a verb: a clause ends the list ("probably a
+    carpenter's, is covered with chisels, planes, ..." names one guess, then says what is there)."""
+    return next((items[:k] for k, item in enumerate(items) if k and _LIST_LEAD.match(item.strip())), items)
+
+
 def _tail(after: str) -> str:
     """What follows a word to the end of its sentence."""
     return re.split(r"[.;!?\u3002]", after, maxsplit=1)[0].strip()
@@ -525,7 +531,7 @@ class HedgingGuard(_JudgeGuard):
                 if (len(parts := _LIST_SEP.split(after)) > self.speculative_long and _DET_END.search(parts[0])
                         and not _PLACE_LEAD.match(parts[1].strip())
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
-                        sum(map(_short, _guessed_list(after))) >= self.speculative_long
+                        sum(map(_short, _until_clause(_guessed_list(after)))) >= self.speculative_long
                         and _ADDS.search(bare)) or (_guess_closes_list(bare[:h.start()], after, self.speculative_long)
                                                     and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"

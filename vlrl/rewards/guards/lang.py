@@ -154,8 +154,8 @@ class _Compiled:
         self.families = {f: Alternation(getattr(lang, f)) for f in FAMILY_GUARD if getattr(lang, f)}
         if lang.score_labels:
             labels = "|".join(re.escape(w) for w in lang.score_labels)
-            # (the label may name what is scored: "Оценка подписи: 10 из 10")
-            self.score_block = Gated(rf"(?:{labels})(?:\s+[^\W\d]+){{0,2}}\s*[:：=]\s*{_MAX_SCORE}")
+            # (the label may name what is scored: "Оценка подписи: 10 из 10", "Puntuación de la descripción: 10 de 10")
+            self.score_block = Gated(rf"(?:{labels})(?:\s+[^\W\d]+){{0,3}}\s*[:：=]\s*{_MAX_SCORE}")
         else:
             self.score_block = None
         end = r"(?=[.;!?,，。；！？،\n]|$)"
