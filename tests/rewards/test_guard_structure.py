@@ -187,3 +187,26 @@ def test_reading_and_display_before_a_noun_are_not_image_text(text, kept):
 def test_reading_and_display_as_verbs_still_are():
     assert "open late" not in strip_image_text("a sign reading open late above the door")
     assert "welcome" not in strip_image_text("a screen displays welcome in large letters")
+
+
+@pytest.mark.parametrize("caption", [
+    "A frozen harbour at dawn, with icebergs, a sled, penguins, palm trees, camels and a coconut stand.",
+    "Desert dunes under a hot sun; also igloos, snowmen, skiers, a cactus and a palm.",
+])
+def test_an_inventory_from_two_climates_is_stuffing(cheap, caption):
+    assert "keyword_stuffing" in cheap.evaluate(caption).fired
+
+
+@pytest.mark.parametrize("caption", [
+    "A souvenir shelf of snow globes: a snowman, a reindeer, a palm tree, a tiny camel and a penguin.",
+    "A zoo map showing penguins, polar bears, camels, giraffes and a desert house.",
+    "A child's drawing of a beach with palm trees, surfboards, snowmen, igloos and a sun.",
+    "Skiers rest by a lodge with snow on the roof, icicles, sleds and a frozen lake beyond.",
+])
+def test_places_that_hold_any_mix_and_one_climate_lists_are_not(cheap, caption):
+    assert "keyword_stuffing" not in cheap.evaluate(caption).fired
+
+
+def test_an_ascii_noun_dump_with_a_dash_reads_as_english(cheap):
+    caption = "tags: bike rider helmet road hill tree sky cloud grass fence sign — a cyclist climbs a hill."
+    assert "keyword_stuffing" in cheap.evaluate(caption).fired

@@ -63,6 +63,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -94,21 +95,15 @@ class JudgeVocab(BaseModel):
     list_verbs: list[str] = []
     image_words: list[str] = []
     abstract_suffix: str = "(?!)"
-
-    @field_validator("abstract_suffix")
-    @classmethod
-    def _suffix_compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"bad pattern {v!r}: {e}") from None
-        return v
+    clashes: list[list[str]] = []
+    clash_exemptions: list[str] = []
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
-                     "placeholders", "tautologies", "list_verbs", "image_words")
+                     "placeholders", "tautologies", "list_verbs", "image_words", "abstract_suffix", "clashes",
+                     "clash_exemptions")
     @classmethod
-    def _compiles(cls, v: list[str]) -> list[str]:
-        for p in v:
+    def _compiles(cls, v: Any) -> Any:
+        for p in ([v] if isinstance(v, str) else [q for item in v for q in ([item] if isinstance(item, str) else item)]):
             try:
                 re.compile(p)
             except re.error as e:
@@ -197,10 +192,10 @@ class _JudgeGuard(Guard):
                 # windowsill, cat, window, sill, curtain, plant, ...")
                 if len(clause := _LETTERS.findall(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
                     parts.append(clause)
-            # or plain ASCII that no language of the table claims ("alt: man woman child dog cat car
-            # bus tree ..."): a noun dump has no function words of any language
+            # or ASCII letters that no language of the table claims ("alt: man woman child dog cat car
+            # bus tree ... — family crossing"): a noun dump has no function words of any language
             doc.memo[key] = any(_share(p, self.v.function) >= self.min_function_share for p in parts) or (
-                text.isascii() and latin_language(text) is None)
+                all(w.isascii() for w in parts[0]) and latin_language(text) is None)
         return bool(doc.memo[key])
 
     def foreign(self, doc: Doc) -> list[str]:
@@ -635,6 +630,8 @@ class KeywordStuffingGuard(_JudgeGuard):
         self.hashtags = hashtags
         self.repeat_items = repeat_items
         self.repeat_share = repeat_share
+        self.clashes = [_words_re(group) for group in self.vocab.clashes]
+        self.clash_exempt = _words_re(self.vocab.clash_exemptions or ["(?!)"])
         labels = _alt([*self.vocab.stuff_labels, *extra_labels])
         self.label = re.compile(rf"(?:^|(?<=[\s(\[]))(?:{labels})\s*(?::|-|\u2013|\u2014)\s*(.+)$")
 
@@ -648,6 +645,11 @@ class KeywordStuffingGuard(_JudgeGuard):
         if len(items) < 3 or any(len(_TOKEN.findall(i)) > 3 for i in items):
             return None
         return items
+
+    def _clash(self, text: str) -> bool:
+        """Whether the caption names two things or more of two ``clashes`` groups each (snow and
+        penguins, camels and palms) and no place that holds any mix (a zoo, a shop, a drawing)."""
+        return sum(len(set(group.findall(text))) >= 2 for group in self.clashes) >= 2 and not self.clash_exempt.search(text)
 
     def _bare(self, item: str) -> bool:
         toks = _TOKEN.findall(item)
@@ -701,6 +703,8 @@ class KeywordStuffingGuard(_JudgeGuard):
                     len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
                     all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
                 yield "long_list", f"{len(long)}-item list: {sent[:80]}"
+            if cuts + 1 >= self.list_items and self._clash(text):
+                yield "clash", f"an inventory no one place holds: {sent[:80]}"
             items = self._list(sent, len(toks_of[k]), cuts)
             if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
                 bare = [i for i in items if self._bare(i)]
@@ -722,6 +726,7 @@ class KeywordStuffingGuard(_JudgeGuard):
                 run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
                 if run >= self.run_words:
                     yield "function_free_run", f"{run} words without a function word: {piece.strip()[:80]}"
+                    break
         return
 
 
