@@ -216,8 +216,8 @@ def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
     """``guard_honest_hard.jsonl``: 83 honest captions written, after reading this code, to make it fire
     (one hedge, one range, long inventories, the main noun repeated, "the photo" named in passing,
     visible hashtags and labels, Portuguese articles, chained spatial sentences). The layer before the
-    per-language word lists flagged 3; their first version flagged 30; now 7. Development data: the
-    bound keeps what was fixed fixed."""
+    per-language word lists flagged 3; their first version flagged 30; then 7, now 6. Development data:
+    the bound keeps what was fixed fixed."""
     import json
 
     from tests.support.paths import FIXTURES
@@ -225,7 +225,7 @@ def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
     rows = [json.loads(line) for line in (FIXTURES / "guard_honest_hard.jsonl").read_text(encoding="utf-8").splitlines()]
     flagged = [r["caption"][:60] for r in rows if cheap.evaluate(r["caption"]).fired]
     assert len(rows) == 83 and all(r["label"] == "honest" for r in rows)
-    assert len(flagged) <= 7, flagged
+    assert len(flagged) <= 6, flagged
 
 
 def test_second_hard_honest_set_written_against_the_structural_checks(cheap):

@@ -316,6 +316,10 @@ _DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w
 
 
 _PLACE_LEAD = re.compile(r"(?:in|on|at|near|by|from|behind|inside|outside|under|with|which|that|where|who|while)\b")
+# a guess's phrase that ends at a comma, before a clause that holds the list ("likely the vendor's own, hold
+# apples, ...", "probably a school lab, there are also beakers, ...")
+_ASIDE = re.compile(r"(?![^,:;]*\b(?:here|there|too|present|nearby|around|visible)\b)[^,:;]{1,40},\s*(?:also\s+|too\s+)?(?:is|are|was|were|has|have|had|holds?|contains?|sells?|shows?|"
+                    r"carr(?:y|ies)|includes?|stands?|sits?|lies|hangs?|there\s+(?:is|are))\b")
 _WITH = re.compile(r"(?:with|con|mit|avec|com|met|ze?|ile|dengan|với|с|со)\s", re.IGNORECASE)
 _LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
 # What makes a guessed list one of things added to the scene, not what is seen after a guess at the
@@ -324,9 +328,13 @@ _LEAD_END = re.compile(r":|\s[\u2014\u2013-]{1,2}\s")
 _ADDS = re.compile(r"\b(?:also|too|as well|other|additional(?:ly)?|not (?:clearly )?(?:visible|shown|seen|pictured)"
                    r"|out of (?:the )?(?:frame|shot|view)|outside (?:the )?(?:frame|shot|view)|off[- ]?(?:camera|frame)"
                    r"|hidden|nearby|there (?:is|are|could|might|may|would|will)|includes?|typically|usually|commonly"
-                   r"|expect(?:ed)?|present|around|close by|ruled out|typical|implied)\b")
+                   r"|expect(?:ed)?|present|close by|ruled out|typical|implied)\b")
 _LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+")
 _GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
+# ... and in any language of the table, with its own "and" and "or" ("Ordner, Stifte, Klebeband und Papier")
+_GUESS_SEP_ANY = re.compile(r"\s*(?:,\s*(?:and|or|und|oder|y|o|e|ou|et|ou|и|или|і|та|або|ve|veya|dan|atau|và|hoặc|och|eller"
+                            r"|oraz|lub|og|και|ή|és|vagy)\s|[,\u3001\u060c]|\s(?:and|or|und|oder|y|o|e|ou|et|и|или|і|та|або"
+                            r"|ve|veya|dan|atau|và|hoặc|och|eller|oraz|lub|og|και|ή|és|vagy)\s)\s*")
 
 
 def _guessed_list(after: str) -> list[str]:
@@ -373,6 +381,11 @@ def _ending_only(tail: str) -> bool:
     return bool(re.fullmatch(r"[\u3040-\u309f\uac00-\ud7af]{0,4}", tail))
 
 
+_REACH = 400
+"""How far before or after a guess its list is read (a list of short items is far shorter): a caption of
+many guesses costs what its length does, not its length squared."""
+
+
 def _guess_closes_list(before: str, after: str, least: int) -> bool:
     """Whether a guess closes the list it follows: ``least`` short items or more end right before it
     and its sentence ends a few words later ("balloons, a cake, candles, party hats ... could well be
@@ -388,11 +401,11 @@ def _guess_closes_list(before: str, after: str, least: int) -> bool:
     return len(parts) > least and sum(map(_short, parts[-least - 1:])) >= least
 
 
-def _short_run(sent: str) -> tuple[int, int, list[tuple[int, int]]]:
-    """The longest run of short items (:func:`_short`) among the parts ``_GUESS_SEP`` cuts ``sent``
-    into: (first, end) part indices and every part's (start, end) offsets."""
+def _short_run(sent: str, cuts: re.Pattern[str] = _GUESS_SEP) -> tuple[int, int, list[tuple[int, int]]]:
+    """The longest run of short items (:func:`_short`) among the parts ``cuts`` cuts ``sent`` into:
+    (first, end) part indices and every part's (start, end) offsets."""
     spans, pos = [], 0
-    for m in _GUESS_SEP.finditer(sent):
+    for m in cuts.finditer(sent):
         spans.append((pos, m.start()))
         pos = m.end()
     spans.append((pos, len(sent)))
@@ -408,7 +421,7 @@ def _short_run(sent: str) -> tuple[int, int, list[tuple[int, int]]]:
 
 
 def _list_under_guess(sent: str, guesses: list[tuple[int, int]], least: int, lead_words: int = 4,
-                      closes: bool = True) -> bool:
+                      closes: bool = True, cuts: re.Pattern[str] = _GUESS_SEP) -> bool:
     """Whether a guess governs a run of ``least`` short items or more, wherever its words fall: it
     leads straight into the run from the part before it ("one can assume a fire pit, cooler, lantern,
     ...", "reasonable to infer that ovens, flour sacks, ...") or closes it ("..., tongs and a picnic
@@ -418,20 +431,20 @@ def _list_under_guess(sent: str, guesses: list[tuple[int, int]], least: int, lea
     Spain, selling oranges, ..."). ``guesses``: (start, end) of each guess in ``sent``; the caller asks
     that the sentence adds things (``_ADDS``, or the language's ``adds``). ``closes``: whether a guess
     after the list counts (English only: what follows it must say the things are there, ``_PRESENCE``)."""
-    first, end, spans = _short_run(sent)
+    first, end, spans = _short_run(sent, cuts)
     if end - first < least or _WITH.match(sent[spans[first][0]:]):
         return False  # a list after "with" is what is there: "probablemente un mercado, con manzanas, peras, ..."
     start = spans[first][0]
-    for g_start, g_end in guesses:
-        if g_start >= spans[end - 2][1]:  # in or after the run's last item: the guess closes it, when it
-            # guesses at what is there ("are presumably close by"), not what it is like ("probably fresh")
-            if closes and _PRESENCE.match(_tail(sent[g_end:])):
-                return True
-            continue
-        lead = sent[g_end:start]
-        if (first and g_end <= start and g_start >= spans[first - 1][0] and len(lead.split()) <= lead_words
-                and not _PLACE_LEAD.match(re.sub(r"^that\s+", "", lead.strip(" ,:")))):
-            return True
+    # the guess nearest the run on either side speaks for it (and a caption of a thousand guesses is read once)
+    after = [g for g in guesses if g[0] >= spans[end - 2][1]]  # in or after the run's last item: it closes it
+    before = [g for g in guesses if first and spans[first - 1][0] <= g[0] and g[1] <= start  # in the part before,
+              and not _ASIDE.match(sent, g[1], g[1] + 160)]  # not a guess at something else (:data:`_ASIDE`)
+    if after and closes and _PRESENCE.match(_tail(sent[after[0][1]:])):
+        # a guess at what is there ("are presumably close by"), not at what it is like ("probably fresh")
+        return True
+    if before:
+        lead = sent[before[-1][1]:start]
+        return len(lead.split()) <= lead_words and not _PLACE_LEAD.match(re.sub(r"^that\s+", "", lead.strip(" ,:")))
     return False
 
 
@@ -500,6 +513,7 @@ class HedgingGuard(_JudgeGuard):
             if has_or and hedgy and (m := self.or_guess.search(bare)) \
                     and not self._exempt_before(bare, m.start()):  # "a dog or a cat, perhaps a rabbit"
                 yield "alternatives", f"alternatives: {m.group(0)[:80]}"
+            adds = bool(hedgy and _ADDS.search(bare))  # once a sentence, however many guesses it holds
             for m in (_OR_CHAIN.finditer(bare) if has_or else ()):  # "red or silver or black"
                 items = re.split(r"\s+or\s+", m.group(0))
                 if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
@@ -507,6 +521,10 @@ class HedgingGuard(_JudgeGuard):
             for h in (self.hedge.finditer(bare) if hedgy else ()):
                 hedges += 1
                 after = bare[h.end():h.end() + 160]
+                if _ASIDE.match(after):
+                    continue  # a guess whose phrase ends at a comma before a clause of its own is about what it
+                    # names, and the clause says what is there ("a toolbox, probably the mechanic's, also holds
+                    # wrenches, ...", "in what is probably a school lab, there are also beakers, ...")
                 # "possibly holds X, Y and Z" lists what is held; "possibly a phone, a book and a cup"
                 # must be a parallel list ("probably a tourist, holds a map" is an aside and a clause)
                 verb = self.governs.match(after) or _TO_COLON.match(after)
@@ -527,11 +545,11 @@ class HedgingGuard(_JudgeGuard):
                         and not _PLACE_LEAD.match(parts[1].strip())
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
                         sum(map(_short, _until_clause(_guessed_list(after)))) >= self.speculative_long
-                        and _ADDS.search(bare)) or (_guess_closes_list(bare[:h.start()], after, self.speculative_long)
+                        and adds) or (_guess_closes_list(bare[max(0, h.start() - _REACH):h.start()], after, self.speculative_long)
                                                     and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             guesses = list(self.hedge.finditer(bare)) if hedgy else []
-            if guesses and _ADDS.search(bare) and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
+            if guesses and adds and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
                 yield "speculative_list", f"speculative list: {bare[:80]}"
             same = Counter(h.group(0) for h in guesses)
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
@@ -549,12 +567,12 @@ class HedgingGuard(_JudgeGuard):
                 # (about what is there: the sentence adds things, or the guess ends it with no more than
                 # a verb ending, as Japanese guesses do: "...などがあるかもしれません"; not "...があり、
                 # たぶん新鮮だ", a guess at what they are like)
-                if _guess_closes_list(sent[:at], sent[at + len(word):], self.speculative_long) and (
+                if _guess_closes_list(sent[max(0, at - _REACH):at], sent[at + len(word):at + len(word) + _REACH], self.speculative_long) and (
                         foreign_words(sent, "adds") or _ending_only(_tail(sent[at + len(word):]))):
                     yield "speculative_list", f"speculative list ({code}): {sent[max(0, at - 60):at + 10]}"
             if guesses and foreign_words(sent, "adds") and _list_under_guess(
                     sent, [(at, at + len(word)) for _, word, at in guesses], self.speculative_long, lead_words=6,
-                    closes=False):
+                    closes=False, cuts=_GUESS_SEP_ANY):
                 # ("Möglicherweise befinden sich dort auch ein Laptop, eine Lampe, Stifte, ...": a verb
                 # of several words may lead in where the language puts it first)
                 yield "speculative_list", f"speculative list ({guesses[0][0]}): {sent[:60]}"
@@ -572,13 +590,18 @@ class HedgingGuard(_JudgeGuard):
                         and (len(items) < 3 or _marked(items[1]) == _marked(items[2])) \
                         and foreign_words(sent, "adds"):
                     yield "speculative_list", f"speculative list ({code}): {sent[at:at + 60]}"
-            for code, _, at in foreign_words(sent, "alternatives"):
+            last = None  # where the previous "or" word ended
+            for code, word, at in foreign_words(sent, "alternatives"):
                 ors += 1
                 # "rojo, naranja o rosa", "银色、白、あるいは青": a list item of one or two words (four
                 # characters unspaced) right before the word; not "pan, queso y dos o tres manzanas"
                 before = _LIST_SEP.split(sent[max(0, at - 60):at].rstrip(" ,\u3001\u060c"))
                 if len(before) > 1 and _item(before[-1]) and len(before) + 1 > self.max_alternatives:
                     yield "alternatives", f"alternatives ({code}): {sent[max(0, at - 30):at + 20]}"
+                # or a chain, one short item between two "or" words: "rojo o verde o azul", "ペンか鉛筆か筆"
+                elif last is not None and _item(sent[last:at]) and sent[last:at].strip():
+                    yield "alternatives", f"alternatives ({code}): {sent[max(0, last - 20):at + 20]}"
+                last = at + len(word)
         if ors > self.max_or:
             yield "or_count", f"{ors} alternatives joined by 'or'"
         if hedges > self.max_hedges:
@@ -935,7 +958,7 @@ class PaddingGuard(_JudgeGuard):
     def _generic_foreign(self, sentence: str) -> bool:
         """A sentence in another language that fits any image: two words or more of its language's
         ``padding_words`` and ``image_words`` (languages.yaml: composition, light, mood, the viewer,
-        abstract endings) covering at least ``generic_word_share`` of the letters of its content
+        abstract endings) covering at least ``foreign_generic_share`` of the letters of its content
         words ("La composición es equilibrada y los elementos visuales se combinan de forma
         armoniosa, ..."). Letters, not words: it reads scripts with and without spaces alike, and a
         Vietnamese word of two syllables ("bố cục") is one word."""

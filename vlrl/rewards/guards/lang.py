@@ -58,8 +58,10 @@ SCRIPTS = {
     "hebrew": re.compile(r"[\u0590-\u05ff]"),
     "thai": re.compile(r"[\u0e00-\u0e7f]"),
 }
-# (a full score in words of any language: "10 из 10", "10 su 10", "5 von 5", "10 out of 10")
-_MAX_SCORE = (r"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|(?P<full>10|5|100)\s+(?:[^\W\d]{1,4}\s+){1,2}(?P=full)"
+# (a full score of 10 or 100 in words: "10 из 10", "10 su 10", "100 von 100", "10 out of 10"; not a tie,
+# "10 a 10", nor the start of a longer number, "10 von 100"; five of five is a common star rating)
+_OF = r"(?:из|з|de|su|von|sur|out\s+of|of|av|van|op|na|στα|از|จาก)"
+_MAX_SCORE = (rf"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|(?P<full>10|100)\s+{_OF}\s+(?P=full)(?!\d|[.,]\d)"
               r"|10\s*分|100\s*[分点점]|満点|만점)")
 
 
@@ -78,7 +80,8 @@ WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "padding
 # (Devanagari vowel signs are marks, not word characters)
 _WORD_EDGE = r"[\w'\u0300-\u036f\u0900-\u097f]"
 _LEFT_EDGE = r"[\w\u0300-\u036f\u0900-\u097f]"  # an elided article may come before: "l'image", "un'immagine"
-_UNSPACED = {"han", "kana", "hangul", "thai"}  # Korean particles and endings attach to the word before
+# (Korean particles and endings attach to the word before; Thai writes no spaces between words)
+_UNSPACED = {"han", "kana", "hangul", "thai"}
 
 
 def _word_pattern(words: list[str], scripts: list[str]) -> str:
