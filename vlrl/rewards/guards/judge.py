@@ -962,7 +962,10 @@ class PaddingGuard(_JudgeGuard):
         words ("La composición es equilibrada y los elementos visuales se combinan de forma
         armoniosa, ..."). Letters, not words: it reads scripts with and without spaces alike, and a
         Vietnamese word of two syllables ("bố cục") is one word."""
-        hits = {at: word for field in ("padding_words", "image_words") for _, word, at in foreign_words(sentence, field)}
+        hits = {at: word for _, word, at in foreign_words(sentence, "padding_words")}
+        if not hits:
+            return False
+        hits.update({at: word for _, word, at in foreign_words(sentence, "image_words")})
         if len(hits) < self.generic_min_words:
             return False
         if _CJK.search(sentence) or _HANGUL.search(sentence):
@@ -997,8 +1000,9 @@ class PaddingGuard(_JudgeGuard):
         if m := self.placeholder.search(text):
             yield "placeholder", f"placeholder text: {m.group(0)}"
         yield from self._about_picture(doc)
-        foreign = [s for s in self.foreign(doc) if self._generic_foreign(s)]
+        others = self.foreign(doc)
         if not self.english(doc):
+            foreign = [s for s in others if self._generic_foreign(s)] if len(others) >= self.generic_sentences else []
             if len(foreign) >= self.generic_sentences and \
                     len(foreign) >= self.generic_share * len(doc.units(doc.native, "sentence")):
                 yield "generic_sentences", f"{len(foreign)} sentences fit any image: {foreign[0][:60]}"
@@ -1007,7 +1011,9 @@ class PaddingGuard(_JudgeGuard):
         if len(fill) >= self.fillers:
             yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
         sents = doc.units(text, "sentence")
-        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(s, toks)] + foreign
+        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(s, toks)]
+        if others and len(generic) + len(others) >= self.generic_sentences:  # a sentence in another language added
+            generic += [s for s in others if self._generic_foreign(s)]
         if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:
             yield "generic_sentences", f"{len(generic)}/{len(sents)} sentences fit any image: {generic[0][:60]}"
         return
