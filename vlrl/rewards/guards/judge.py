@@ -71,7 +71,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words, latin_language
+from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words, latin_function_words, latin_language
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -97,10 +97,11 @@ class JudgeVocab(BaseModel):
     abstract_suffix: str = "(?!)"
     clashes: list[list[str]] = []
     clash_exemptions: list[str] = []
+    specifics: str = "(?!)"
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
                      "placeholders", "tautologies", "list_verbs", "image_words", "abstract_suffix", "clashes",
-                     "clash_exemptions")
+                     "clash_exemptions", "specifics")
     @classmethod
     def _compiles(cls, v: Any) -> Any:
         for p in ([v] if isinstance(v, str) else [q for item in v for q in ([item] if isinstance(item, str) else item)]):
@@ -206,8 +207,17 @@ class _JudgeGuard(Guard):
         key = ("foreign", self.min_function_share, id(self.v.function))
         if key not in doc.memo:
             doc.memo[key] = [s for s, words in zip(doc.units(doc.native, "sentence"), sentence_words(doc), strict=True)
-                             if _share(words, self.v.function) < self.min_function_share]
+                             if _share(words, self.v.function) < self.min_function_share or self._other_latin(words)]
         return doc.memo[key]  # type: ignore[return-value]
+
+    def _other_latin(self, words: list[str]) -> bool:
+        """Whether a sentence with accented letters holds more function words of another Latin-script
+        language than of English ("a composição convida o observador a um momento ..." has English's
+        "a" three times, and Portuguese's "um", "com", "e", "em" more)."""
+        if all(map(str.isascii, words)):
+            return False
+        english = sum(map(self.v.function.__contains__, words))
+        return any(sum(map(fw.__contains__, words)) > english for fw in latin_function_words().values())
 
 
 def sentence_words(doc: Doc) -> list[list[str]]:
@@ -614,7 +624,10 @@ class HedgingGuard(_JudgeGuard):
 
 
 _PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
-_HASHTAG = re.compile(r"#[^\W\d_][\w-]+")
+# (a hashtag in a script with vowel signs, "#चाय", holds marks that are not word characters)
+_HASHTAG = re.compile(r"#[^\W\d_][\w\u0900-\u0dff\u0e00-\u0e7f-]+")
+# pictographs and their modifiers: a run of them stands for nouns ("🐄🐖🐑🐓🐴🚜🌽🌾")
+_EMOJI_RUN = re.compile(r"(?:[\U0001F300-\U0001FAFF\u2600-\u27bf][\ufe0f\u200d\U0001F3FB-\U0001F3FF]*\s*){%d,}")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
 _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
                           r"on the \w+|in the \w+|left|right|top|bottom|foreground|background)\b")
@@ -642,7 +655,7 @@ class KeywordStuffingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, labelled_items: int = 4, list_items: int = 5, bare_share: float = 0.7,
                  run_words: int = 8, hashtags: int = 4, repeat_items: int = 4, repeat_share: float = 0.6,
-                 max_list: int = 10, short_run: int = 4, extra_labels: Iterable[str] = (), **kw) -> None:
+                 max_list: int = 10, short_run: int = 4, emoji_run: int = 8, extra_labels: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.max_list = max_list
         self.short_run = short_run
@@ -653,6 +666,7 @@ class KeywordStuffingGuard(_JudgeGuard):
         self.hashtags = hashtags
         self.repeat_items = repeat_items
         self.repeat_share = repeat_share
+        self.emoji_run = re.compile(_EMOJI_RUN.pattern % emoji_run)
         self.clashes = [_words_re(group) for group in self.vocab.clashes]
         self.clash_exempt = _words_re(self.vocab.clash_exemptions or ["(?!)"])
         labels = _alt([*self.vocab.stuff_labels, *extra_labels])
@@ -682,6 +696,8 @@ class KeywordStuffingGuard(_JudgeGuard):
         text = doc.lower
         if "#" in text and len(tags := _HASHTAG.findall(doc.native)) >= self.hashtags:  # any language
             yield "hashtags", f"{len(tags)} hashtags"
+        if not doc.norm.isascii() and (m := self.emoji_run.search(doc.norm)):
+            yield "emoji_dump", f"pictographs in a row: {m.group(0)[:40]}"
         for sent in self.foreign(doc):  # "Từ khóa: phở, bát, đũa, ...", "キーワード：寿司、箸、..."
             for code, label, at in foreign_words(sent, "stuff_labels"):
                 rest = sent[at + len(label):].lstrip()
@@ -891,8 +907,14 @@ class PaddingGuard(_JudgeGuard):
     def __init__(self, penalty: float = 1.0, generic_sentences: int = 2, generic_share: float = 0.25,
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
                  meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, foreign_generic_share: float = 0.5,
+                 mostly_share: float = 0.6, mostly_words: int = 14, mostly_chars: int = 60, padded_share: float = 0.6,
                  extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
+        self.mostly_share = mostly_share
+        self.mostly_words = mostly_words
+        self.mostly_chars = mostly_chars
+        self.padded_share = padded_share
+        self.specific = re.compile(self.vocab.specifics)
         self.foreign_generic_share = foreign_generic_share
         self.generic_sentences = generic_sentences
         self.generic_share = generic_share
@@ -975,6 +997,23 @@ class PaddingGuard(_JudgeGuard):
             letters = sum(len(w) for w in _ANY_WORD.findall(sentence) if len(w) >= 3 and w not in skip)
         return bool(letters) and sum(map(len, hits.values())) >= self.foreign_generic_share * letters
 
+    def _padded(self, sents: list[str], toks_of: list[list[str]]) -> str | None:
+        """One long sentence about any picture after a short subject is padding too ("Girl on a swing. In
+        terms of composition, lighting, colour, texture, mood, ... the image offers a great deal to
+        consider, ..."): the sentences whose content words are ``mostly_share`` or more boilerplate
+        and that name no colour or number (``specifics``) hold ``mostly_words`` content words or more
+        and ``padded_share`` of the caption's."""
+        total = padded = 0
+        for sent, toks in zip(sents, toks_of, strict=True):
+            content = [t for t in toks if t not in self.v.function]
+            total += len(content)
+            if content and sum(map(self._boilerplate, content)) >= self.mostly_share * len(content) \
+                    and not self.specific.search(sent):
+                padded += len(content)
+        if padded >= self.mostly_words and padded >= self.padded_share * total:
+            return f"{padded}/{total} content words say nothing of this image"
+        return None
+
     def _generic(self, sentence: str, tokens: list[str]) -> bool:
         """A sentence that fits any image: its content words are words about any picture or text, or
         it says that a thing is itself with at least half its content words such words ("The scene
@@ -1001,6 +1040,11 @@ class PaddingGuard(_JudgeGuard):
             yield "placeholder", f"placeholder text: {m.group(0)}"
         yield from self._about_picture(doc)
         others = self.foreign(doc)
+        # one long sentence in another language about any picture after a short subject ("Una playa. La
+        # imagen transmite una sensación de paz y armonía, invitando al espectador a ...")
+        long = [s for s in others if len(s) >= self.mostly_chars and self._generic_foreign(s)]
+        if long and sum(map(len, long)) >= self.padded_share * len(doc.native):
+            yield "mostly_generic", f"{sum(map(len, long))}/{len(doc.native)} characters fit any image: {long[0][:60]}"
         if not self.english(doc):
             foreign = [s for s in others if self._generic_foreign(s)] if len(others) >= self.generic_sentences else []
             if len(foreign) >= self.generic_sentences and \
@@ -1011,7 +1055,10 @@ class PaddingGuard(_JudgeGuard):
         if len(fill) >= self.fillers:
             yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
         sents = doc.units(text, "sentence")
-        generic = [s for s, toks in zip(sents, sentence_tokens(doc, text), strict=True) if self._generic(s, toks)]
+        toks_of = sentence_tokens(doc, text)
+        generic = [s for s, toks in zip(sents, toks_of, strict=True) if self._generic(s, toks)]
+        if (padded := self._padded(sents, toks_of)) is not None:
+            yield "mostly_generic", padded
         if others and len(generic) + len(others) >= self.generic_sentences:  # a sentence in another language added
             generic += [s for s in others if self._generic_foreign(s)]
         if len(generic) >= self.generic_sentences and len(generic) / len(sents) >= self.generic_share:

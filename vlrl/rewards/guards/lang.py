@@ -57,6 +57,7 @@ SCRIPTS = {
     "greek": re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]"),
     "hebrew": re.compile(r"[\u0590-\u05ff]"),
     "thai": re.compile(r"[\u0e00-\u0e7f]"),
+    "bengali": re.compile(r"[\u0980-\u09ff]"),
 }
 # (a full score of 10 or 100 in words: "10 из 10", "10 su 10", "100 von 100", "10 out of 10"; not a tie,
 # "10 a 10", nor the start of a longer number, "10 von 100"; five of five is a common star rating)
@@ -78,8 +79,8 @@ WORD_FIELDS = ("hedges", "alternatives", "stuff_labels", "image_words", "padding
 
 # a word of a script with spaces starts and ends where no letter, mark or apostrophe touches it
 # (Devanagari vowel signs are marks, not word characters)
-_WORD_EDGE = r"[\w'\u0300-\u036f\u0900-\u097f]"
-_LEFT_EDGE = r"[\w\u0300-\u036f\u0900-\u097f]"  # an elided article may come before: "l'image", "un'immagine"
+_WORD_EDGE = r"[\w'\u0300-\u036f\u0900-\u09ff]"
+_LEFT_EDGE = r"[\w\u0300-\u036f\u0900-\u09ff]"  # an elided article may come before: "l'image", "un'immagine"
 # (Korean particles and endings attach to the word before; Thai writes no spaces between words)
 _UNSPACED = {"han", "kana", "hangul", "thai"}
 
@@ -282,13 +283,14 @@ def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | 
     """The Latin-script languages whose function words ``sentence`` holds most of ("o gato está no
     sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none."""
     words = _LATIN_WORDS.findall(sentence)
-    counts = {code: sum(w in fw for w in words) for code, fw in _latin(str(path)).items()}
+    counts = {code: sum(w in fw for w in words) for code, fw in latin_function_words(str(path)).items()}
     best = max(counts.values(), default=0)
     return frozenset(c for c, n in counts.items() if n == best) if best else None
 
 
 @lru_cache(maxsize=4)
-def _latin(path: str) -> dict[str, frozenset[str]]:
+def latin_function_words(path: str = str(TABLE)) -> dict[str, frozenset[str]]:
+    """The ``function_words`` of each Latin-script language of the table."""
     langs = _table(path).languages
     return {code: fw for code, fw in function_words(path).items() if "latin" in langs[code].scripts}
 
@@ -353,4 +355,4 @@ def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int =
     return None
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
