@@ -128,7 +128,8 @@ def deobfuscate(text: str) -> tuple[str, bool]:
 # (a noun after "reading" or "display" makes a compound, not a verb that quotes: "reading lamps",
 # "display monitor", "display case")
 _COMPOUND = (r"(?!\s+(?:lamps?|lights?|glasses|rooms?|nooks?|chairs?|corners?|tables?|areas?|materials?|list|monitors?|"
-             r"cases?|cabinets?|windows?|shel(?:f|ves)|stands?|racks?|screens?|units?|boards?|models?|panels?)\b)")
+             r"cases?|cabinets?|windows?|shel(?:f|ves)|stands?|racks?|screens?|units?|boards?|models?|panels?|walls?|"
+             r"read|readers?|spaces?)\b)")
 _INTRO = (
     r"\b(?:says|said|saying|reads|reading" + _COMPOUND + r"|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
     r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?" + _COMPOUND +
