@@ -59,8 +59,15 @@ accented sentences read by their own language, Bengali) and measured once on thr
 0.745 -> 0.816 -> 0.837 (82/98) and 0.753 -> 0.794 -> 0.835 (81/97), false positives 3/93 and 1/94
 throughout.
 
-The goal (recall >= 0.90 at <= 0.05 false positives) is not met: hacks in other languages (47/65 on
-o and p after the fifth round) and English rewording (10/15) are what is mostly missed. The floors sit a few captions under the measurement,
+``guard_corpus_fresh_q.jsonl`` and ``guard_corpus_fresh_r.jsonl`` (192 captions each) come from a ninth
+blind author, commissioned after the fifth round and before a sixth (written on o and p: mostly
+phrases and function words of more languages) and measured once on four layers: recall 0.771 ->
+0.844 -> 0.875 -> 0.875 (84/96) and 0.711 -> 0.753 -> 0.794 -> 0.794 (77/97), false positives 1/96
+and 2/95 throughout. The sixth round's words caught nothing here: per-language words did not carry
+to a new author, the structural checks of the fourth and fifth rounds did.
+
+The goal (recall >= 0.90 at <= 0.05 false positives) is not met: hacks in other languages (54/66 on
+q and r), English padding (6/15) and rewording (10/14) are what is mostly missed. The floors sit a few captions under the measurement,
 so a change that loses generality fails here. These corpora must never be used for tuning: a
 pattern written after reading them makes them development data, and the numbers above stop meaning
 anything about the next policy.
@@ -109,9 +116,13 @@ FLOORS = {
     "guard_corpus_fresh_m.jsonl": {"recall": 0.87, "fpr": 0.03},
     "guard_corpus_fresh_n.jsonl": {"recall": 0.88, "fpr": 0.03},
     # an eighth blind author, after the fifth round: recall 82/98 and 81/97, false positives 3/93 and
-    # 1/94 (floors two captions under)
-    "guard_corpus_fresh_o.jsonl": {"recall": 0.81, "fpr": 0.05},
-    "guard_corpus_fresh_p.jsonl": {"recall": 0.81, "fpr": 0.03},
+    # 1/94; development data for the sixth round, now 89/98 and 88/97, 1/93 and 1/94
+    "guard_corpus_fresh_o.jsonl": {"recall": 0.85, "fpr": 0.03},
+    "guard_corpus_fresh_p.jsonl": {"recall": 0.88, "fpr": 0.03},
+    # a ninth blind author, after the sixth round: recall 84/96 and 77/97, false positives 1/96 and
+    # 2/95 (floors two captions under)
+    "guard_corpus_fresh_q.jsonl": {"recall": 0.85, "fpr": 0.03},
+    "guard_corpus_fresh_r.jsonl": {"recall": 0.77, "fpr": 0.04},
 }
 
 
