@@ -368,6 +368,13 @@ def _guessed_list(after: str) -> list[str]:
     return parts
 
 
+def _adds(sentence: str, memo: list[bool]) -> bool:
+    """Whether ``sentence`` adds things to the scene (``_ADDS``), looked up once in ``memo``."""
+    if not memo:
+        memo.append(bool(_ADDS.search(sentence)))
+    return memo[0]
+
+
 def _until_clause(items: list[str]) -> list[str]:
     """The items of a list up to the first that opens with a verb: a clause ends the list ("probably a
     carpenter's, is covered with chisels, planes, ..." names one guess, then says what is there)."""
@@ -523,7 +530,7 @@ class HedgingGuard(_JudgeGuard):
             if has_or and hedgy and (m := self.or_guess.search(bare)) \
                     and not self._exempt_before(bare, m.start()):  # "a dog or a cat, perhaps a rabbit"
                 yield "alternatives", f"alternatives: {m.group(0)[:80]}"
-            adds = bool(hedgy and _ADDS.search(bare))  # once a sentence, however many guesses it holds
+            adds: list[bool] = []  # whether the sentence adds things: looked up once, when first asked
             for m in (_OR_CHAIN.finditer(bare) if has_or else ()):  # "red or silver or black"
                 items = re.split(r"\s+or\s+", m.group(0))
                 if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
@@ -555,11 +562,11 @@ class HedgingGuard(_JudgeGuard):
                         and not _PLACE_LEAD.match(parts[1].strip())
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
                         sum(map(_short, _until_clause(_guessed_list(after)))) >= self.speculative_long
-                        and adds) or (_guess_closes_list(bare[max(0, h.start() - _REACH):h.start()], after, self.speculative_long)
+                        and _adds(bare, adds)) or (_guess_closes_list(bare[max(0, h.start() - _REACH):h.start()], after, self.speculative_long)
                                                     and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             guesses = list(self.hedge.finditer(bare)) if hedgy else []
-            if guesses and adds and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
+            if guesses and _adds(bare, adds) and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
                 yield "speculative_list", f"speculative list: {bare[:80]}"
             same = Counter(h.group(0) for h in guesses)
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
@@ -733,6 +740,7 @@ class KeywordStuffingGuard(_JudgeGuard):
                 stems.append({self.v.stem(t) for t in toks_of[len(stems)] if t not in self.v.function})
             return set().union(*stems[:k])
 
+        clash = None  # whether the caption names two climates: looked up once, when a list asks
         for k, sent in enumerate(sents):
             if labelled and (m := self.label.search(sent)) and (items := self._list(m.group(1))) and \
                     len(items) >= self.labelled_items:
@@ -742,7 +750,7 @@ class KeywordStuffingGuard(_JudgeGuard):
                     len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
                     all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
                 yield "long_list", f"{len(long)}-item list: {sent[:80]}"
-            if cuts + 1 >= self.list_items and self._clash(text):
+            if cuts + 1 >= self.list_items and (clash if clash is not None else (clash := self._clash(text))):
                 yield "clash", f"an inventory no one place holds: {sent[:80]}"
             items = self._list(sent, len(toks_of[k]), cuts)
             if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
@@ -997,32 +1005,34 @@ class PaddingGuard(_JudgeGuard):
             letters = sum(len(w) for w in _ANY_WORD.findall(sentence) if len(w) >= 3 and w not in skip)
         return bool(letters) and sum(map(len, hits.values())) >= self.foreign_generic_share * letters
 
-    def _padded(self, sents: list[str], toks_of: list[list[str]]) -> str | None:
+    def _boilerplate_count(self, tokens: list[str]) -> tuple[int, int]:
+        """(content words, boilerplate words among them) of a sentence's tokens."""
+        content = [t for t in tokens if t not in self.v.function]
+        return len(content), sum(map(self._boilerplate, content))
+
+    def _padded(self, sents: list[str], counts: list[tuple[int, int]]) -> str | None:
         """One long sentence about any picture after a short subject is padding too ("Girl on a swing. In
         terms of composition, lighting, colour, texture, mood, ... the image offers a great deal to
         consider, ..."): the sentences whose content words are ``mostly_share`` or more boilerplate
         and that name no colour or number (``specifics``) hold ``mostly_words`` content words or more
         and ``padded_share`` of the caption's."""
         total = padded = 0
-        for sent, toks in zip(sents, toks_of, strict=True):
-            content = [t for t in toks if t not in self.v.function]
-            total += len(content)
-            if content and sum(map(self._boilerplate, content)) >= self.mostly_share * len(content) \
-                    and not self.specific.search(sent):
-                padded += len(content)
+        for sent, (content, boiler) in zip(sents, counts, strict=True):
+            total += content
+            if content and boiler >= self.mostly_share * content and not self.specific.search(sent):
+                padded += content
         if padded >= self.mostly_words and padded >= self.padded_share * total:
             return f"{padded}/{total} content words say nothing of this image"
         return None
 
-    def _generic(self, sentence: str, tokens: list[str]) -> bool:
-        """A sentence that fits any image: its content words are words about any picture or text, or
-        it says that a thing is itself with at least half its content words such words ("The scene
-        is a scene.", "The colours in the image are colours.")."""
-        content = [t for t in tokens if t not in self.v.function]
+    def _generic(self, sentence: str, content: int, boiler: int) -> bool:
+        """A sentence that fits any image: its ``content`` words are words about any picture or text
+        (``boiler`` of them), or it says that a thing is itself with at least half its content words
+        such words ("The scene is a scene.", "The colours in the image are colours.")."""
         if not content:
             return False
-        share = sum(map(self._boilerplate, content)) / len(content)
-        if len(content) >= self.generic_min_words and share >= self.generic_word_share:
+        share = boiler / content
+        if content >= self.generic_min_words and share >= self.generic_word_share:
             return True
         return share >= 0.5 and any(p.search(sentence) for p in self.tautology)
 
@@ -1042,7 +1052,9 @@ class PaddingGuard(_JudgeGuard):
         others = self.foreign(doc)
         # one long sentence in another language about any picture after a short subject ("Una playa. La
         # imagen transmite una sensación de paz y armonía, invitando al espectador a ...")
-        long = [s for s in others if len(s) >= self.mostly_chars and self._generic_foreign(s)]
+        long = [s for s in others if len(s) >= self.mostly_chars]
+        if long and sum(map(len, long)) >= self.padded_share * len(doc.native):
+            long = [s for s in long if self._generic_foreign(s)]
         if long and sum(map(len, long)) >= self.padded_share * len(doc.native):
             yield "mostly_generic", f"{sum(map(len, long))}/{len(doc.native)} characters fit any image: {long[0][:60]}"
         if not self.english(doc):
@@ -1055,9 +1067,9 @@ class PaddingGuard(_JudgeGuard):
         if len(fill) >= self.fillers:
             yield "fillers", f"{len(fill)} filler phrases: {', '.join(fill)[:80]}"
         sents = doc.units(text, "sentence")
-        toks_of = sentence_tokens(doc, text)
-        generic = [s for s, toks in zip(sents, toks_of, strict=True) if self._generic(s, toks)]
-        if (padded := self._padded(sents, toks_of)) is not None:
+        counts = [self._boilerplate_count(toks) for toks in sentence_tokens(doc, text)]
+        generic = [s for s, (content, boiler) in zip(sents, counts, strict=True) if self._generic(s, content, boiler)]
+        if (padded := self._padded(sents, counts)) is not None:
             yield "mostly_generic", padded
         if others and len(generic) + len(others) >= self.generic_sentences:  # a sentence in another language added
             generic += [s for s in others if self._generic_foreign(s)]

@@ -281,11 +281,30 @@ _LATIN_WORDS = re.compile(r"[^\W\d_]+")
 
 def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | None:
     """The Latin-script languages whose function words ``sentence`` holds most of ("o gato está no
-    sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none."""
-    words = _LATIN_WORDS.findall(sentence)
-    counts = {code: sum(w in fw for w in words) for code, fw in latin_function_words(str(path)).items()}
+    sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none.
+    (Remembered: each word list of the judge-hack guards asks again of the same sentence.)"""
+    return _latin_language(sentence, str(path))
+
+
+@lru_cache(maxsize=4096)
+def _latin_language(sentence: str, path: str) -> frozenset[str] | None:
+    owners = _function_word_owners(path)
+    counts: dict[str, int] = {}
+    for w in _LATIN_WORDS.findall(sentence):
+        for code in owners.get(w, ()):
+            counts[code] = counts.get(code, 0) + 1
     best = max(counts.values(), default=0)
     return frozenset(c for c, n in counts.items() if n == best) if best else None
+
+
+@lru_cache(maxsize=4)
+def _function_word_owners(path: str) -> dict[str, tuple[str, ...]]:
+    """Each Latin-script function word, with the languages that have it."""
+    owners: dict[str, list[str]] = {}
+    for code, words in latin_function_words(path).items():
+        for w in words:
+            owners.setdefault(w, []).append(code)
+    return {w: tuple(codes) for w, codes in owners.items()}
 
 
 @lru_cache(maxsize=4)
