@@ -718,6 +718,10 @@ class KeywordStuffingGuard(_JudgeGuard):
             if len(items := _LIST_SEP.split(sent.strip(" .\u3002"))) >= self.max_list \
                     and sum(map(_item, items)) >= 0.8 * len(items):
                 yield "long_list", f"{len(items)}-item list: {sent[:80]}"
+            # Chinese and Japanese words parted by spaces, which neither language writes ("灯笼 对联 鞭炮 ...")
+            elif " " in sent and len(words := sent.split()) >= self.short_run * 2 and \
+                    all(len(w) <= 4 and _CJK.search(w) for w in words):
+                yield "long_list", f"{len(words)} words parted by spaces: {sent[:80]}"
         if not self.english(doc):
             return
         sents = doc.units(text, "sentence")
@@ -915,7 +919,7 @@ class PaddingGuard(_JudgeGuard):
     def __init__(self, penalty: float = 1.0, generic_sentences: int = 2, generic_share: float = 0.25,
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
                  meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, foreign_generic_share: float = 0.5,
-                 mostly_share: float = 0.6, mostly_words: int = 14, mostly_chars: int = 60, padded_share: float = 0.6,
+                 mostly_share: float = 0.5, mostly_words: int = 14, mostly_chars: int = 60, padded_share: float = 0.6,
                  extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.mostly_share = mostly_share
