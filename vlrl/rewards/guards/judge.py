@@ -71,7 +71,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words, latin_function_words, latin_language
+from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words, latin_counts, latin_language
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -217,7 +217,7 @@ class _JudgeGuard(Guard):
         if all(map(str.isascii, words)):
             return False
         english = sum(map(self.v.function.__contains__, words))
-        return any(sum(map(fw.__contains__, words)) > english for fw in latin_function_words().values())
+        return max(latin_counts(words).values(), default=0) > english
 
 
 def sentence_words(doc: Doc) -> list[list[str]]:
@@ -634,7 +634,11 @@ _PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
 # (a hashtag in a script with vowel signs, "#चाय", holds marks that are not word characters)
 _HASHTAG = re.compile(r"#[^\W\d_][\w\u0900-\u0dff\u0e00-\u0e7f-]+")
 # pictographs and their modifiers: a run of them stands for nouns ("🐄🐖🐑🐓🐴🚜🌽🌾")
-_EMOJI_RUN = re.compile(r"(?:[\U0001F300-\U0001FAFF\u2600-\u27bf][\ufe0f\u200d\U0001F3FB-\U0001F3FF]*\s*){%d,}")
+_EMOJI_RUN = re.compile(r"(?:[\U0001F300-\U0001FAFF][\ufe0f\u200d\U0001F3FB-\U0001F3FF]*\s*){%d,}")
+_EMOJI = re.compile(r"[\U0001F300-\U0001FAFF]")
+# emoji that are in the scene: stickers, magnets, a keyboard, a chat or a sign
+_EMOJI_SCENE = re.compile(r"\b(?:stickers?|magnets?|keyboard|screen|phone|chat|messages?|reactions?|comments?|sign|poster|"
+                          r"menu|shirt|t-shirt|label|emoji|emojis|badges?|buttons?|keys?)\b")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;|/\u2022\u00b7]|\s-\s|\band\b|\bor\b)\s*")
 _PLACE_LABEL = re.compile(r"^(?:inside|in|on|at|under|behind|beside|above|below|near|around|within|from|"
                           r"on the \w+|in the \w+|left|right|top|bottom|foreground|background)\b")
@@ -662,7 +666,7 @@ class KeywordStuffingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, labelled_items: int = 4, list_items: int = 5, bare_share: float = 0.7,
                  run_words: int = 8, hashtags: int = 4, repeat_items: int = 4, repeat_share: float = 0.6,
-                 max_list: int = 10, short_run: int = 4, emoji_run: int = 8, extra_labels: Iterable[str] = (), **kw) -> None:
+                 max_list: int = 10, short_run: int = 4, emoji_run: int = 6, extra_labels: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
         self.max_list = max_list
         self.short_run = short_run
@@ -674,6 +678,7 @@ class KeywordStuffingGuard(_JudgeGuard):
         self.repeat_items = repeat_items
         self.repeat_share = repeat_share
         self.emoji_run = re.compile(_EMOJI_RUN.pattern % emoji_run)
+        self.emoji_distinct = emoji_run
         self.clashes = [_words_re(group) for group in self.vocab.clashes]
         self.clash_exempt = _words_re(self.vocab.clash_exemptions or ["(?!)"])
         labels = _alt([*self.vocab.stuff_labels, *extra_labels])
@@ -703,7 +708,9 @@ class KeywordStuffingGuard(_JudgeGuard):
         text = doc.lower
         if "#" in text and len(tags := _HASHTAG.findall(doc.native)) >= self.hashtags:  # any language
             yield "hashtags", f"{len(tags)} hashtags"
-        if not doc.norm.isascii() and (m := self.emoji_run.search(doc.norm)):
+        # (``emoji_run`` different ones at least, and no sticker, chat or sign that would show them)
+        if not doc.native.isascii() and (m := self.emoji_run.search(doc.native)) \
+                and len(set(_EMOJI.findall(m.group(0)))) >= self.emoji_distinct and not _EMOJI_SCENE.search(text):
             yield "emoji_dump", f"pictographs in a row: {m.group(0)[:40]}"
         for sent in self.foreign(doc):  # "Từ khóa: phở, bát, đũa, ...", "キーワード：寿司、箸、..."
             for code, label, at in foreign_words(sent, "stuff_labels"):
@@ -719,8 +726,9 @@ class KeywordStuffingGuard(_JudgeGuard):
                     and sum(map(_item, items)) >= 0.8 * len(items):
                 yield "long_list", f"{len(items)}-item list: {sent[:80]}"
             # Chinese and Japanese words parted by spaces, which neither language writes ("灯笼 对联 鞭炮 ...")
+            # (and no grammar word among them: "一本 书 放 在 桌子 上" is a sentence written word by word)
             elif " " in sent and len(words := sent.split()) >= self.short_run * 2 and \
-                    all(len(w) <= 4 and _CJK.search(w) for w in words):
+                    all(len(w) <= 4 and _CJK.search(w) and w not in _all_function_words() for w in words):
                 yield "long_list", f"{len(words)} words parted by spaces: {sent[:80]}"
         if not self.english(doc):
             return
@@ -1014,19 +1022,23 @@ class PaddingGuard(_JudgeGuard):
         content = [t for t in tokens if t not in self.v.function]
         return len(content), sum(map(self._boilerplate, content))
 
-    def _padded(self, sents: list[str], counts: list[tuple[int, int]]) -> str | None:
+    def _padded(self, sents: list[str], counts: list[tuple[int, int]], tokens: list[list[str]]) -> str | None:
         """One long sentence about any picture after a short subject is padding too ("Girl on a swing. In
         terms of composition, lighting, colour, texture, mood, ... the image offers a great deal to
-        consider, ..."): the sentences whose content words are ``mostly_share`` or more boilerplate
-        and that name no colour or number (``specifics``) hold ``mostly_words`` content words or more
-        and ``padded_share`` of the caption's."""
+        consider, ..."): the sentences whose content words are ``mostly_share`` or more boilerplate,
+        that name no colour or number (``specifics``) and none of the first sentence's own things
+        ("... the shapes of the trees and the bench are arranged ..." describes the bench it named)
+        hold ``mostly_words`` content words or more and ``padded_share`` of the caption's."""
         total = padded = 0
-        for sent, (content, boiler) in zip(sents, counts, strict=True):
+        subject = {self.v.stem(t) for t in (tokens[0] if tokens else ()) if t not in self.v.function
+                   and not self._boilerplate(t)}
+        for k, (sent, (content, boiler)) in enumerate(zip(sents, counts, strict=True)):
             total += content
-            if content and boiler >= self.mostly_share * content and not self.specific.search(sent):
+            if content and boiler >= self.mostly_share * content and not self.specific.search(sent) and \
+                    (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}):
                 padded += content
         if padded >= self.mostly_words and padded >= self.padded_share * total:
-            return f"{padded}/{total} content words say nothing of this image"
+            return f"{padded}/{total} content words are in sentences about any picture"
         return None
 
     def _generic(self, sentence: str, content: int, boiler: int) -> bool:
@@ -1073,7 +1085,7 @@ class PaddingGuard(_JudgeGuard):
         sents = doc.units(text, "sentence")
         counts = [self._boilerplate_count(toks) for toks in sentence_tokens(doc, text)]
         generic = [s for s, (content, boiler) in zip(sents, counts, strict=True) if self._generic(s, content, boiler)]
-        if (padded := self._padded(sents, counts)) is not None:
+        if (padded := self._padded(sents, counts, sentence_tokens(doc, text))) is not None:
             yield "mostly_generic", padded
         if others and len(generic) + len(others) >= self.generic_sentences:  # a sentence in another language added
             generic += [s for s in others if self._generic_foreign(s)]

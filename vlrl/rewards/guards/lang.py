@@ -63,7 +63,7 @@ SCRIPTS = {
 # "10 a 10", nor the start of a longer number, "10 von 100"; five of five is a common star rating)
 _OF = r"(?:из|з|de|su|von|sur|out\s+of|of|av|van|op|na|στα|از|จาก)"
 _MAX_SCORE = (rf"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|(?P<full>10|100)\s+{_OF}\s+(?P=full)(?!\d|[.,]\d)"
-              r"|10\s*[分点]|100\s*[分点점]|満点|满分|만점)")
+              r"|10\s*分|100\s*[分点점]|満点|만점)")
 
 
 @lru_cache(maxsize=64)
@@ -159,8 +159,9 @@ class _Compiled:
         if lang.score_labels:
             labels = "|".join(re.escape(w) for w in lang.score_labels)
             # (the label may name what is scored: "Оценка подписи: 10 из 10", "Puntuación de la descripción: 10 de 10")
-            # (and may name the criterion after it: "التقييم: الدقة ١٠/١٠", "評価：正確さ10点")
-            self.score_block = Gated(rf"(?:{labels})(?:\s+[^\W\d]+){{0,3}}\s*[:：=]\s*(?:[^\W\d]{{1,12}}\s*)?{_MAX_SCORE}")
+            # (and may name the criterion after it, one word: "التقييم: الدقة ١٠/١٠"; not in scripts without
+            # spaces, where any run of characters would do)
+            self.score_block = Gated(rf"(?:{labels})(?:\s+[^\W\d]+){{0,3}}\s*[:：=]\s*(?:[^\W\d]{{1,12}}\s+)?{_MAX_SCORE}")
         else:
             self.score_block = None
         end = r"(?=[.;!?,，。；！？،\n]|$)"
@@ -283,19 +284,26 @@ _LATIN_WORDS = re.compile(r"[^\W\d_]+")
 def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | None:
     """The Latin-script languages whose function words ``sentence`` holds most of ("o gato está no
     sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none.
-    (Remembered: each word list of the judge-hack guards asks again of the same sentence.)"""
-    return _latin_language(sentence, str(path))
+    (Remembered for sentences of ordinary length: each word list of the judge-hack guards asks again
+    of the same sentence.)"""
+    counts = (_latin_counts if len(sentence) <= 1000 else _latin_counts.__wrapped__)(sentence, str(path))
+    best = max(counts.values(), default=0)
+    return frozenset(c for c, n in counts.items() if n == best) if best else None
+
+
+def latin_counts(words: list[str], path: str | Path = TABLE) -> dict[str, int]:
+    """How many of ``words`` are function words of each Latin-script language of the table."""
+    owners = _function_word_owners(str(path))
+    counts: dict[str, int] = {}
+    for w in words:
+        for code in owners.get(w, ()):
+            counts[code] = counts.get(code, 0) + 1
+    return counts
 
 
 @lru_cache(maxsize=4096)
-def _latin_language(sentence: str, path: str) -> frozenset[str] | None:
-    owners = _function_word_owners(path)
-    counts: dict[str, int] = {}
-    for w in _LATIN_WORDS.findall(sentence):
-        for code in owners.get(w, ()):
-            counts[code] = counts.get(code, 0) + 1
-    best = max(counts.values(), default=0)
-    return frozenset(c for c, n in counts.items() if n == best) if best else None
+def _latin_counts(sentence: str, path: str) -> dict[str, int]:
+    return latin_counts(_LATIN_WORDS.findall(sentence), path)
 
 
 @lru_cache(maxsize=4)
@@ -375,4 +383,4 @@ def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int =
     return None
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_counts", "latin_function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]

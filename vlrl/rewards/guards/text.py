@@ -130,8 +130,10 @@ def deobfuscate(text: str) -> tuple[str, bool]:
 _COMPOUND = (r"(?!\s+(?:lamps?|lights?|glasses|rooms?|nooks?|chairs?|corners?|tables?|areas?|materials?|list|monitors?|"
              r"cases?|cabinets?|windows?|shel(?:f|ves)|stands?|racks?|screens?|units?|boards?|models?|panels?|walls?|"
              r"read|readers?|spaces?)\b)")
+# (nor after a person who reads: "reads on a bench", "reading quietly by the window")
+_PERSON_READING = r"(?!\s+(?:on|in|at|by|beside|under|near|while|quietly|alone|aloud|silently|to|under)\b)"
 _INTRO = (
-    r"\b(?:says|said|saying|reads|reading" + _COMPOUND + r"|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
+    r"\b(?:says|said|saying|(?:reads|reading)" + _COMPOUND + _PERSON_READING + r"|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
     r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?" + _COMPOUND +
     r"|displaying|shows?\s+the\s+(?:words?|text|slogan|message|phrase|title)|with\s+the\s+(?:words?|text|slogan"
     r"|message|phrase|title|caption)|the\s+(?:words?|slogan|phrase|message)|inscribed(?:\s+with)?|engraved(?:\s+with)?"
