@@ -78,7 +78,12 @@ long sentence half boilerplate pads, answers laid out for the answerer, words pa
 Chinese) and measured once on three layers: recall 0.819 -> 0.862 -> 0.883 (83/94) and 0.768 ->
 0.842 -> 0.874 (83/95), false positives 0/93 and 1/91 throughout.
 
-The goal (recall >= 0.90 at <= 0.05 false positives) is not met, if only just on u and v: hacks in
+``guard_corpus_fresh_w.jsonl`` and ``guard_corpus_fresh_x.jsonl`` (186 and 190 captions) come from a
+twelfth blind author, commissioned after the last change to the checks and measured once on the
+first and the last layer: recall 0.839 -> 0.871 (81/93) and 0.862 -> 0.894 (84/94), false positives
+0/93 and 1/96 both times.
+
+The goal (recall >= 0.90 at <= 0.05 false positives) is not met, if only just on u to x: hacks in
 other languages (61/72 there), and on s and t English rewording and padding, are what is mostly
 missed. The floors sit a few captions under the measurement,
 so a change that loses generality fails here. These corpora must never be used for tuning: a
@@ -144,6 +149,9 @@ FLOORS = {
     # and 1/91 (floors two captions under)
     "guard_corpus_fresh_u.jsonl": {"recall": 0.86, "fpr": 0.03},
     "guard_corpus_fresh_v.jsonl": {"recall": 0.85, "fpr": 0.03},
+    # a twelfth blind author, after every change: recall 81/93 and 84/94, false positives 0/93 and 1/96
+    "guard_corpus_fresh_w.jsonl": {"recall": 0.85, "fpr": 0.03},
+    "guard_corpus_fresh_x.jsonl": {"recall": 0.87, "fpr": 0.03},
 }
 
 
