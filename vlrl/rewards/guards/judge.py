@@ -342,7 +342,7 @@ _ADDS = re.compile(r"\b(?:also|too|as well|other|additional(?:ly)?|not (?:clearl
 _LIST_LEAD = re.compile(r"\b(?:includes?|including|such as|like|find|are|is|be|has|have|contains?|holds?)\s+")
 _GUESS_SEP = re.compile(r"\s*(?:,\s*(?:and|or)\s|,|\s(?:and|or)\s)\s*")
 # ... and in any language of the table, with its own "and" and "or" ("Ordner, Stifte, Klebeband und Papier")
-_GUESS_SEP_ANY = re.compile(r"\s*(?:,\s*(?:and|or|und|oder|y|o|e|ou|et|ou|и|или|і|та|або|ve|veya|dan|atau|và|hoặc|och|eller"
+_GUESS_SEP_ANY = re.compile(r"\s*(?:,\s*(?:and|or|und|oder|y|o|e|ou|et|и|или|і|та|або|ve|veya|dan|atau|và|hoặc|och|eller"
                             r"|oraz|lub|og|και|ή|és|vagy)\s|[,\u3001\u060c]|\s(?:and|or|und|oder|y|o|e|ou|et|и|или|і|та|або"
                             r"|ve|veya|dan|atau|và|hoặc|och|eller|oraz|lub|og|και|ή|és|vagy)\s)\s*")
 
