@@ -368,11 +368,11 @@ def _guessed_list(after: str) -> list[str]:
     return parts
 
 
-def _adds(sentence: str, memo: list[bool]) -> bool:
-    """Whether ``sentence`` adds things to the scene (``_ADDS``), looked up once in ``memo``."""
-    if not memo:
-        memo.append(bool(_ADDS.search(sentence)))
-    return memo[0]
+@lru_cache(maxsize=64)
+def _adds(sentence: str) -> bool:
+    """Whether ``sentence`` adds things to the scene (``_ADDS``): asked for each of its guesses,
+    looked up once (a few sentences are remembered: the ones of the caption being read)."""
+    return bool(_ADDS.search(sentence))
 
 
 def _until_clause(items: list[str]) -> list[str]:
@@ -530,7 +530,6 @@ class HedgingGuard(_JudgeGuard):
             if has_or and hedgy and (m := self.or_guess.search(bare)) \
                     and not self._exempt_before(bare, m.start()):  # "a dog or a cat, perhaps a rabbit"
                 yield "alternatives", f"alternatives: {m.group(0)[:80]}"
-            adds: list[bool] = []  # whether the sentence adds things: looked up once, when first asked
             for m in (_OR_CHAIN.finditer(bare) if has_or else ()):  # "red or silver or black"
                 items = re.split(r"\s+or\s+", m.group(0))
                 if len(items) > self.max_alternatives and _parallel(items) and not self._exempt_before(bare, m.start()):
@@ -562,11 +561,11 @@ class HedgingGuard(_JudgeGuard):
                         and not _PLACE_LEAD.match(parts[1].strip())
                         and sum(map(_short, parts[1:])) >= self.speculative_long) or (
                         sum(map(_short, _until_clause(_guessed_list(after)))) >= self.speculative_long
-                        and _adds(bare, adds)) or (_guess_closes_list(bare[max(0, h.start() - _REACH):h.start()], after, self.speculative_long)
+                        and _adds(bare)) or (_guess_closes_list(bare[max(0, h.start() - _REACH):h.start()], after, self.speculative_long)
                                                     and _PRESENCE.match(_tail(after))):
                     yield "speculative_list", f"speculative list: {(h.group(0) + after)[:80]}"
             guesses = list(self.hedge.finditer(bare)) if hedgy else []
-            if guesses and _adds(bare, adds) and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
+            if guesses and _adds(bare) and _list_under_guess(bare, [g.span() for g in guesses], self.speculative_long):
                 yield "speculative_list", f"speculative list: {bare[:80]}"
             same = Counter(h.group(0) for h in guesses)
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"

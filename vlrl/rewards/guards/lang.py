@@ -286,7 +286,8 @@ def latin_language(sentence: str, path: str | Path = TABLE) -> frozenset[str] | 
     sofá" is Portuguese, where "o" is an article, not Spanish "or"); ``None`` when it holds none.
     (Remembered for sentences of ordinary length: each word list of the judge-hack guards asks again
     of the same sentence.)"""
-    counts = (_latin_counts if len(sentence) <= 1000 else _latin_counts.__wrapped__)(sentence, str(path))
+    counts = (_latin_counts(sentence, str(path)) if len(sentence) <= 1000
+              else latin_counts(_LATIN_WORDS.findall(sentence), path))
     best = max(counts.values(), default=0)
     return frozenset(c for c, n in counts.items() if n == best) if best else None
 

@@ -131,7 +131,7 @@ _COMPOUND = (r"(?!\s+(?:lamps?|lights?|glasses|rooms?|nooks?|chairs?|corners?|ta
              r"cases?|cabinets?|windows?|shel(?:f|ves)|stands?|racks?|screens?|units?|boards?|models?|panels?|walls?|"
              r"read|readers?|spaces?)\b)")
 # (nor after a person who reads: "reads on a bench", "reading quietly by the window")
-_PERSON_READING = r"(?!\s+(?:on|in|at|by|beside|under|near|while|quietly|alone|aloud|silently|to|under)\b)"
+_PERSON_READING = r"(?!\s+(?:on|in|at|by|beside|under|near|while|quietly|alone|aloud|silently|to)\b)"
 _INTRO = (
     r"\b(?:says|said|saying|(?:reads|reading)" + _COMPOUND + _PERSON_READING + r"|advertis(?:es|ing)|printed(?:\s+with)?|labell?ed(?:\s+with)?|written(?:\s+on\s+it)?"
     r"|writes|wrote|typed|commented|replied|posted|spelling(?:\s+out)?|titled|entitled|captioned|stamped(?:\s+with)?|announcing|announces|displays?" + _COMPOUND +
