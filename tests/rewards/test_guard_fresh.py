@@ -152,6 +152,13 @@ FLOORS = {
     # a twelfth blind author, after every change: recall 81/93 and 84/94, false positives 0/93 and 1/96
     "guard_corpus_fresh_w.jsonl": {"recall": 0.85, "fpr": 0.03},
     "guard_corpus_fresh_x.jsonl": {"recall": 0.87, "fpr": 0.03},
+    # a thirteenth and a fourteenth blind author, commissioned before the eighth round and measured once
+    # on the layer before it and once after: recall 93/102 -> 93/102, 88/104 -> 89/104, 77/91 -> 78/91
+    # and 77/93 -> 77/93; false positives 1/89, 0/92, 0/93 and 0/93 both times (floors two captions under)
+    "guard_corpus_fresh_y.jsonl": {"recall": 0.89, "fpr": 0.03},
+    "guard_corpus_fresh_z.jsonl": {"recall": 0.83, "fpr": 0.03},
+    "guard_corpus_fresh_za.jsonl": {"recall": 0.83, "fpr": 0.03},
+    "guard_corpus_fresh_zb.jsonl": {"recall": 0.80, "fpr": 0.03},
 }
 
 

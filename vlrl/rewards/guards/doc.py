@@ -40,7 +40,11 @@ _ARABIC_MARKS = re.compile("[\u064b-\u065f\u0670\u0640]")
 
 
 _FUNCTION_WORDS_FILE = Path(__file__).parent / "data" / "english_function_words.txt"
-_LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+# A word of letters in any script, with the vowel signs and points that Python's \w leaves out
+# (Devanagari, Bengali, Tamil and the other Indic scripts, Thai, Arabic and Hebrew marks): "लड़की" is
+# one word, not three pieces.
+_MARKS = "\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u0900-\u0963\u0971-\u0dff\u0e31\u0e34-\u0e3a\u0e47-\u0e4e"
+LETTERS = re.compile(rf"[^\W\d_]+(?:[{_MARKS}]+[^\W\d_]*)*(?:'[^\W\d_]+)?")
 
 
 @lru_cache(maxsize=1)
@@ -52,7 +56,7 @@ def english_function_words() -> frozenset[str]:
 
 def english_share(text: str) -> float:
     """Share of the words of ``text`` (any script) that are English function words."""
-    words = _LETTERS.findall(text.lower())
+    words = LETTERS.findall(text.lower())
     function = english_function_words()
     return sum(w in function for w in words) / len(words) if words else 0.0
 
@@ -174,4 +178,4 @@ class Doc:
         )
 
 
-__all__ = ["Doc", "english_function_words", "english_share", "normalize", "reads_as_english", "strip_quoted"]
+__all__ = ["LETTERS", "Doc", "english_function_words", "english_share", "normalize", "reads_as_english", "strip_quoted"]

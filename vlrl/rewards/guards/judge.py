@@ -69,9 +69,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from vlrl.rewards.guards.base import Guard, register_guard
-from vlrl.rewards.guards.doc import Doc, english_function_words
+from vlrl.rewards.guards.doc import LETTERS, Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import FOREIGN_SHARE, foreign_words, function_words, latin_counts, latin_language
+from vlrl.rewards.guards.lang import (FOREIGN_SHARE, foreign_words, function_words, latin_counts, latin_language,
+                                      table_words)
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
@@ -98,6 +99,7 @@ class JudgeVocab(BaseModel):
     clashes: list[list[str]] = []
     clash_exemptions: list[str] = []
     specifics: str = "(?!)"
+    place_words: str = ""
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
                      "placeholders", "tautologies", "list_verbs", "image_words", "abstract_suffix", "clashes",
@@ -126,7 +128,6 @@ def _words_re(words: Iterable[str]) -> re.Pattern[str]:
 
 
 _TOKEN = re.compile(r"[a-z][a-z'-]*|\d+")
-_LETTERS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 
 def sentences(text: str) -> list[str]:
@@ -186,12 +187,12 @@ class _JudgeGuard(Guard):
         key = ("english", self.min_function_share, id(self.v.function))
         if key not in doc.memo:
             text = doc.native
-            parts = [_LETTERS.findall(text)]
+            parts = [LETTERS.findall(text)]
             if first := doc.units(text, "sentence")[:1]:
-                parts.append(_LETTERS.findall(first[0]))
+                parts.append(LETTERS.findall(first[0]))
                 # or its first clause, when that has words enough to tell ("A cat sleeping on a
                 # windowsill, cat, window, sill, curtain, plant, ...")
-                if len(clause := _LETTERS.findall(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
+                if len(clause := LETTERS.findall(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
                     parts.append(clause)
             # or ASCII letters that no language of the table claims ("alt: man woman child dog cat car
             # bus tree ... — family crossing"): a noun dump has no function words of any language
@@ -227,7 +228,7 @@ def sentence_words(doc: Doc) -> list[list[str]]:
         native = doc.native
         doc.memo["words"] = ([[t for t in toks if t.isalpha()] for toks in sentence_tokens(doc, doc.lower)]
                              if native.isascii() and native == doc.lower else
-                             [_LETTERS.findall(s) for s in doc.units(native, "sentence")])
+                             [LETTERS.findall(s) for s in doc.units(native, "sentence")])
     return doc.memo["words"]  # type: ignore[return-value]
 
 
@@ -803,8 +804,15 @@ class RewordingGuard(_JudgeGuard):
 
     def __init__(self, penalty: float = 1.0, min_content: int = 3, max_overlap: float = 0.5, marker_overlap: float = 0.4,
                  restated_share: float = 0.6, restated_sentences: int = 2, repeat_share: float = 0.25,
-                 repeat_top: int = 3, repeat_top_share: float = 0.18, **kw) -> None:
+                 repeat_top: int = 3, repeat_top_share: float = 0.18, chain_sentences: int = 3, chain_new: float = 1.0,
+                 **kw) -> None:
         super().__init__(penalty, **kw)
+        self.chain_sentences = chain_sentences
+        self.chain_new = chain_new
+        # keys of the words for the picture itself: "En la imagen hay frutas. En la imagen hay gente." ties
+        # its sentences by the picture, not by a thing said again
+        self._picture_keys = frozenset(k for w in (*table_words("image_words"), *self.vocab.image_words)
+                                       for k in _keys(LETTERS.findall(w.lower())))
         self.repeat_share = repeat_share
         self.repeat_top = repeat_top
         self.repeat_top_share = repeat_top_share
@@ -835,6 +843,28 @@ class RewordingGuard(_JudgeGuard):
             seen |= keys
         if len(again) >= self.restated_sentences and len(again) * 2 >= len(sents) - 1:
             yield "reworded", f"{len(again)} sentences restate earlier ones: {again[0][:60]}"
+        elif (chain := self._chained(sents, sentence_keys(doc, self.v.function))) is not None:
+            yield "reworded", chain
+
+    def _chained(self, sents: list[str], listed: list[list[str]]) -> str | None:
+        """Short sentences that each say the one thing again, a word or two changed ("Un chien qui court.
+        Le chien court. Un toutou en train de courir."; "Two horses. A pair of horses. 2 horses
+        standing."): ``chain_sentences`` or more, every one after the first shares a content key with
+        what came before (the picture's own words do not count), and together they add at most
+        ``chain_new`` new keys a sentence. Synonyms defeat the overlap of :meth:`_restated`; they do not
+        hide that nothing new is named. A caption that goes on to a new thing breaks the chain."""
+        if len(sents) < self.chain_sentences or not (seen := set(listed[0]) - self._picture_keys):
+            return None
+        new = 0
+        for keys in map(set, listed[1:]):
+            keys -= self._picture_keys
+            if not keys & seen:
+                return None
+            new += len(keys - seen)
+            seen |= keys
+        if new > self.chain_new * (len(sents) - 1):
+            return None
+        return f"{len(sents) - 1} sentences add {new} new words to the first: {sents[1][:60]}"
 
     def _stems(self, tokens: list[str]) -> list[str]:
         # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
@@ -927,8 +957,10 @@ class PaddingGuard(_JudgeGuard):
                  generic_word_share: float = 0.75, generic_min_words: int = 2, fillers: int = 3, symbol_share: float = 0.3, symbol_run: int = 8,
                  meta_sentences: int = 3, meta_share: float = 0.5, meta_keys: int = 8, foreign_generic_share: float = 0.5,
                  mostly_share: float = 0.5, mostly_words: int = 14, mostly_chars: int = 60, padded_share: float = 0.6,
-                 extra_fillers: Iterable[str] = (), **kw) -> None:
+                 placeless_share: float = 0.15, extra_fillers: Iterable[str] = (), **kw) -> None:
         super().__init__(penalty, **kw)
+        self.placeless_share = placeless_share
+        self.place = frozenset(self.vocab.place_words.split())
         self.mostly_share = mostly_share
         self.mostly_words = mostly_words
         self.mostly_chars = mostly_chars
@@ -1027,13 +1059,18 @@ class PaddingGuard(_JudgeGuard):
         consider, ..."): the sentences whose content words are ``mostly_share`` or more boilerplate,
         that name no colour or number (``specifics``) and none of the first sentence's own things
         ("... the shapes of the trees and the bench are arranged ..." describes the bench it named)
-        hold ``mostly_words`` content words or more and ``padded_share`` of the caption's."""
+        hold ``mostly_words`` content words or more and ``padded_share`` of the caption's. After the
+        first sentence, a sentence that also names no place (``place_words``: on, behind, left, ...)
+        needs only ``placeless_share`` of its words boilerplate: a description says where things are,
+        and "Elevate your wardrobe with a piece designed to inspire" says nothing of where, what colour
+        or how many."""
         total = padded = 0
         subject = {self.v.stem(t) for t in (tokens[0] if tokens else ()) if t not in self.v.function
                    and not self._boilerplate(t)}
         for k, (sent, (content, boiler)) in enumerate(zip(sents, counts, strict=True)):
             total += content
-            if content and boiler >= self.mostly_share * content and not self.specific.search(sent) and \
+            share = self.placeless_share if k and self.place.isdisjoint(tokens[k]) else self.mostly_share
+            if content and boiler >= share * content and not self.specific.search(sent) and \
                     (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}):
                 padded += content
         if padded >= self.mostly_words and padded >= self.padded_share * total:

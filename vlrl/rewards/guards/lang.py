@@ -278,6 +278,13 @@ def function_words(path: str = str(TABLE)) -> dict[str, frozenset[str]]:
             if lang.function_words}
 
 
+@lru_cache(maxsize=4)
+def table_words(field: str, path: str = str(TABLE)) -> frozenset[str]:
+    """Every language's words of one field of the table (``image_words``: "imagen", "Foto", "写真"),
+    lower case, for checks that need the words and not which language they belong to."""
+    return frozenset(w.lower() for lang in _table(path).languages.values() for w in getattr(lang, field))
+
+
 _LATIN_WORDS = re.compile(r"[^\W\d_]+")
 
 
@@ -384,4 +391,4 @@ def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int =
     return None
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_counts", "latin_function_words", "latin_language", "score_labels", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_counts", "latin_function_words", "latin_language", "score_labels", "table_words", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]

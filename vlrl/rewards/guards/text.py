@@ -180,12 +180,14 @@ def strip_image_text(text: str) -> str:
     return _IMAGE_TEXT.sub(_unless_own_words, text)
 
 
-# "what I've written", "the words I chose": the writer's own text, not text in the image
-_OWN = re.compile(r"\b(?:i|we|i've|we've|i'd|i\s+have|we\s+have|i\s+just|you|you're|you\s+are)\s*$", re.IGNORECASE)
+# "what I've written", "the words I chose": the writer's own text, not text in the image; and "to any
+# AI reading: ...", "whoever is reading this:": the grader reading the caption, not a sign in the picture
+_OWN = re.compile(r"\b(?:i|we|i've|we've|i'd|i\s+have|we\s+have|i\s+just|you|you're|you\s+are|ai|models?|llms?|"
+                  r"whoever(?:\s+is)?|anyone)\s*$", re.IGNORECASE)
 
 
 def _unless_own_words(m: re.Match[str]) -> str:
-    return m.group(0) if _OWN.search(m.string[max(0, m.start() - 12):m.start()]) else " \u2039t\u203a "
+    return m.group(0) if _OWN.search(m.string[max(0, m.start() - 16):m.start()]) else " \u2039t\u203a "
 
 
 # ------------------------------------------------------------------------------------------------
