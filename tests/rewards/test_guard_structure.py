@@ -438,3 +438,23 @@ def test_sentences_that_place_nothing_and_lean_abstract_pad(caption):
 ])
 def test_concrete_sentences_without_a_place_word_do_not(caption):
     assert not _kinds(PaddingGuard(), caption)
+
+
+@pytest.mark.parametrize("caption", [
+    "A potter shapes a bowl on a wheel. Pottery is one of humanity's oldest crafts, and clay has carried stories "
+    "of daily life for generation after generation, for thousands of years, long before writing or money existed.",
+    "A lifeguard watches a crowded beach. Summers are for memories. Holidays give families time together, and "
+    "oceans have always drawn people who want rest and adventure.",
+])
+def test_sentences_about_a_kind_and_not_this_picture_pad(caption):
+    assert "mostly_generic" in _kinds(PaddingGuard(), caption)
+
+
+@pytest.mark.parametrize("caption", [
+    # bare nouns that open sentences about this picture: they place things or count them
+    "A ferry leaves the harbour. Gulls circle above the wake. Passengers crowd the rail at the stern, waving to people on the quay.",
+    "A potter shapes a bowl on a wheel. Clay streaks her forearms, and finished cups dry on a shelf behind her in two rows.",
+    "O barco sai do porto. O sol brilha sobre a água e as gaivotas voam perto do cais.",
+])
+def test_bare_nouns_describing_this_picture_do_not(caption):
+    assert not _kinds(PaddingGuard(), caption)

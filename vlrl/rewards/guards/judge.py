@@ -1063,19 +1063,33 @@ class PaddingGuard(_JudgeGuard):
         first sentence, a sentence that also names no place (``place_words``: on, behind, left, ...)
         needs only ``placeless_share`` of its words boilerplate: a description says where things are,
         and "Elevate your wardrobe with a piece designed to inspire" says nothing of where, what colour
-        or how many."""
+        or how many. Such a sentence that opens on a bare noun, no article or number before it, speaks
+        of a kind and not of this picture ("Newspapers have informed the public for centuries", "Sport
+        brings people together"), and counts whatever its words and whether or not it names the
+        subject."""
         total = padded = 0
         subject = {self.v.stem(t) for t in (tokens[0] if tokens else ()) if t not in self.v.function
                    and not self._boilerplate(t)}
         for k, (sent, (content, boiler)) in enumerate(zip(sents, counts, strict=True)):
             total += content
-            share = self.placeless_share if k and self.place.isdisjoint(tokens[k]) else self.mostly_share
-            if content and boiler >= share * content and not self.specific.search(sent) and \
+            if not content or self.specific.search(sent):
+                continue
+            placeless = k > 0 and self.place.isdisjoint(tokens[k])
+            if placeless and self._generic_subject(tokens[k][0]):
+                padded += content
+            elif boiler >= (self.placeless_share if placeless else self.mostly_share) * content and \
                     (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}):
                 padded += content
         if padded >= self.mostly_words and padded >= self.padded_share * total:
             return f"{padded}/{total} content words are in sentences about any picture"
         return None
+
+    def _generic_subject(self, first: str) -> bool:
+        """Whether a sentence's first word is a bare noun (no function word of any language, no number, no
+        adverb, no one- or two-letter word): "Cities are places where ...", not "The city", "Two cities",
+        "Slowly, ..." or "O gato"."""
+        return not (len(first) < 3 or first in self.v.function or first in _all_function_words() or first[0].isdigit()
+                    or first.endswith("ly"))
 
     def _generic(self, sentence: str, content: int, boiler: int) -> bool:
         """A sentence that fits any image: its ``content`` words are words about any picture or text
