@@ -71,8 +71,14 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import LETTERS, Doc, english_function_words
 from vlrl.rewards.guards.gates import Gated
-from vlrl.rewards.guards.lang import (FOREIGN_SHARE, foreign_words, function_words, latin_counts, latin_language,
-                                      table_words)
+from vlrl.rewards.guards.lang import (
+    FOREIGN_SHARE,
+    foreign_words,
+    function_words,
+    latin_counts,
+    latin_language,
+    table_words,
+)
 from vlrl.rewards.guards.text import split
 
 VOCAB = Path(__file__).parent / "data" / "judge_hacks.yaml"
