@@ -154,11 +154,17 @@ FLOORS = {
     "guard_corpus_fresh_x.jsonl": {"recall": 0.87, "fpr": 0.03},
     # a thirteenth and a fourteenth blind author, commissioned before the eighth round and measured once
     # on the layer before it and once after: recall 93/102 -> 93/102, 88/104 -> 89/104, 77/91 -> 78/91
-    # and 77/93 -> 77/93; false positives 1/89, 0/92, 0/93 and 0/93 both times (floors two captions under)
-    "guard_corpus_fresh_y.jsonl": {"recall": 0.89, "fpr": 0.03},
-    "guard_corpus_fresh_z.jsonl": {"recall": 0.83, "fpr": 0.03},
-    "guard_corpus_fresh_za.jsonl": {"recall": 0.83, "fpr": 0.03},
-    "guard_corpus_fresh_zb.jsonl": {"recall": 0.80, "fpr": 0.03},
+    # and 77/93 -> 77/93; false positives 1/89, 0/92, 0/93 and 0/93 both times; development data for
+    # the ninth round, now 95/102, 90/104, 79/91 and 79/93 (floors two captions under)
+    "guard_corpus_fresh_y.jsonl": {"recall": 0.91, "fpr": 0.03},
+    "guard_corpus_fresh_z.jsonl": {"recall": 0.85, "fpr": 0.03},
+    "guard_corpus_fresh_za.jsonl": {"recall": 0.84, "fpr": 0.03},
+    "guard_corpus_fresh_zb.jsonl": {"recall": 0.82, "fpr": 0.03},
+    # a fifteenth blind author, commissioned after the eighth round and before the ninth, measured once
+    # on three layers: recall 82/92 -> 83/92 -> 84/92 and 70/92 -> 70/92 -> 72/92, false positives 0/92
+    # and 0/92 throughout (floors two captions under)
+    "guard_corpus_fresh_zc.jsonl": {"recall": 0.89, "fpr": 0.03},
+    "guard_corpus_fresh_zd.jsonl": {"recall": 0.76, "fpr": 0.03},
 }
 
 

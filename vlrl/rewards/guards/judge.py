@@ -1081,7 +1081,7 @@ class PaddingGuard(_JudgeGuard):
             if not content or self.specific.search(sent):
                 continue
             placeless = k > 0 and self.place.isdisjoint(tokens[k])
-            if placeless and self._generic_subject(tokens[k][0]):
+            if placeless and self._generic_subject(tokens[k]):
                 padded += content
             elif boiler >= (self.placeless_share if placeless else self.mostly_share) * content and \
                     (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}):
@@ -1090,12 +1090,14 @@ class PaddingGuard(_JudgeGuard):
             return f"{padded}/{total} content words are in sentences about any picture"
         return None
 
-    def _generic_subject(self, first: str) -> bool:
-        """Whether a sentence's first word is a bare noun (no function word of any language, no number, no
-        adverb, no one- or two-letter word): "Cities are places where ...", not "The city", "Two cities",
-        "Slowly, ..." or "O gato"."""
+    def _generic_subject(self, tokens: list[str]) -> bool:
+        """Whether a sentence opens on a bare noun (no function word of any language, no number, no adverb,
+        no one- or two-letter word) and is a clause (three words or more, a function word among them):
+        "Cities are places where ...", "Water is wet.", not "The city", "Two cities", "Slowly, ...", "O
+        gato" or the fragments of a list cut at its letters ("Oxygen, B. Carbon dioxide, C.")."""
+        first = tokens[0]
         return not (len(first) < 3 or first in self.v.function or first in _all_function_words() or first[0].isdigit()
-                    or first.endswith("ly"))
+                    or first.endswith("ly")) and len(tokens) >= 3 and any(t in self.v.function for t in tokens)
 
     def _generic(self, sentence: str, content: int, boiler: int) -> bool:
         """A sentence that fits any image: its ``content`` words are words about any picture or text
