@@ -77,8 +77,14 @@ def evaluative_fragment(unit: str, doc: Any) -> str | None:
     # a lone label ("Checks:") is not a grade, and "The image is detailed." describes the picture
     # unless a second evaluation word makes it one
     about_picture = re.match(r"\s*(?:the|this)\s+(?:image|picture|photo|scene|frame)\s+(?:is|looks|seems)\b", unit)
-    if (2 <= len(words) <= 10 and all(w in core or w in filler for w in words)
-            and sum(w in core for w in words) >= (2 if about_picture else 1)):
+    if not 2 <= len(words) <= 10:
+        return None
+    graded = sum(w in core for w in words)
+    known = graded + sum(w in filler for w in words)
+    # every word an evaluation or filler word; or two evaluation words in a fragment mostly made of
+    # them, whatever else it says ("Carefully observed and fully correct.", "(Comprehensive, precise,
+    # and fully grounded in what is shown.)")
+    if (known == len(words) and graded >= (2 if about_picture else 1)) or (graded >= 2 and known >= 0.6 * len(words)):
         return unit
     return None
 

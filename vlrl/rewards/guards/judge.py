@@ -106,6 +106,7 @@ class JudgeVocab(BaseModel):
     clash_exemptions: list[str] = []
     specifics: str = "(?!)"
     place_words: str = ""
+    nowhere_words: str = ""
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
                      "placeholders", "tautologies", "list_verbs", "image_words", "abstract_suffix", "clashes",
@@ -256,6 +257,7 @@ def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
         return [w[:4] for w in words if len(w) >= 4 and w not in skip]
     keys = []
     fw = function_words()
+    fw_any = _all_function_words()
     for w in words:
         if w.isascii():
             if len(w) >= 4 and w not in skip:
@@ -265,12 +267,19 @@ def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
         elif _HANGUL.match(w):
             stem = _PARTICLE.sub("", w) or w
             keys.append(stem[:2])
+        elif _SEMITIC.match(w):
+            if len(bare := _CLITIC.sub("", w)) >= 3 and w not in fw_any:
+                keys.append(bare[:3])
         elif len(w) >= 4 and w not in skip:
             keys.append(w[:4])
     return keys
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
+# the article and one-letter words that Arabic and Hebrew write onto the next word ("الكرسي" is "كرسي"
+# with "the"; "בשדה" is "שדה" with "in the"): a key is the three letters after them, a root's length
+_SEMITIC = re.compile(r"[\u0590-\u05ff\u0600-\u06ff]")
+_CLITIC = re.compile(r"^(?:[\u0648\u0641\u0628\u0643\u0644]?\u0627\u0644|\u0644\u0644|[\u05d4\u05d1\u05dc\u05de\u05d5\u05e9\u05db]{1,2}(?=[\u05d0-\u05ea]{3}))")
 # a word of any script with spaces, vowel signs and all (Devanagari's are marks, not word characters)
 _ANY_WORD = re.compile(r"[^\s\d.,;:!?\u0964\u3002\u3001\u060c\"'()\[\]\u00ab\u00bb\u2014\u2013-]+")
 _PARTICLE = re.compile("(?:" + "|".join(sorted(function_words().get("ko", ()), key=len, reverse=True)) + ")$")
@@ -327,6 +336,7 @@ _OR_CHAIN = re.compile(rf"(?<![\w'-]){_ITEM}(?:\s+or\s+{_ITEM}){{2,}}(?![\w'-])"
 _SLASHES = re.compile(r"(?<![\w/])[a-z]{2,}(?:\s*/\s*[a-z]{2,}){2,}(?![\w/])")
 _GOVERNS = r"(?:\s+(?:objects?|items?|things?|contents?|candidates?|elements?|options?))?\s*(?:be\s+|also\s+)?(?:{verbs})\s+"
 _TO_COLON = re.compile(r"(?:\s+[\w'-]+){0,4}?\s*:\s*")
+_PHRASE_END = re.compile(r"[,;:.]|\s(?:or|and)\s")  # where the phrase a guess opens ends
 _OR_WORD = re.compile(r"\bor\b")  # every "or" pattern above needs the word
 _DET = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|\d+)\s")
 _DET_END = re.compile(r"\b(?:a|an|the|some|two|three|four|five|six|\d+)(?:\s+[\w'-]+){1,2}\s*$")
@@ -578,6 +588,10 @@ class HedgingGuard(_JudgeGuard):
             if same and max(same.values()) >= self.speculative_items:  # "maybe a cup, maybe a glass, maybe a jar"
                 word, n = same.most_common(1)[0]
                 yield "repeated_guess", f"alternatives: {word!r} x{n} in one sentence"
+            elif len(guesses) >= self.speculative_items and sum(
+                    1 <= len(_PHRASE_END.split(bare[g.end():], maxsplit=1)[0].split()) <= 3 for g in guesses
+            ) >= self.speculative_items:  # one guess after another, in other words: "perhaps five, maybe eight, possibly a dozen"
+                yield "repeated_guess", f"alternatives: {len(guesses)} short guesses in one sentence"
             for o in (re.finditer(r"\bor\b", bare) if has_or else ()):
                 if not self._exempt_before(bare, o.start()):
                     ors += 1
@@ -941,6 +955,10 @@ class RewordingGuard(_JudgeGuard):
 # padding
 
 
+# a sentence that goes on about what the one before it said, from a pronoun ("It teaches discipline ...",
+# "They remind us ...", "Such moments ..."): padding when the one before it was
+_GOES_ON = frozenset("it its they their this these those such".split())
+
 _ASCII_SYMBOL = re.compile(r"[!-/:-@\[-`{-~]")  # every ASCII character of Unicode category P or S
 
 
@@ -967,6 +985,7 @@ class PaddingGuard(_JudgeGuard):
         super().__init__(penalty, **kw)
         self.placeless_share = placeless_share
         self.place = frozenset(self.vocab.place_words.split())
+        self.nowhere = frozenset(self.vocab.nowhere_words.split())
         self.mostly_share = mostly_share
         self.mostly_words = mostly_words
         self.mostly_chars = mostly_chars
@@ -1074,21 +1093,27 @@ class PaddingGuard(_JudgeGuard):
         brings people together"), and counts whatever its words and whether or not it names the
         subject."""
         total = padded = 0
+        went_on = False
         subject = {self.v.stem(t) for t in (tokens[0] if tokens else ()) if t not in self.v.function
                    and not self._boilerplate(t)}
         for k, (sent, (content, boiler)) in enumerate(zip(sents, counts, strict=True)):
             total += content
-            if not content or self.specific.search(sent):
-                continue
-            placeless = k > 0 and self.place.isdisjoint(tokens[k])
-            if placeless and self._generic_subject(tokens[k]):
-                padded += content
-            elif boiler >= (self.placeless_share if placeless else self.mostly_share) * content and \
-                    (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}):
-                padded += content
+            pads = False
+            if content and not self.specific.search(sent):
+                placeless = k > 0 and not self._places(tokens[k])
+                pads = (placeless and (self._generic_subject(tokens[k]) or (went_on and tokens[k][0] in _GOES_ON))) or (
+                    boiler >= (self.placeless_share if placeless else self.mostly_share) * content and
+                    (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}))
+            padded += content if pads else 0
+            went_on = pads
         if padded >= self.mostly_words and padded >= self.padded_share * total:
             return f"{padded}/{total} content words are in sentences about any picture"
         return None
+
+    def _places(self, tokens: list[str]) -> bool:
+        """Whether a sentence places something: a place word not followed, within two words, by a word
+        for nowhere in the picture (``nowhere_words``: "around the world", "across cultures")."""
+        return any(t in self.place and self.nowhere.isdisjoint(tokens[i + 1:i + 3]) for i, t in enumerate(tokens))
 
     def _generic_subject(self, tokens: list[str]) -> bool:
         """Whether a sentence opens on a bare noun (no function word of any language, no number, no adverb,
