@@ -13,7 +13,8 @@ Captions come from ``--input`` (a JSONL file, e.g. a policy's samples) or, by de
 generator that mixes honest captions of 10 to 200 words with the hacks the guards look for
 (praise, grader addresses, hedged alternatives, noun dumps, rewording, padding, other languages),
 each one distinct so that no cache answers for the patterns. The opt-in ``llm_defense`` guard calls
-a model and is not part of the cheap layer.
+a model and is not part of the cheap layer; the opt-in ``learned`` guard is timed apart
+(``learned_opt_in``): what enabling it adds per caption.
 """
 
 from __future__ import annotations
@@ -127,6 +128,16 @@ def bench_guards(input_path: str | None = None, n_captions: int = 2000, seed: in
             t0 = time.perf_counter()
             guards.evaluate(c)
             off_t.append(time.perf_counter() - t0)
+    # the opt-in learned guard (vlrl.rewards.guards.learned), on the same prepared captions: what enabling
+    # it adds to the layer
+    from vlrl.rewards.guards.learned import LearnedGuard
+
+    learned, learned_t = LearnedGuard(), []
+    for c in captions:
+        doc = Doc.of(c)
+        t0 = time.perf_counter()
+        learned.match(doc)
+        learned_t.append(time.perf_counter() - t0)
     words = [len(c.split()) for c in captions]
     summary = _ms(per_caption)
     return {
@@ -141,6 +152,7 @@ def bench_guards(input_path: str | None = None, n_captions: int = 2000, seed: in
         "prefilters": {"captions": len(sample), "median_ms_on": _ms(on_t)["median_ms"],
                        "median_ms_off": _ms(off_t)["median_ms"],
                        "speedup": round(statistics.median(off_t) / statistics.median(on_t), 2)},
+        "learned_opt_in": _ms(learned_t),
         "words_median": statistics.median(words),
         "words_max": max(words),
         "flagged_share": round(fired / len(captions), 4),

@@ -113,6 +113,52 @@ def guard_cmd(
     _exit_for(s["rows"], len(s["errors"]), strict, f"{input}: every row was bad (see the errors above); nothing was checked")
 
 
+@app.command("guard-train")
+def guard_train_cmd(
+    input: list[str] = typer.Option(..., "--input", "-i", help="Labelled JSONL, repeatable: a caption (caption, else text) and a label (hack/honest, or a boolean hack or is_hack)."),
+    out: str = typer.Option(..., "--out", "-o", help="Model file to write (.npz); use it with --set learned.model=FILE."),
+    json_out: str | None = typer.Option(None, "--json", help='Also write {"rows", "hacks", "honest", "errors", "digest", "threshold", "fit": {"recall", "fpr"}}.'),
+    text_column: str | None = typer.Option(None, "--text-column", help="Column holding the caption (default: caption, else text)."),
+    label_column: str | None = typer.Option(None, "--label-column", help="Column holding the label (default: label, else hack or is_hack)."),
+    c: float = typer.Option(16.0, "--c", min=1e-6, help="Inverse regularisation strength of the logistic regression."),
+    threshold: float = typer.Option(0.8, "--threshold", min=0.01, max=0.99, help="Probability at which the guard fires (stored in the model)."),
+) -> None:
+    """Train the learned guard on labelled captions: hacks your policy found, honest captions of your domain.
+
+    Exit codes: 0 done; 1 no row could be read; 2 bad input file, one class missing or scikit-learn absent."""
+    from vlrl.core.pipeline import atomic_write_json
+    from vlrl.rewards.guards.doc import Doc
+    from vlrl.rewards.guards.learned import caption_text, read_labelled, train
+
+    try:
+        rows, errors = read_labelled(input, text_column, label_column)
+    except OSError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    for reason in errors[:20]:
+        typer.echo(f"skipped {reason}", err=True)
+    if not rows:
+        typer.echo("error: no labelled row could be read (see the reasons above)", err=True)
+        raise typer.Exit(1)
+    try:
+        model = train(rows, c=c, threshold=threshold)
+    except (ImportError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    model.save(out)
+    fired = [model.probability(caption_text(Doc.of(t))) >= threshold for t, _ in rows]
+    hacks = [f for f, (_, y) in zip(fired, rows, strict=True) if y]
+    honest = [f for f, (_, y) in zip(fired, rows, strict=True) if not y]
+    summary = {"rows": len(rows), "hacks": len(hacks), "honest": len(honest), "errors": errors,
+               "digest": model.meta["digest"], "threshold": threshold,
+               "fit": {"recall": sum(hacks) / len(hacks), "fpr": sum(honest) / len(honest)}}
+    if json_out:
+        atomic_write_json(json_out, summary)
+    typer.echo(f"{out}: trained on {len(hacks)} hacks and {len(honest)} honest captions ({len(errors)} rows skipped); "
+               f"on its own training rows it catches {summary['fit']['recall']:.1%} of the hacks and flags "
+               f"{summary['fit']['fpr']:.1%} of the honest captions (measure it on captions it has not seen)")
+
+
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help='Print [{"name", "module", "required_columns"}] as JSON.')) -> None:
     """Every registered reward, the module it lives in and the dataset columns it needs."""

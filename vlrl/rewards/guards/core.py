@@ -212,6 +212,7 @@ class LengthGuard(Guard):
 
 # The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
 from vlrl.rewards.guards import judge as _judge_guards  # noqa: E402,F401,I001  (hedging, keyword_stuffing, rewording, padding)
+from vlrl.rewards.guards import learned as _learned_guard  # noqa: E402,F401,I001  (learned, opt-in)
 
 # ----------------------------------------------------------------------------------------------
 # GuardSet
