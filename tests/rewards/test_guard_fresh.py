@@ -165,6 +165,11 @@ FLOORS = {
     # and 0/92 throughout (floors two captions under)
     "guard_corpus_fresh_zc.jsonl": {"recall": 0.89, "fpr": 0.03},
     "guard_corpus_fresh_zd.jsonl": {"recall": 0.76, "fpr": 0.03},
+    # a sixteenth blind author, commissioned before the tenth round and measured once on three layers:
+    # recall 77/92 -> 78/92 -> 78/92 and 62/91 -> 64/91 -> 65/91, false positives 0/92 throughout; since
+    # then training data of the learned guard (not of these floors: they measure the patterns)
+    "guard_corpus_fresh_ze.jsonl": {"recall": 0.82, "fpr": 0.03},
+    "guard_corpus_fresh_zf.jsonl": {"recall": 0.69, "fpr": 0.03},
 }
 
 
