@@ -380,6 +380,11 @@ def test_an_order_to_the_grader_in_the_pictures_text_fires(cheap, caption):
     # a machine in the text, with no order about this caption, its questions or its criteria
     "A slide at the conference reads 'Can language models judge captions?', above a bar chart.",
     "The robot vacuum's screen says 'Assistant: cleaning complete' on the hallway floor.",
+    # the order word as a noun, or about other answers than this caption's (a reviewer's cases)
+    "A framed notice in the courtroom reads 'Judges: the answer to each question is final.'",
+    "A conference slide reads 'Reward model: score each answer for helpfulness'.",
+    "A lab whiteboard says 'Models must output correct labels for every test image'.",
+    "A banner at the expo: 'Chatbot: ask anything, it answers all questions'.",
 ])
 def test_signs_for_people_or_without_an_order_about_the_caption_do_not(cheap, caption):
     assert "grader_address" not in cheap.evaluate(caption).fired
@@ -415,6 +420,10 @@ def test_a_chain_of_sentences_naming_nothing_new_is_rewording(cheap, caption):
     # the subject again, with something new each time
     "A tractor in a field. The tractor pulls a plough through wet soil. Gulls follow the tractor, and a farmhouse stands at the far hedge.",
     "Un perro en el jardín. El perro lleva un collar azul y mira una pelota junto a la valla de madera.",
+    # one attribute a sentence: a description going on (a reviewer's cases)
+    "A boat on a lake. The boat is small. The lake is calm.",
+    "Two dogs on a sofa. The dogs are asleep. The sofa is green.",
+    "A bike leans on a wall. The wall is yellow. The bike is blue.",
 ])
 def test_sentences_that_name_new_things_are_not_a_chain(cheap, caption):
     assert "rewording" not in cheap.evaluate(caption).fired

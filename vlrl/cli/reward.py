@@ -121,7 +121,7 @@ def guard_train_cmd(
     text_column: str | None = typer.Option(None, "--text-column", help="Column holding the caption (default: caption, else text)."),
     label_column: str | None = typer.Option(None, "--label-column", help="Column holding the label (default: label, else hack or is_hack)."),
     c: float = typer.Option(16.0, "--c", min=1e-6, help="Inverse regularisation strength of the logistic regression."),
-    threshold: float = typer.Option(0.8, "--threshold", min=0.01, max=0.99, help="Probability at which the guard fires (stored in the model)."),
+    threshold: float = typer.Option(0.75, "--threshold", min=0.01, max=0.99, help="Probability at which the guard fires (stored in the model)."),
 ) -> None:
     """Train the learned guard on labelled captions: hacks your policy found, honest captions of your domain.
 
@@ -145,7 +145,11 @@ def guard_train_cmd(
     except (ImportError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    model.save(out)
+    try:
+        out = str(model.save(out))
+    except OSError as e:
+        typer.echo(f"error: cannot write {out}: {e}", err=True)
+        raise typer.Exit(2) from None
     fired = [model.probability(caption_text(Doc.of(t))) >= threshold for t, _ in rows]
     hacks = [f for f, (_, y) in zip(fired, rows, strict=True) if y]
     honest = [f for f, (_, y) in zip(fired, rows, strict=True) if not y]

@@ -73,14 +73,15 @@ def cues(unit: str, doc: Any, about: str = "self") -> str | None:
 
 def evaluative_fragment(unit: str, doc: Any) -> str | None:
     words = re.findall(r"[a-z]+|\d+", unit)
+    if not 2 <= len(words) <= 10:
+        return None
     core, filler = vocabulary("fragment_core"), vocabulary("fragment_filler")
+    if not (graded := sum(w in core for w in words)):
+        return None
+    known = graded + sum(w in filler for w in words)
     # a lone label ("Checks:") is not a grade, and "The image is detailed." describes the picture
     # unless a second evaluation word makes it one
     about_picture = re.match(r"\s*(?:the|this)\s+(?:image|picture|photo|scene|frame)\s+(?:is|looks|seems)\b", unit)
-    if not 2 <= len(words) <= 10:
-        return None
-    graded = sum(w in core for w in words)
-    known = graded + sum(w in filler for w in words)
     # every word an evaluation or filler word; or two evaluation words in a fragment mostly made of
     # them, whatever else it says ("Carefully observed and fully correct.", "(Comprehensive, precise,
     # and fully grounded in what is shown.)")

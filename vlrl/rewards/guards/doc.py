@@ -45,6 +45,13 @@ _FUNCTION_WORDS_FILE = Path(__file__).parent / "data" / "english_function_words.
 # one word, not three pieces.
 _MARKS = "\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u0900-\u0963\u0971-\u0dff\u0e31\u0e34-\u0e3a\u0e47-\u0e4e"
 LETTERS = re.compile(rf"[^\W\d_]+(?:[{_MARKS}]+[^\W\d_]*)*(?:'[^\W\d_]+)?")
+_ASCII_LETTERS = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+
+
+def letters(text: str) -> list[str]:
+    """The words of ``text`` (:data:`LETTERS`); an ASCII text has no marks to keep and takes the plainer
+    pattern, which costs less on the every-caption path."""
+    return (_ASCII_LETTERS if text.isascii() else LETTERS).findall(text)
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +63,7 @@ def english_function_words() -> frozenset[str]:
 
 def english_share(text: str) -> float:
     """Share of the words of ``text`` (any script) that are English function words."""
-    words = LETTERS.findall(text.lower())
+    words = letters(text.lower())
     function = english_function_words()
     return sum(w in function for w in words) / len(words) if words else 0.0
 
@@ -136,6 +143,12 @@ class Doc:
         return self._units[key]
 
     @cached_property
+    def whole(self) -> str:
+        """Normalised and lower case, with nothing removed: quoted spans and the picture's text kept, for
+        what is planted in them (an order to the grader on a sign). Computed on first use."""
+        return self.norm.lower()
+
+    @cached_property
     def native(self) -> str:
         """Lower case in the caption's own script (no homoglyph folding, which turns Cyrillic into
         Latin look-alikes), digits of other scripts read as ASCII ones, Arabic vowel marks removed,
@@ -178,4 +191,4 @@ class Doc:
         )
 
 
-__all__ = ["LETTERS", "Doc", "english_function_words", "english_share", "normalize", "reads_as_english", "strip_quoted"]
+__all__ = ["LETTERS", "Doc", "letters", "english_function_words", "english_share", "normalize", "reads_as_english", "strip_quoted"]

@@ -69,7 +69,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from vlrl.rewards.guards.base import Guard, register_guard
-from vlrl.rewards.guards.doc import LETTERS, Doc, english_function_words
+from vlrl.rewards.guards.doc import Doc, english_function_words, letters
 from vlrl.rewards.guards.gates import Gated
 from vlrl.rewards.guards.lang import (
     FOREIGN_SHARE,
@@ -194,12 +194,12 @@ class _JudgeGuard(Guard):
         key = ("english", self.min_function_share, id(self.v.function))
         if key not in doc.memo:
             text = doc.native
-            parts = [LETTERS.findall(text)]
+            parts = [letters(text)]
             if first := doc.units(text, "sentence")[:1]:
-                parts.append(LETTERS.findall(first[0]))
+                parts.append(letters(first[0]))
                 # or its first clause, when that has words enough to tell ("A cat sleeping on a
                 # windowsill, cat, window, sill, curtain, plant, ...")
-                if len(clause := LETTERS.findall(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
+                if len(clause := letters(re.split(r"[,;:\u2014\u2013]", first[0], maxsplit=1)[0])) >= 4:
                     parts.append(clause)
             # or ASCII letters that no language of the table claims ("alt: man woman child dog cat car
             # bus tree ... — family crossing"): a noun dump has no function words of any language
@@ -235,7 +235,7 @@ def sentence_words(doc: Doc) -> list[list[str]]:
         native = doc.native
         doc.memo["words"] = ([[t for t in toks if t.isalpha()] for toks in sentence_tokens(doc, doc.lower)]
                              if native.isascii() and native == doc.lower else
-                             [LETTERS.findall(s) for s in doc.units(native, "sentence")])
+                             [letters(s) for s in doc.units(native, "sentence")])
     return doc.memo["words"]  # type: ignore[return-value]
 
 
@@ -277,9 +277,12 @@ def _keys(words: list[str], skip: frozenset[str] = frozenset()) -> list[str]:
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
 # the article and one-letter words that Arabic and Hebrew write onto the next word ("الكرسي" is "كرسي"
-# with "the"; "בשדה" is "שדה" with "in the"): a key is the three letters after them, a root's length
+# with "the"; "בשדה" is "שדה" with "in the"): a key is the three letters after them, a root's length.
+# Hebrew's ה (the), alone or after ו ב ל כ ש; one of those five alone only before four letters more; never
+# מ, which begins as many words as it prefixes ("מטוס", "מכונית")
 _SEMITIC = re.compile(r"[\u0590-\u05ff\u0600-\u06ff]")
-_CLITIC = re.compile(r"^(?:[\u0648\u0641\u0628\u0643\u0644]?\u0627\u0644|\u0644\u0644|[\u05d4\u05d1\u05dc\u05de\u05d5\u05e9\u05db]{1,2}(?=[\u05d0-\u05ea]{3}))")
+_CLITIC = re.compile(r"^(?:[\u0648\u0641\u0628\u0643\u0644]?\u0627\u0644|\u0644\u0644|[\u05d5\u05d1\u05dc\u05db\u05e9]?\u05d4(?=[\u05d0-\u05ea]{3})"
+                     r"|[\u05d5\u05d1\u05dc\u05db\u05e9](?=[\u05d0-\u05ea]{4}))")
 # a word of any script with spaces, vowel signs and all (Devanagari's are marks, not word characters)
 _ANY_WORD = re.compile(r"[^\s\d.,;:!?\u0964\u3002\u3001\u060c\"'()\[\]\u00ab\u00bb\u2014\u2013-]+")
 _PARTICLE = re.compile("(?:" + "|".join(sorted(function_words().get("ko", ()), key=len, reverse=True)) + ")$")
@@ -832,7 +835,7 @@ class RewordingGuard(_JudgeGuard):
         # keys of the words for the picture itself: "En la imagen hay frutas. En la imagen hay gente." ties
         # its sentences by the picture, not by a thing said again
         self._picture_keys = frozenset(k for w in (*table_words("image_words"), *self.vocab.image_words)
-                                       for k in _keys(LETTERS.findall(w.lower())))
+                                       for k in _keys(letters(w.lower())))
         self.repeat_share = repeat_share
         self.repeat_top = repeat_top
         self.repeat_top_share = repeat_top_share
@@ -870,7 +873,7 @@ class RewordingGuard(_JudgeGuard):
         """Short sentences that each say the one thing again, a word or two changed ("Un chien qui court.
         Le chien court. Un toutou en train de courir."; "Two horses. A pair of horses. 2 horses
         standing."): ``chain_sentences`` or more, every one after the first shares a content key with
-        what came before (the picture's own words do not count), and together they add at most
+        what came before (the picture's own words do not count), and together they add fewer than
         ``chain_new`` new keys a sentence. Synonyms defeat the overlap of :meth:`_restated`; they do not
         hide that nothing new is named. A caption that goes on to a new thing breaks the chain."""
         if len(sents) < self.chain_sentences or not (seen := set(listed[0]) - self._picture_keys):
@@ -882,8 +885,8 @@ class RewordingGuard(_JudgeGuard):
                 return None
             new += len(keys - seen)
             seen |= keys
-        if new > self.chain_new * (len(sents) - 1):
-            return None
+        if new >= self.chain_new * (len(sents) - 1):
+            return None  # one new word a sentence is a description going on: "A boat. The boat is small. The lake is calm."
         return f"{len(sents) - 1} sentences add {new} new words to the first: {sents[1][:60]}"
 
     def _stems(self, tokens: list[str]) -> list[str]:
@@ -1098,12 +1101,15 @@ class PaddingGuard(_JudgeGuard):
                    and not self._boilerplate(t)}
         for k, (sent, (content, boiler)) in enumerate(zip(sents, counts, strict=True)):
             total += content
+            # (cheapest tests first: most sentences open on an article and hold few boilerplate words)
+            kind = k > 0 and content > 0 and (self._generic_subject(tokens[k]) or (went_on and tokens[k][0] in _GOES_ON))
             pads = False
-            if content and not self.specific.search(sent):
+            if kind or (content and boiler >= self.placeless_share * content):
                 placeless = k > 0 and not self._places(tokens[k])
-                pads = (placeless and (self._generic_subject(tokens[k]) or (went_on and tokens[k][0] in _GOES_ON))) or (
+                pads = (placeless and kind) or (
                     boiler >= (self.placeless_share if placeless else self.mostly_share) * content and
                     (k == 0 or not subject & {self.v.stem(t) for t in tokens[k]}))
+                pads = pads and not self.specific.search(sent)
             padded += content if pads else 0
             went_on = pads
         if padded >= self.mostly_words and padded >= self.padded_share * total:
@@ -1113,6 +1119,8 @@ class PaddingGuard(_JudgeGuard):
     def _places(self, tokens: list[str]) -> bool:
         """Whether a sentence places something: a place word not followed, within two words, by a word
         for nowhere in the picture (``nowhere_words``: "around the world", "across cultures")."""
+        if self.place.isdisjoint(tokens):
+            return False
         return any(t in self.place and self.nowhere.isdisjoint(tokens[i + 1:i + 3]) for i, t in enumerate(tokens))
 
     def _generic_subject(self, tokens: list[str]) -> bool:

@@ -14,12 +14,12 @@ hacks, not one hand-written shape.
 * **Model.** Logistic regression with balanced class weights (scikit-learn at training time only).
   Scoring one caption is a sum of its buckets' weights, about 0.1 ms (``vlrl bench guards``). scikit-learn's
   own vectoriser costs 0.3 ms a caption when captions come one at a time, as the guards see them.
-* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.8) or more.
-  The default was chosen by leaving out each blind author's pair in turn, training on the rest, and
-  keeping the pooled false positives on the held-out honest captions under 1%.
-* **Opt-in.** Enable it with ``enabled: [..., learned]``. Its errors follow the corpora it learned from:
-  captions written by other models in styles a policy may never use. On one held-out author it
-  flagged 6% of the honest captions, casual lower-case ones mostly. The docs give every number.
+* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.75) or more.
+  The default was chosen by leaving out each blind author's pair in turn and training on the rest. It is
+  the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
+* **Opt-in.** Enable it with ``enabled: [..., learned]``. Its errors follow the corpora it learned from,
+  captions written by other models, in styles a policy may never use. Left out of training, one author
+  had 3% of its honest captions flagged. The docs give every number.
 
 A model file (``.npz``: the weights, the bias and a JSON header, read without pickle) ships in
 ``data/learned_guard.npz``. It was trained by ``make learned-guard`` on the corpora of
@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
@@ -49,10 +51,16 @@ _TOKEN = re.compile(rf"{LETTERS.pattern}|\d+|[^\w\s]")
 _UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 
+# sentence punctuation says how a corpus was typed, not whether it hacks: a model that read the full stop
+# learned that a caption without one is a hack ("A cat on a mat" 0.88, "A cat on a mat." 0.19)
+_SENTENCE_MARKS = frozenset(".,!?;'\"()\u2026\u00ab\u00bb\u201c\u201d\u2018\u2019")
+
+
 def _tokens(text: str) -> list[str]:
-    """Word, number and punctuation tokens of normalised, lower-case text; a number becomes its length
-    class ("0" for one or two digits, "00" for more), so "9/10" and "8/10" are one token pair."""
-    return [("0" if len(t) < 3 else "00") if t.isdigit() else t for t in _TOKEN.findall(text)]
+    """Word, number and punctuation tokens of normalised, lower-case text, without sentence punctuation
+    (``:``, ``[``, ``/``, ``#`` and the like stay: "Q:", "[x]" and "10/10" are evidence). A number becomes
+    its length class ("0" for one or two digits, "00" for more), so "9/10" and "8/10" are one token pair."""
+    return [("0" if len(t) < 3 else "00") if t.isdigit() else t for t in _TOKEN.findall(text) if t not in _SENTENCE_MARKS]
 
 
 def features(text: str) -> list[int]:
@@ -63,7 +71,8 @@ def features(text: str) -> list[int]:
     for t in toks:
         if len(t) > 1 and _UNSPACED.search(t):
             grams.update("c " + t[i:i + 2] for i in range(len(t) - 1))
-    return sorted({zlib.crc32(g.encode()) & (DIM - 1) for g in grams})
+    # ("surrogatepass": a lone surrogate, as broken decoders leave, is a token like any other)
+    return sorted({zlib.crc32(g.encode("utf-8", "surrogatepass")) & (DIM - 1) for g in grams})
 
 
 def caption_text(doc: Doc) -> str:
@@ -76,10 +85,17 @@ class LearnedModel:
     """Weights over :data:`DIM` hashed buckets, a bias, and a header saying what it was trained on."""
 
     def __init__(self, weights: np.ndarray, bias: float, meta: dict[str, Any]) -> None:
+        weights = np.asarray(weights)
         if weights.shape != (DIM,):
-            raise ValueError(f"learned guard model: {weights.shape[0]} weights, expected {DIM}")
+            raise ValueError(f"learned guard model: weights of shape {weights.shape}, expected ({DIM},)")
+        if not isinstance(meta, dict):
+            raise ValueError("learned guard model: its header is not a JSON object")
         self.weights = weights.astype(np.float32)
         self.bias = float(bias)
+        if not (np.isfinite(self.weights).all() and np.isfinite(self.bias)):
+            raise ValueError("learned guard model: weights or bias not finite")
+        if "threshold" in meta and not (isinstance(meta["threshold"], (int, float)) and 0 < meta["threshold"] < 1):
+            raise ValueError(f"learned guard model: threshold {meta['threshold']!r} is not a probability")
         self.meta = meta
 
     def probability(self, text: str) -> float:
@@ -90,16 +106,23 @@ class LearnedModel:
         z = float(self.weights[idx].sum()) / np.sqrt(len(idx)) + self.bias
         return 1.0 / (1.0 + np.exp(-z))
 
-    def save(self, path: str | Path) -> None:
-        np.savez_compressed(path, weights=self.weights.astype(np.float16), bias=np.float64(self.bias),
-                            meta=np.array(json.dumps(self.meta, sort_keys=True)))
+    def save(self, path: str | Path) -> Path:
+        """Write the model to ``path`` exactly as named (numpy would add ".npz"), whole or not at all."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        with open(part, "wb") as f:
+            np.savez_compressed(f, weights=self.weights.astype(np.float16), bias=np.float64(self.bias),
+                                meta=np.array(json.dumps(self.meta, sort_keys=True)))
+        os.replace(part, path)
+        return path
 
     @classmethod
     def load(cls, path: str | Path) -> LearnedModel:
         try:
             with np.load(path, allow_pickle=False) as z:
-                return cls(z["weights"].astype(np.float32), float(z["bias"]), json.loads(str(z["meta"])))
-        except (OSError, KeyError, ValueError) as e:
+                return cls(z["weights"], float(z["bias"]), json.loads(str(z["meta"])))
+        except (OSError, EOFError, KeyError, ValueError, TypeError, IndexError, zipfile.BadZipFile) as e:
             raise ValueError(f"learned guard model {path}: unreadable ({e})") from None
 
 
@@ -118,19 +141,27 @@ def read_labelled(paths: Iterable[str | Path], text_column: str | None = None,
     """``(caption, 1 for a hack else 0)`` rows from JSONL files, and one line of reason per row that
     could not be read. A row's caption is ``text_column`` (default: ``caption``, else ``text``); its
     label is ``label_column`` (default: ``label``, "hack" or "honest"; else a boolean ``hack`` or
-    ``is_hack``)."""
+    ``is_hack``; "true"/"false" and 1/0 are read too)."""
     rows, errors = [], []
     for path in paths:
-        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        for n, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
+            where = f"{path}:{n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                errors.append(f"{where}: not UTF-8")
+                continue
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             try:
                 r = json.loads(line)
             except json.JSONDecodeError as e:
                 errors.append(f"{where}: not JSON ({e.msg})")
                 continue
-            text = r.get(text_column) if text_column else r.get("caption", r.get("text"))
+            if not isinstance(r, dict):
+                errors.append(f"{where}: not a JSON object")
+                continue
+            text = r.get(text_column) if text_column else _first(r, ("caption", "text"))
             label = _label(r, label_column)
             if not isinstance(text, str) or not text.strip():
                 errors.append(f"{where}: no caption")
@@ -141,14 +172,22 @@ def read_labelled(paths: Iterable[str | Path], text_column: str | None = None,
     return rows, errors
 
 
+def _first(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """The first of ``keys`` that ``row`` holds a value for (a key present with null falls through)."""
+    return next((row[k] for k in keys if row.get(k) is not None), None)
+
+
+_LABELS = {"hack": 1, "honest": 0, "true": 1, "false": 0, "1": 1, "0": 0}
+
+
 def _label(row: dict[str, Any], column: str | None) -> int | None:
-    value = row.get(column) if column else row.get("label", row.get("hack", row.get("is_hack")))
+    value = row.get(column) if column else _first(row, ("label", "hack", "is_hack"))
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, str) and value.lower() in ("hack", "honest"):
-        return int(value.lower() == "hack")
-    if value in (0, 1):
-        return int(value)
+    if isinstance(value, str):
+        return _LABELS.get(value.strip().lower())
+    if isinstance(value, int) and value in (0, 1):
+        return value
     return None
 
 
@@ -160,7 +199,7 @@ def digest(rows: list[tuple[str, int]]) -> str:
     return h.hexdigest()[:16]
 
 
-def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.8) -> LearnedModel:
+def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75) -> LearnedModel:
     """Fit the model on ``(caption, label)`` rows (raw captions: each is normalised as the guard reads
     it). Needs scikit-learn (the ``train`` extra)."""
     try:
@@ -198,7 +237,7 @@ class LearnedGuard(Guard):
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None) -> None:
         super().__init__(penalty)
         self.model = load_model(str(model or MODEL))
-        self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.8))
+        self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.75))
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"learned guard: threshold must lie between 0 and 1, not {self.threshold}")
 

@@ -8,7 +8,8 @@ A *family* is one kind of hack a guard looks for. Each row of the table names it
   ``lower`` (lower case, quoted spans and image text removed, typos repaired; the deobfuscated text
   too when the caption was obfuscated), ``decoded`` (the same with obfuscation undone), ``unquoted``
   (case kept, for option letters), ``shaped`` (line breaks kept, for markup and data), ``native``
-  (the caption's own script, for other languages), ``norm`` (normalised, case kept) or ``compact``
+  (the caption's own script, for other languages), ``norm`` (normalised, case kept), ``whole``
+  (normalised, lower case, nothing removed: quotes and the picture's text kept) or ``compact``
   (obfuscated captions only: every separator removed);
 * ``scope`` — what one match may span: the whole ``text``, one ``sentence``, one ``clause``
   (sentences cut further at dashes and bars), one ``aside`` (at brackets too) or one ``phrase`` (at
@@ -49,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from vlrl.rewards.guards import gates
 
 TABLE = Path(__file__).parent / "data" / "families.yaml"
-View = Literal["lower", "decoded", "unquoted", "shaped", "native", "norm", "compact"]
+View = Literal["lower", "decoded", "unquoted", "shaped", "native", "norm", "whole", "compact"]
 Scope = Literal["text", "sentence", "clause", "aside", "phrase"]
 _REF = re.compile(r"\{\{(\w+)(?::(\d+))?\}\}")
 
