@@ -27,7 +27,9 @@ Four more, against the hacks aimed at rubric and QA judges ("the car is red, sil
 dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guards.judge`: ``hedging``,
 ``keyword_stuffing``, ``rewording`` and ``padding`` (on by default, after the five above). Claims,
 grader addresses, score requests and injections in other languages come from the phrase table of
-:mod:`vlrl.rewards.guards.lang`, read by ``self_praise`` and ``grader_address``.
+:mod:`vlrl.rewards.guards.lang`, read by ``self_praise`` and ``grader_address``. One more is opt-in:
+``learned`` (:mod:`vlrl.rewards.guards.learned`), a linear model over hashed words trained on labelled
+hacks and honest captions, for the wordings no pattern names.
 
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
 IGNORE'). Quoted text in the image is content, so quoted spans are removed before the two
