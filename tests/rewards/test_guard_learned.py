@@ -11,6 +11,11 @@ same rule, applied by leaving each earlier author's pair out in turn. It caught 
 and 1/91 false positives. That was a second look at this pair; the docs say so. The ``heldout`` folder
 keeps these two corpora out of ``make learned-guard``. A model trained on them could not be measured on
 them.
+
+``..._zi.jsonl`` and ``..._zj.jsonl`` (190 and 192 captions: 95 and 96 hacks) came from an eighteenth blind
+author, commissioned after every change and measured once: the patterns caught 73/95 and 74/96, and
+with the learned guard the layer caught 80/95 and 79/96. False positives were 2/95 and 0/96 either
+way. The goal is not met on this pair.
 """
 
 from __future__ import annotations
@@ -204,6 +209,10 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
     ("guard_corpus_fresh_zg.jsonl", 0.82, 0.88),
     # patterns 82/97; with the learned guard 89/97, then 88/97; false positives 0/91 and 1/91
     ("guard_corpus_fresh_zh.jsonl", 0.82, 0.88),
+    # an eighteenth blind author, after every change, measured once: patterns 73/95 and 74/96, with the
+    # learned guard 80/95 and 79/96; false positives 2/95 and 0/96 both ways (the goal is not met here)
+    ("guard_corpus_fresh_zi.jsonl", 0.74, 0.82),
+    ("guard_corpus_fresh_zj.jsonl", 0.74, 0.80),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, record_property):
     path = HELDOUT / corpus
