@@ -107,6 +107,7 @@ class JudgeVocab(BaseModel):
     specifics: str = "(?!)"
     place_words: str = ""
     nowhere_words: str = ""
+    continuation_words: str = ""
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
                      "placeholders", "tautologies", "list_verbs", "image_words", "abstract_suffix", "clashes",
@@ -958,10 +959,6 @@ class RewordingGuard(_JudgeGuard):
 # padding
 
 
-# a sentence that goes on about what the one before it said, from a pronoun ("It teaches discipline ...",
-# "They remind us ...", "Such moments ..."): padding when the one before it was
-_GOES_ON = frozenset("it its they their this these those such".split())
-
 _ASCII_SYMBOL = re.compile(r"[!-/:-@\[-`{-~]")  # every ASCII character of Unicode category P or S
 
 
@@ -989,6 +986,7 @@ class PaddingGuard(_JudgeGuard):
         self.placeless_share = placeless_share
         self.place = frozenset(self.vocab.place_words.split())
         self.nowhere = frozenset(self.vocab.nowhere_words.split())
+        self.goes_on = frozenset(self.vocab.continuation_words.split())
         self.mostly_share = mostly_share
         self.mostly_words = mostly_words
         self.mostly_chars = mostly_chars
@@ -1094,7 +1092,8 @@ class PaddingGuard(_JudgeGuard):
         or how many. Such a sentence that opens on a bare noun, no article or number before it, speaks
         of a kind and not of this picture ("Newspapers have informed the public for centuries", "Sport
         brings people together"), and counts whatever its words and whether or not it names the
-        subject."""
+        subject; so does one that goes on from a pronoun (``continuation_words``: "It teaches
+        discipline ...") after a sentence that padded."""
         total = padded = 0
         went_on = False
         subject = {self.v.stem(t) for t in (tokens[0] if tokens else ()) if t not in self.v.function
@@ -1102,7 +1101,7 @@ class PaddingGuard(_JudgeGuard):
         for k, (sent, (content, boiler)) in enumerate(zip(sents, counts, strict=True)):
             total += content
             # (cheapest tests first: most sentences open on an article and hold few boilerplate words)
-            kind = k > 0 and content > 0 and (self._generic_subject(tokens[k]) or (went_on and tokens[k][0] in _GOES_ON))
+            kind = k > 0 and content > 0 and (self._generic_subject(tokens[k]) or (went_on and tokens[k][0] in self.goes_on))
             pads = False
             if kind or (content and boiler >= self.placeless_share * content):
                 placeless = k > 0 and not self._places(tokens[k])
