@@ -77,8 +77,8 @@ def features(text: str) -> list[int]:
 
 def caption_text(doc: Doc) -> str:
     """What the model reads: the normalised caption, lower case (quotes kept: the model learns when a
-    quotation is a sign and when it is an order to the grader)."""
-    return doc.norm.lower()
+    quotation is a sign and when it is an order to the grader): the ``whole`` view."""
+    return doc.whole
 
 
 class LearnedModel:
