@@ -533,3 +533,26 @@ def test_arabic_keys_read_past_the_article():
     assert _keys(["الكرسي"]) == _keys(["كرسي"])
     assert "reworded" in _kinds(RewordingGuard(), "كلب أسود ينام على الأريكة. على الأريكة ينام كلب أسود اللون. "
                                                   "الكلب الأسود نائم فوق الأريكة.")
+
+
+def test_many_short_sentences_cost_what_their_length_does():
+    """A degenerate rollout of thousands of short sentences: the rewording guard compares each with a
+    bounded number before it (``reach``), so four times the text costs about four times the time
+    (measured side by side; comparing every pair costs sixteen)."""
+    import time
+
+    from vlrl.rewards.guards.judge import RewordingGuard
+
+    guard = RewordingGuard()
+
+    def cost(n: int) -> float:
+        text = "".join(f"A cat {i % 7} sat. " for i in range(n))
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            list(guard.hits(Doc.of(text)))
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    cost(50)  # warm the caches
+    assert cost(2400) / cost(600) < 9

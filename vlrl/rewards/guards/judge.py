@@ -26,8 +26,8 @@ lower-case caption text with quoted spans and image text removed:
   hammer, pliers, a tape measure and a box of nails"; a flea-market table "holds old cameras, vinyl
   records, brass candlesticks, ...") has articles and numbers, or a verb, and stays clean.
 * ``rewording`` — the same content said again in other words: two sentences (of ``min_content``
-  content words or more) whose content words, with word families folded (car/vehicle, big/large),
-  overlap by ``max_overlap`` (Jaccard) or more, or a restatement marker ("in other words", "to
+  content words or more, at most ``reach`` sentences apart) whose content words, with word families
+  folded (car/vehicle, big/large), overlap by ``max_overlap`` (Jaccard) or more, or a restatement marker ("in other words", "to
   reiterate") on a sentence that overlaps an earlier one by ``marker_overlap``, or one fact said over
   and over (``repeat_share`` of the content words repeat an earlier one, one of them ``repeat_top``
   times and ``repeat_top_share`` of them, and a clause adds nothing new). Exact loops are the
@@ -829,8 +829,9 @@ class RewordingGuard(_JudgeGuard):
     def __init__(self, penalty: float = 1.0, min_content: int = 3, max_overlap: float = 0.5, marker_overlap: float = 0.4,
                  restated_share: float = 0.6, restated_sentences: int = 2, repeat_share: float = 0.25,
                  repeat_top: int = 3, repeat_top_share: float = 0.18, chain_sentences: int = 3, chain_new: float = 1.0,
-                 **kw) -> None:
+                 reach: int = 50, **kw) -> None:
         super().__init__(penalty, **kw)
+        self.reach = reach
         self.chain_sentences = chain_sentences
         self.chain_new = chain_new
         # keys of the words for the picture itself: "En la imagen hay frutas. En la imagen hay gente." ties
@@ -943,8 +944,8 @@ class RewordingGuard(_JudgeGuard):
         for j in range(1, len(sents)):
             b = sets[j]
             marked = markers and bool(self.marker.search(sents[j]))
-            for i in range(j):
-                a = sets[i]
+            for i in range(max(0, j - self.reach), j):  # (a bounded reach: a caption of thousands of
+                a = sets[i]                                 # sentences costs its length, not its square)
                 if not a or not b or sents[i] == sents[j]:
                     continue  # an exact repeat is the repetition guard's
                 jac = len(a & b) / len(a | b)
