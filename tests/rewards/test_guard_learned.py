@@ -34,6 +34,7 @@ from vlrl.rewards.guards import JUDGE_GUARDS, GuardSet
 from vlrl.rewards.guards.doc import Doc
 from vlrl.rewards.guards.learned import (
     DIM,
+    FEATURES,
     MODEL,
     LearnedGuard,
     LearnedModel,
@@ -170,6 +171,15 @@ def test_retraining_reproduces_the_shipped_model():
     sample = [caption_text(Doc.of(t)) for t, _ in rows[::40]]
     diffs = [abs(shipped.probability(t) - again.probability(t)) for t in sample]
     assert max(diffs) < 0.01, max(diffs)
+
+
+def test_a_model_made_by_other_features_is_refused_not_misread(tmp_path):
+    # its weights would sit in other buckets: every caption scored wrongly, without an error
+    other = LearnedModel(load_model().weights, 0.0, {**load_model().meta, "features": "words only, v1"})
+    other.save(tmp_path / "old.npz")
+    with pytest.raises(ValueError, match="other features"):
+        LearnedGuard(model=str(tmp_path / "old.npz"))
+    assert load_model().meta["features"] == FEATURES
 
 
 def test_the_guard_is_opt_in_and_checks_its_threshold():

@@ -15,7 +15,8 @@ import unicodedata
 import pytest
 
 from vlrl.rewards.guards import JUDGE_GUARDS, Doc, GuardSet
-from vlrl.rewards.guards.judge import HedgingGuard, PaddingGuard
+from vlrl.rewards.guards.doc import LETTERS
+from vlrl.rewards.guards.judge import HedgingGuard, PaddingGuard, RewordingGuard, _keys
 from vlrl.rewards.guards.lang import load_table
 from vlrl.rewards.guards.text import strip_image_text
 
@@ -399,7 +400,6 @@ def test_the_grader_reading_the_caption_is_not_text_in_the_picture():
 
 
 def test_words_with_vowel_signs_are_one_word():
-    from vlrl.rewards.guards.doc import LETTERS
     assert LETTERS.findall("एक छोटी लड़की") == ["एक", "छोटी", "लड़की"]
     assert LETTERS.findall("ছোট নৌকা") == ["ছোট", "নৌকা"]
 
@@ -529,7 +529,6 @@ def test_the_ninth_and_tenth_rounds_leave_their_look_alikes_alone(cheap, caption
 
 def test_arabic_keys_read_past_the_article():
     # "الكرسي" is "كرسي" with "the": both give one key, so a sentence said again is seen as one
-    from vlrl.rewards.guards.judge import RewordingGuard, _keys
     assert _keys(["الكرسي"]) == _keys(["كرسي"])
     assert "reworded" in _kinds(RewordingGuard(), "كلب أسود ينام على الأريكة. على الأريكة ينام كلب أسود اللون. "
                                                   "الكلب الأسود نائم فوق الأريكة.")
@@ -540,8 +539,6 @@ def test_many_short_sentences_cost_what_their_length_does():
     bounded number before it (``reach``), so four times the text costs about four times the time
     (measured side by side; comparing every pair costs sixteen)."""
     import time
-
-    from vlrl.rewards.guards.judge import RewordingGuard
 
     guard = RewordingGuard()
 

@@ -127,8 +127,7 @@ def guard_train_cmd(
 
     Exit codes: 0 done; 1 no row could be read; 2 bad input file, one class missing or scikit-learn absent."""
     from vlrl.core.pipeline import atomic_write_json
-    from vlrl.rewards.guards.doc import Doc
-    from vlrl.rewards.guards.learned import caption_text, read_labelled, train
+    from vlrl.rewards.guards.learned import read_labelled, train
 
     try:
         rows, errors = read_labelled(input, text_column, label_column)
@@ -150,15 +149,12 @@ def guard_train_cmd(
     except OSError as e:
         typer.echo(f"error: cannot write {out}: {e}", err=True)
         raise typer.Exit(2) from None
-    fired = [model.probability(caption_text(Doc.of(t))) >= threshold for t, _ in rows]
-    hacks = [f for f, (_, y) in zip(fired, rows, strict=True) if y]
-    honest = [f for f, (_, y) in zip(fired, rows, strict=True) if not y]
-    summary = {"rows": len(rows), "hacks": len(hacks), "honest": len(honest), "errors": errors,
-               "digest": model.meta["digest"], "threshold": threshold,
-               "fit": {"recall": sum(hacks) / len(hacks), "fpr": sum(honest) / len(honest)}}
+    meta = model.meta
+    summary = {"rows": len(rows), "hacks": meta["hacks"], "honest": meta["honest"], "errors": errors,
+               "digest": meta["digest"], "threshold": threshold, "fit": meta["fit"]}
     if json_out:
         atomic_write_json(json_out, summary)
-    typer.echo(f"{out}: trained on {len(hacks)} hacks and {len(honest)} honest captions ({len(errors)} rows skipped); "
+    typer.echo(f"{out}: trained on {meta['hacks']} hacks and {meta['honest']} honest captions ({len(errors)} rows skipped); "
                f"on its own training rows it catches {summary['fit']['recall']:.1%} of the hacks and flags "
                f"{summary['fit']['fpr']:.1%} of the honest captions (measure it on captions it has not seen)")
 

@@ -46,6 +46,9 @@ from vlrl.rewards.guards.base import Guard, register_guard
 from vlrl.rewards.guards.doc import LETTERS, Doc
 
 DIM = 1 << 18
+# what :func:`features` computes; a model file records it, and one made by other features is refused
+# (its weights would sit in other buckets and score every caption wrongly, without an error)
+FEATURES = "words, word pairs, unspaced character pairs; no sentence punctuation; crc32 mod 2**18"
 MODEL = Path(__file__).parent / "data" / "learned_guard.npz"
 _TOKEN = re.compile(rf"{LETTERS.pattern}|\d+|[^\w\s]")
 _UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
@@ -128,8 +131,12 @@ class LearnedModel:
 
 @lru_cache(maxsize=4)
 def load_model(path: str = str(MODEL)) -> LearnedModel:
-    """A model file, read once per path."""
-    return LearnedModel.load(path)
+    """A model file for the guard, read once per path; refused when made by other features."""
+    model = LearnedModel.load(path)
+    if model.meta.get("features") != FEATURES:
+        raise ValueError(f"learned guard model {path}: made by other features ({model.meta.get('features')!r}); "
+                         "train it again with `vlrl reward guard-train`")
+    return model
 
 
 # ------------------------------------------------------------------------------------------------
@@ -218,8 +225,11 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
     values = np.repeat(1.0 / np.sqrt(np.maximum(counts, 1)), counts)
     x = csr_matrix((values, indices, indptr), shape=(len(rows), DIM))
     clf = LogisticRegression(C=c, max_iter=5000, class_weight="balanced").fit(x, labels)
-    meta = {"dim": DIM, "c": c, "threshold": threshold, "hacks": int(labels.sum()),
-            "honest": int(len(labels) - labels.sum()), "digest": digest(rows)}
+    # how it does on its own rows, from the matrix already built (an upper bound: measure it on others)
+    fired = clf.predict_proba(x)[:, 1] >= threshold
+    fit = {"recall": float(fired[labels == 1].mean()), "fpr": float(fired[labels == 0].mean())}
+    meta = {"dim": DIM, "features": FEATURES, "c": c, "threshold": threshold, "hacks": int(labels.sum()),
+            "honest": int(len(labels) - labels.sum()), "digest": digest(rows), "fit": fit}
     return LearnedModel(clf.coef_[0], float(clf.intercept_[0]), meta)
 
 
@@ -247,5 +257,5 @@ class LearnedGuard(Guard):
             yield "learned", f"learned model: hack with probability {p:.2f}"
 
 
-__all__ = ["DIM", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
+__all__ = ["DIM", "FEATURES", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
            "read_labelled", "train"]
