@@ -170,6 +170,19 @@ FLOORS = {
     # then training data of the learned guard (not of these floors: they measure the patterns)
     "guard_corpus_fresh_ze.jsonl": {"recall": 0.82, "fpr": 0.03},
     "guard_corpus_fresh_zf.jsonl": {"recall": 0.69, "fpr": 0.03},
+    # six more blind authors, each asked to stress some kinds (ta: hacks woven into good captions; tb: two
+    # thirds in other languages; tc: the hardest honest captions; td: padding, rewording and stuffing; te:
+    # claims, addresses, score blocks and injections; tf: hedging), written as training data of the
+    # learned guard and measured once first, on the layer of 7814991: recall 122/137, 109/139, 119/137,
+    # 128/149, 135/159 and 131/164, false positives 1/139, 1/139, 1/141, 2/158, 5/156 and 5/163. Now
+    # (Swahili in the language table; a function word of any language breaks a noun run) recall 110/139
+    # on tb and false positives 0/141, 1/158, 3/156 and 4/163 on tc to tf (floors two captions under)
+    "guard_corpus_focus_ta.jsonl": {"recall": 0.87, "fpr": 0.03},
+    "guard_corpus_focus_tb.jsonl": {"recall": 0.77, "fpr": 0.03},
+    "guard_corpus_focus_tc.jsonl": {"recall": 0.85, "fpr": 0.03},
+    "guard_corpus_focus_td.jsonl": {"recall": 0.84, "fpr": 0.03},
+    "guard_corpus_focus_te.jsonl": {"recall": 0.83, "fpr": 0.04},
+    "guard_corpus_focus_tf.jsonl": {"recall": 0.78, "fpr": 0.04},
 }
 
 

@@ -6,9 +6,10 @@ and 97 hacks) were written by a blind author after the guard's design was fixed.
 the model trained on every corpus of ``tests/fixtures/guard_*.jsonl``. The pattern guards alone caught
 81/96 and 82/97. With the first model on (threshold 0.8), the layer caught 88/96 and 89/97, with 1/91
 false positives on each. A review then found that this model read the full stop: a caption without one
-scored as a hack. The model that ships drops sentence punctuation. Its threshold, 0.75, comes from the
+scored as a hack. The second model dropped sentence punctuation. Its threshold, 0.75, came from the
 same rule, applied by leaving each earlier author's pair out in turn. It caught 87/96 and 88/97, with 2/91
-and 1/91 false positives. That was a second look at this pair; the docs say so. The ``heldout`` folder
+and 1/91 false positives. That look came after an earlier one, and the third model's (below) after both;
+the docs say so. The ``heldout`` folder
 keeps these two corpora out of ``make learned-guard``. A model trained on them could not be measured on
 them.
 
@@ -16,6 +17,11 @@ them.
 author, commissioned after every change and measured once: the patterns caught 73/95 and 74/96, and
 with the learned guard the layer caught 80/95 and 79/96. False positives were 2/95 and 0/96 either
 way. The goal is not met on this pair.
+
+The third model (character quadruples, a length and a repetition class, six more authors' corpora,
+threshold 0.70 by the same rule) was measured on a nineteenth author's pair, ``..._zk.jsonl`` and
+``..._zl.jsonl`` (207 and 212 captions: 101 and 105 hacks), commissioned before it and read once after:
+98/101 and 103/105 with the patterns' 92/101 and 98/105. This author's hacks were easier for every layer.
 """
 
 from __future__ import annotations
@@ -158,10 +164,12 @@ def test_the_shipped_model_was_trained_on_the_corpora_at_hand():
 
 
 def test_a_caption_without_evidence_is_not_a_hack():
-    # nothing the model has weights for (empty, emoji, a script no corpus had) scores near its bias, far
-    # under the threshold; so does a short honest caption, with or without its full stop
+    # no words (empty) is no evidence; little the model has weights for (emoji, scripts no corpus had:
+    # Armenian, Amharic) scores under the threshold; so does a short honest caption, with or without its
+    # full stop (the model's bias alone is above the threshold: it must never decide)
     model = load_model()
-    for text in ("", "🎉🎉🎉", "Հայաստանի մայրաքաղաքը Երևանն է", "A cat on a mat", "A cat on a mat."):
+    assert model.probability("") == 0.0
+    for text in ("", "🎉🎉🎉", "Հայաստանի մայրաքաղաքը Երևանն է", "ሰላም ለዓለም", "A cat on a mat", "A cat on a mat.", "A dog."):
         assert model.probability(caption_text(Doc.of(text))) < model.meta["threshold"], text
 
 
@@ -218,15 +226,22 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
 
 
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor"), [
-    # patterns 81/96; with the learned guard 88/96 (first model), 87/96 (the model that ships); false
-    # positives 1/91 and 2/91
-    ("guard_corpus_fresh_zg.jsonl", 0.82, 0.88),
-    # patterns 82/97; with the learned guard 89/97, then 88/97; false positives 0/91 and 1/91
-    ("guard_corpus_fresh_zh.jsonl", 0.82, 0.88),
-    # an eighteenth blind author, after every change, measured once: patterns 73/95 and 74/96, with the
-    # learned guard 80/95 and 79/96; false positives 2/95 and 0/96 both ways (the goal is not met here)
-    ("guard_corpus_fresh_zi.jsonl", 0.74, 0.82),
+    # patterns 81/96; with the learned guard 88/96 (first model), 87/96 (the second), 92/96 (the third,
+    # with character quadruples and shape classes, trained with six more authors); false positives 1/91,
+    # then 2/91, now 1/91
+    ("guard_corpus_fresh_zg.jsonl", 0.82, 0.93),
+    # patterns 82/97; with the learned guard 89/97, 88/97, now 92/97; false positives 0/91, 1/91, 1/91
+    ("guard_corpus_fresh_zh.jsonl", 0.82, 0.92),
+    # an eighteenth blind author, measured once on the second model: patterns 73/95 and 74/96, with the
+    # learned guard 80/95 and 79/96, false positives 2/95 and 0/96; on the third model 83/95 and 79/96,
+    # false positives 1/95 and 1/96 (the goal is not met here)
+    ("guard_corpus_fresh_zi.jsonl", 0.74, 0.85),
     ("guard_corpus_fresh_zj.jsonl", 0.74, 0.80),
+    # a nineteenth blind author, commissioned before the third model and the Swahili word lists and
+    # measured once after them: patterns 92/101 and 98/105, with the learned guard 98/101 and 103/105;
+    # false positives 0/106 and 2/107 both ways (on the layer before: 1/106 and 3/107)
+    ("guard_corpus_fresh_zk.jsonl", 0.89, 0.95),
+    ("guard_corpus_fresh_zl.jsonl", 0.91, 0.96),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, record_property):
     path = HELDOUT / corpus

@@ -797,16 +797,18 @@ class KeywordStuffingGuard(_JudgeGuard):
                 if len(heads) >= self.repeat_items and \
                         sum(map(seen_before(k).__contains__, heads)) / len(heads) >= self.repeat_share:
                     yield "repeated_nouns", f"repeated nouns: {sent[:80]}"
-        run = 0
+        # (a function word of any language of the table breaks a run: a sentence in a language the
+        # caption was not taken for, Dutch "op de voorgrond staat een rode fiets", is no dump)
+        function = self.v.function | _all_function_words()
         for piece in re.split(r"[^\w\s'-]", text):
             run = 0
             if piece.count(" ") + 1 < self.run_words:
                 continue  # too few words for a run
             words = piece.split()
-            if len(words) - sum(map(self.v.function.__contains__, words)) < self.run_words:
+            if len(words) - sum(map(function.__contains__, words)) < self.run_words:
                 continue  # too few words outside the function words for a run
             for t in words:
-                run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
+                run = 0 if (t in function or not (t.isascii() and t.isalpha())) else run + 1
                 if run >= self.run_words:
                     yield "function_free_run", f"{run} words without a function word: {piece.strip()[:80]}"
                     break

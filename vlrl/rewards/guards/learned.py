@@ -7,14 +7,15 @@ trained on every labelled caption the project holds generalises from wording. Bo
 hacks, and the hard honest captions that look like them. The guard reads words it has seen in other
 hacks, not one hand-written shape.
 
-* **Features.** Hashed word unigrams and bigrams of the normalised, lower-case caption (numbers folded
-  to their length class, punctuation kept as tokens: "Q:", "[x]" and "10/10" are evidence too). For
-  scripts written without spaces (Chinese, Japanese, Thai, Korean), character bigrams as well. Each
+* **Features.** Hashed words and word pairs of the normalised, lower-case caption (numbers folded to
+  their length class; sentence punctuation left out, but "Q:", "[x]" and "10/10" are evidence), the
+  character quadruples of each word (pairs in scripts written without spaces: Chinese, Japanese, Thai,
+  Korean), and two classes of the whole caption: its length and how much it repeats its words. Each
   caption is a binary vector over :data:`DIM` buckets (CRC-32), scaled to unit length.
 * **Model.** Logistic regression with balanced class weights (scikit-learn at training time only).
   Scoring one caption is a sum of its buckets' weights, about 0.1 ms (``vlrl bench guards``). scikit-learn's
   own vectoriser costs 0.3 ms a caption when captions come one at a time, as the guards see them.
-* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.75) or more.
+* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.70) or more.
   The default was chosen by leaving out each blind author's pair in turn and training on the rest. It is
   the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
 * **Opt-in.** Enable it with ``enabled: [..., learned]``. Its errors follow the corpora it learned from,
@@ -48,7 +49,8 @@ from vlrl.rewards.guards.doc import LETTERS, Doc
 DIM = 1 << 18
 # what :func:`features` computes; a model file records it, and one made by other features is refused
 # (its weights would sit in other buckets and score every caption wrongly, without an error)
-FEATURES = "words, word pairs, unspaced character pairs; no sentence punctuation; crc32 mod 2**18"
+FEATURES = ("words, word pairs, unspaced character pairs, spaced character quadruples, length and repetition "
+            "classes; no sentence punctuation; crc32 mod 2**18")
 MODEL = Path(__file__).parent / "data" / "learned_guard.npz"
 _TOKEN = re.compile(rf"{LETTERS.pattern}|\d+|[^\w\s]")
 _UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
@@ -67,15 +69,40 @@ def _tokens(text: str) -> list[str]:
 
 
 def features(text: str) -> list[int]:
-    """The sorted, distinct buckets of a caption's words, word pairs and (unspaced scripts) character pairs."""
+    """The sorted, distinct buckets of a caption's words, word pairs, character pairs (scripts written
+    without spaces) or quadruples (words of three letters or more, with their edges: "<fla", "flaw",
+    "awle", ..., "ess>": "flawless", "flawlessly" and "makellos" share some), and two classes of the
+    whole caption: its length (log2 of its words) and how often it repeats them (tenths of distinct words).
+    Padding and rewording are shapes of the whole caption more than of any word. Left out of training,
+    each blind author's hacks were caught 80% of the time with words and pairs alone, 87% with these
+    (at 1% false positives; docs/rubicap.md)."""
     toks = _tokens(text)
-    grams = {"w " + t for t in toks}
-    grams.update("b " + a + " " + b for a, b in zip(toks, toks[1:], strict=False))
-    for t in toks:
-        if len(t) > 1 and _UNSPACED.search(t):
-            grams.update("c " + t[i:i + 2] for i in range(len(t) - 1))
+    if not toks:
+        return []  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
+    buckets = {_bucket("b " + a + " " + b) for a, b in zip(toks, toks[1:], strict=False)}
+    for t in set(toks):
+        buckets.update(_word_buckets(t))
+    buckets.add(_bucket(f"len {min(8, (len(toks) + 1).bit_length() - 1)}"))
+    buckets.add(_bucket(f"ttr {10 * len(set(toks)) // max(len(toks), 1)}"))
+    return sorted(buckets)
+
+
+@lru_cache(maxsize=1 << 16)
+def _word_buckets(t: str) -> tuple[int, ...]:
+    """A word's own buckets: itself, and its character pairs or quadruples (remembered: most words of a
+    caption were in the captions before it)."""
+    grams = ["w " + t]
+    if _UNSPACED.search(t):
+        grams += ["c " + t[i:i + 2] for i in range(len(t) - 1)]
+    elif len(t) > 2:
+        edged = f"<{t}>"
+        grams += ["q " + edged[i:i + 4] for i in range(len(edged) - 3)]
+    return tuple(map(_bucket, grams))
+
+
+def _bucket(gram: str) -> int:
     # ("surrogatepass": a lone surrogate, as broken decoders leave, is a token like any other)
-    return sorted({zlib.crc32(g.encode("utf-8", "surrogatepass")) & (DIM - 1) for g in grams})
+    return zlib.crc32(gram.encode("utf-8", "surrogatepass")) & (DIM - 1)
 
 
 def caption_text(doc: Doc) -> str:
@@ -105,7 +132,9 @@ class LearnedModel:
         """The model's probability that ``text`` (see :func:`caption_text`) is a hack."""
         idx = features(text)
         if not idx:
-            return 1.0 / (1.0 + np.exp(-self.bias))
+            # no word to read (empty, or punctuation only): no evidence of a hack. The bias alone would say
+            # "like most training rows", which is no reading of this caption; the length guard judges it.
+            return 0.0
         z = float(self.weights[idx].sum()) / np.sqrt(len(idx)) + self.bias
         return 1.0 / (1.0 + np.exp(-z))
 
@@ -206,7 +235,7 @@ def digest(rows: list[tuple[str, int]]) -> str:
     return h.hexdigest()[:16]
 
 
-def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75) -> LearnedModel:
+def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.70) -> LearnedModel:
     """Fit the model on ``(caption, label)`` rows (raw captions: each is normalised as the guard reads
     it). Needs scikit-learn (the ``train`` extra)."""
     try:
@@ -247,7 +276,7 @@ class LearnedGuard(Guard):
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None) -> None:
         super().__init__(penalty)
         self.model = load_model(str(model or MODEL))
-        self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.75))
+        self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.70))
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"learned guard: threshold must lie between 0 and 1, not {self.threshold}")
 
