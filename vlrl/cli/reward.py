@@ -121,7 +121,7 @@ def guard_train_cmd(
     text_column: str | None = typer.Option(None, "--text-column", help="Column holding the caption (default: caption, else text)."),
     label_column: str | None = typer.Option(None, "--label-column", help="Column holding the label (default: label, else hack or is_hack)."),
     c: float = typer.Option(16.0, "--c", min=1e-6, help="Inverse regularisation strength of the logistic regression."),
-    threshold: float = typer.Option(0.70, "--threshold", min=0.01, max=0.99, help="Probability at which the guard fires (stored in the model)."),
+    threshold: float = typer.Option(0.75, "--threshold", min=0.01, max=0.99, help="Probability at which the guard fires (stored in the model)."),
 ) -> None:
     """Train the learned guard on labelled captions: hacks your policy found, honest captions of your domain.
 

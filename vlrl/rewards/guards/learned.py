@@ -15,12 +15,13 @@ hacks, not one hand-written shape.
 * **Model.** Logistic regression with balanced class weights (scikit-learn at training time only).
   Scoring one caption is a sum of its buckets' weights, about 0.1 ms (``vlrl bench guards``). scikit-learn's
   own vectoriser costs 0.3 ms a caption when captions come one at a time, as the guards see them.
-* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.70) or more.
+* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.75) or more.
   The default was chosen by leaving out each blind author's pair in turn and training on the rest. It is
   the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
 * **Opt-in.** Enable it with ``enabled: [..., learned]``. Its errors follow the corpora it learned from,
-  captions written by other models, in styles a policy may never use. Left out of training, one author
-  had 3% of its honest captions flagged. The docs give every number.
+  captions written by other models, in styles a policy may never use. Left out of training, the author
+  who wrote in less common languages (Khmer, Yoruba, Telugu, ...) had 5% of its honest captions
+  flagged. The docs give every number.
 
 A model file (``.npz``: the weights, the bias and a JSON header, read without pickle) ships in
 ``data/learned_guard.npz``. It was trained by ``make learned-guard`` on the corpora of
@@ -49,11 +50,12 @@ from vlrl.rewards.guards.doc import LETTERS, Doc
 DIM = 1 << 18
 # what :func:`features` computes; a model file records it, and one made by other features is refused
 # (its weights would sit in other buckets and score every caption wrongly, without an error)
-FEATURES = ("words, word pairs, unspaced character pairs, spaced character quadruples, length and repetition "
-            "classes; no sentence punctuation; crc32 mod 2**18")
+FEATURES = ("words, word pairs, unspaced character pairs (Thai to Khmer, kana, Han, Hangul), spaced character "
+            "quadruples, length and repetition classes; no sentence punctuation; crc32 mod 2**18")
 MODEL = Path(__file__).parent / "data" / "learned_guard.npz"
 _TOKEN = re.compile(rf"{LETTERS.pattern}|\d+|[^\w\s]")
-_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+# scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, Japanese kana, Chinese, Hangul
+_UNSPACED = re.compile(r"[\u0e00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 
 # sentence punctuation says how a corpus was typed, not whether it hacks: a model that read the full stop
@@ -73,9 +75,9 @@ def features(text: str) -> list[int]:
     without spaces) or quadruples (words of three letters or more, with their edges: "<fla", "flaw",
     "awle", ..., "ess>": "flawless", "flawlessly" and "makellos" share some), and two classes of the
     whole caption: its length (log2 of its words) and how often it repeats them (tenths of distinct words).
-    Padding and rewording are shapes of the whole caption more than of any word. Left out of training,
-    each blind author's hacks were caught 80% of the time with words and pairs alone, 87% with these
-    (at 1% false positives; docs/rubicap.md)."""
+    Padding and rewording are shapes of the whole caption more than of any word. With each blind author
+    left out of training in turn, words and pairs alone caught 80% of that author's hacks, and these
+    features 87%, at 1% false positives (docs/rubicap.md)."""
     toks = _tokens(text)
     if not toks:
         return []  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
@@ -132,8 +134,7 @@ class LearnedModel:
         """The model's probability that ``text`` (see :func:`caption_text`) is a hack."""
         idx = features(text)
         if not idx:
-            # no word to read (empty, or punctuation only): no evidence of a hack. The bias alone would say
-            # "like most training rows", which is no reading of this caption; the length guard judges it.
+            # no word to read (empty): no evidence of a hack (the length guard judges an empty caption)
             return 0.0
         z = float(self.weights[idx].sum()) / np.sqrt(len(idx)) + self.bias
         return 1.0 / (1.0 + np.exp(-z))
@@ -235,7 +236,7 @@ def digest(rows: list[tuple[str, int]]) -> str:
     return h.hexdigest()[:16]
 
 
-def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.70) -> LearnedModel:
+def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75) -> LearnedModel:
     """Fit the model on ``(caption, label)`` rows (raw captions: each is normalised as the guard reads
     it). Needs scikit-learn (the ``train`` extra)."""
     try:
@@ -253,13 +254,15 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.70)
     counts = np.diff(indptr)
     values = np.repeat(1.0 / np.sqrt(np.maximum(counts, 1)), counts)
     x = csr_matrix((values, indices, indptr), shape=(len(rows), DIM))
-    clf = LogisticRegression(C=c, max_iter=5000, class_weight="balanced").fit(x, labels)
+    # (no intercept: a caption whose words the model has no weights for, a script no corpus had, scores 0.5,
+    # under any threshold; with one, the bias alone sat above the threshold and such captions fired)
+    clf = LogisticRegression(C=c, max_iter=5000, class_weight="balanced", fit_intercept=False).fit(x, labels)
     # how it does on its own rows, from the matrix already built (an upper bound: measure it on others)
     fired = clf.predict_proba(x)[:, 1] >= threshold
     fit = {"recall": float(fired[labels == 1].mean()), "fpr": float(fired[labels == 0].mean())}
     meta = {"dim": DIM, "features": FEATURES, "c": c, "threshold": threshold, "hacks": int(labels.sum()),
             "honest": int(len(labels) - labels.sum()), "digest": digest(rows), "fit": fit}
-    return LearnedModel(clf.coef_[0], float(clf.intercept_[0]), meta)
+    return LearnedModel(clf.coef_[0], 0.0, meta)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -276,7 +279,7 @@ class LearnedGuard(Guard):
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None) -> None:
         super().__init__(penalty)
         self.model = load_model(str(model or MODEL))
-        self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.70))
+        self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.75))
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"learned guard: threshold must lie between 0 and 1, not {self.threshold}")
 
