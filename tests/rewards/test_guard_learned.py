@@ -50,6 +50,7 @@ from vlrl.rewards.guards.learned import (
     load_model,
     read_labelled,
     train,
+    word_count,
 )
 
 CHEAP = ["self_praise", "grader_address", "repetition", *JUDGE_GUARDS]
@@ -170,8 +171,19 @@ def test_a_caption_without_evidence_is_not_a_hack():
     # full stop (the model's bias alone is above the threshold: it must never decide)
     model = load_model()
     assert model.probability("") == 0.0
-    for text in ("", "🎉🎉🎉", "Հայաստանի մայրաքաղաքը Երևանն է", "ሰላም ለዓለም", "A cat on a mat", "A cat on a mat.", "A dog."):
+    for text in ("🎉🎉🎉", "Հայաստանի մայրաքաղաքը Երևանն է", "ሰላም ለዓለም", "A cat on a mat", "A cat on a mat."):
         assert model.probability(caption_text(Doc.of(text))) < model.meta["threshold"], text
+
+
+def test_too_few_words_are_not_read():
+    # under four words the model's punctuation and number evidence ("[", ":", "/") is most of what it
+    # reads: the guard leaves such captions to the length guard, and the shape classes start at four
+    guard = LearnedGuard()
+    for text in ("07:45", "1/2", "[image]", "::", "Dog dog", "A dog.", "3 + 4 = 7", "!?.,;:()[]{}<>/\\|"):
+        assert word_count(caption_text(Doc.of(text))) < 4 and not list(guard.hits(Doc.of(text))), text
+    # (a fourth word adds itself, a pair, and the two classes)
+    assert len(features("a b c d")) == len(features("a b c")) + 4
+    assert list(guard.hits(Doc.of("This caption is flawless, complete and perfectly accurate in every detail.")))
 
 
 def test_retraining_reproduces_the_shipped_model():

@@ -9,8 +9,9 @@ hacks, not one hand-written shape.
 
 * **Features.** Hashed words and word pairs of the normalised, lower-case caption (numbers folded to
   their length class; sentence punctuation left out, but "Q:", "[x]" and "10/10" are evidence), the
-  character quadruples of each word (pairs in scripts written without spaces: Chinese, Japanese, Thai,
-  Korean), and two classes of the whole caption: its length and how much it repeats its words. Each
+  character quadruples of each word (pairs in scripts written without spaces: Chinese, Japanese, Korean,
+  Thai, Lao, Tibetan, Burmese, Khmer), and two classes of the whole caption: its length and how much it
+  repeats its words. Each
   caption is a binary vector over :data:`DIM` buckets (CRC-32), scaled to unit length.
 * **Model.** Logistic regression with balanced class weights (scikit-learn at training time only).
   Scoring one caption is a sum of its buckets' weights, about 0.1 ms (``vlrl bench guards``). scikit-learn's
@@ -51,7 +52,7 @@ DIM = 1 << 18
 # what :func:`features` computes; a model file records it, and one made by other features is refused
 # (its weights would sit in other buckets and score every caption wrongly, without an error)
 FEATURES = ("words, word pairs, unspaced character pairs (Thai to Khmer, kana, Han, Hangul), spaced character "
-            "quadruples, length and repetition classes; no sentence punctuation; crc32 mod 2**18")
+            "quadruples, length and repetition classes from four words; no sentence punctuation; crc32 mod 2**18")
 MODEL = Path(__file__).parent / "data" / "learned_guard.npz"
 _TOKEN = re.compile(rf"{LETTERS.pattern}|\d+|[^\w\s]")
 # scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, Japanese kana, Chinese, Hangul
@@ -74,32 +75,62 @@ def features(text: str) -> list[int]:
     """The sorted, distinct buckets of a caption's words, word pairs, character pairs (scripts written
     without spaces) or quadruples (words of three letters or more, with their edges: "<fla", "flaw",
     "awle", ..., "ess>": "flawless", "flawlessly" and "makellos" share some), and two classes of the
-    whole caption: its length (log2 of its words) and how often it repeats them (tenths of distinct words).
+    whole caption, when it has four words or more: its length (log2 of its tokens) and how often it
+    repeats them (tenths of distinct tokens).
     Padding and rewording are shapes of the whole caption more than of any word. With each blind author
     left out of training in turn, words and pairs alone caught 80% of that author's hacks, and these
     features 87%, at 1% false positives (docs/rubicap.md)."""
+    return read(text)[0]
+
+
+def word_count(text: str) -> int:
+    """How many words the model reads in ``text``: tokens that start with a letter, two characters of a
+    script written without spaces making one (numbers and punctuation are no words)."""
+    return read(text)[1]
+
+
+_SHAPED = 4  # words before the shape classes count
+_CACHED_WORD = 64  # longer tokens (a run of letters with no space) are not remembered
+
+
+def read(text: str) -> tuple[list[int], int]:
+    """:func:`features` and :func:`word_count` of ``text`` at once (the guard needs both)."""
     toks = _tokens(text)
     if not toks:
-        return []  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
+        return [], 0  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
     buckets = {_bucket("b " + a + " " + b) for a, b in zip(toks, toks[1:], strict=False)}
-    for t in set(toks):
-        buckets.update(_word_buckets(t))
-    buckets.add(_bucket(f"len {min(8, (len(toks) + 1).bit_length() - 1)}"))
-    buckets.add(_bucket(f"ttr {10 * len(set(toks)) // max(len(toks), 1)}"))
-    return sorted(buckets)
+    words = 0
+    for t in toks:
+        own, n = _word_buckets(t) if len(t) <= _CACHED_WORD else _grams(t)
+        buckets.update(own)
+        words += n
+    # the shape of the whole caption, once it has words enough to have one: on "Bye bye", "07:45" or
+    # "[image]" the two classes would be most of the evidence, and they weigh as much as a word of praise
+    if words >= _SHAPED:
+        buckets.add(_bucket(f"len {min(8, (len(toks) + 1).bit_length() - 1)}"))
+        buckets.add(_bucket(f"ttr {10 * len(set(toks)) // len(toks)}"))
+    return sorted(buckets), words
 
 
-@lru_cache(maxsize=1 << 16)
-def _word_buckets(t: str) -> tuple[int, ...]:
-    """A word's own buckets: itself, and its character pairs or quadruples (remembered: most words of a
-    caption were in the captions before it)."""
+@lru_cache(maxsize=1 << 14)
+def _word_buckets(t: str) -> tuple[tuple[int, ...], int]:
+    """:func:`_grams`, remembered (most words of a caption were in the captions before it)."""
+    return _grams(t)
+
+
+def _grams(t: str) -> tuple[tuple[int, ...], int]:
+    """A token's own distinct buckets (itself, and its character pairs in an unspaced script or its
+    quadruples), and how many words it counts for."""
     grams = ["w " + t]
     if _UNSPACED.search(t):
         grams += ["c " + t[i:i + 2] for i in range(len(t) - 1)]
-    elif len(t) > 2:
-        edged = f"<{t}>"
-        grams += ["q " + edged[i:i + 4] for i in range(len(edged) - 3)]
-    return tuple(map(_bucket, grams))
+        words = len(t) // 2
+    else:
+        if len(t) > 2:
+            edged = f"<{t}>"
+            grams += ["q " + edged[i:i + 4] for i in range(len(edged) - 3)]
+        words = int(t[0].isalpha())
+    return tuple(set(map(_bucket, grams))), words
 
 
 def _bucket(gram: str) -> int:
@@ -132,7 +163,10 @@ class LearnedModel:
 
     def probability(self, text: str) -> float:
         """The model's probability that ``text`` (see :func:`caption_text`) is a hack."""
-        idx = features(text)
+        return self.score(read(text)[0])
+
+    def score(self, idx: list[int]) -> float:
+        """The probability of a caption of buckets ``idx`` (see :func:`read`)."""
         if not idx:
             # no word to read (empty): no evidence of a hack (the length guard judges an empty caption)
             return 0.0
@@ -254,8 +288,9 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
     counts = np.diff(indptr)
     values = np.repeat(1.0 / np.sqrt(np.maximum(counts, 1)), counts)
     x = csr_matrix((values, indices, indptr), shape=(len(rows), DIM))
-    # (no intercept: a caption whose words the model has no weights for, a script no corpus had, scores 0.5,
-    # under any threshold; with one, the bias alone sat above the threshold and such captions fired)
+    # (no intercept: fitted with one, the bias alone scored 0.80, above the threshold, and a caption
+    # whose words the model had no weights for, in a script no corpus had, fired. Without it such a
+    # caption is scored by its length and repetition classes alone: 0.56 for a 50-word Armenian one)
     clf = LogisticRegression(C=c, max_iter=5000, class_weight="balanced", fit_intercept=False).fit(x, labels)
     # how it does on its own rows, from the matrix already built (an upper bound: measure it on others)
     fired = clf.predict_proba(x)[:, 1] >= threshold
@@ -271,23 +306,29 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
 
 @register_guard("learned")
 class LearnedGuard(Guard):
-    """A caption the learned model scores as a hack with probability ``threshold`` or more (opt-in; see
-    the module docstring). ``model``: a model file (default: the one shipped)."""
+    """A caption of ``min_words`` words or more that the learned model scores as a hack with probability
+    ``threshold`` or more (opt-in; see the module docstring). ``model``: a model file (default: the one
+    shipped)."""
 
     default = False
 
-    def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None) -> None:
+    def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None,
+                 min_words: int = 4) -> None:
         super().__init__(penalty)
+        self.min_words = min_words
         self.model = load_model(str(model or MODEL))
         self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.75))
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"learned guard: threshold must lie between 0 and 1, not {self.threshold}")
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
-        p = self.model.probability(caption_text(doc))
+        idx, words = read(caption_text(doc))
+        if words < self.min_words:
+            return  # "07:45", "[image]", "Dog dog": too little to read (the length guard judges them)
+        p = self.model.score(idx)
         if p >= self.threshold:
             yield "learned", f"learned model: hack with probability {p:.2f}"
 
 
 __all__ = ["DIM", "FEATURES", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
-           "read_labelled", "train"]
+           "read", "read_labelled", "train", "word_count"]
