@@ -255,11 +255,17 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
     # positives 0/106 and 2/107 (on the layer before: 1/106 and 3/107); the model that ships, the same
     ("guard_corpus_fresh_zk.jsonl", 0.89, 0.95, 0.03),
     ("guard_corpus_fresh_zl.jsonl", 0.91, 0.96, 0.03),
-    # a twentieth blind author, commissioned before the model that ships and read once after it:
-    # patterns 94/107 and 98/111, with the learned guard 106/107 and 110/111, false positives 4/109 and
-    # 3/112 (patterns alone 3/109 and 2/112)
-    ("guard_corpus_fresh_zm.jsonl", 0.86, 0.97, 0.05),
+    # a twentieth blind author, commissioned before the third model's second version and read once
+    # after it: patterns 94/107 and 98/111, with the learned guard 106/107 and 110/111, false positives
+    # 4/109 and 3/112 (patterns alone 3/109 and 2/112); after the review, 105/107 with the learned guard
+    ("guard_corpus_fresh_zm.jsonl", 0.86, 0.96, 0.05),
     ("guard_corpus_fresh_zn.jsonl", 0.86, 0.97, 0.05),
+    # a twenty-first blind author, commissioned before the review's fixes and read once after every
+    # change: patterns 94/106 and 85/96, with the learned guard 102/106 and 94/96; false positives 1/107
+    # and 4/100 both ways (on the layer before this round: 94/106 and 85/96, 101/106 and 90/96, false
+    # positives 2/107 and 5/100)
+    ("guard_corpus_fresh_zo.jsonl", 0.86, 0.94, 0.03),
+    ("guard_corpus_fresh_zp.jsonl", 0.86, 0.95, 0.05),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
