@@ -10,13 +10,16 @@ hacks, not one hand-written shape.
 * **Features.** Hashed words and word pairs of the normalised, lower-case caption (numbers folded to
   their length class; sentence punctuation left out, but "Q:", "[x]" and "10/10" are evidence), the
   character quadruples of each word (pairs in scripts written without spaces: Chinese, Japanese, Korean,
-  Thai, Lao, Tibetan, Burmese, Khmer), and two classes of the whole caption: its length and how much it
-  repeats its words. Each
-  caption is a binary vector over :data:`DIM` buckets (CRC-32), scaled to unit length.
-* **Model.** Logistic regression with balanced class weights (scikit-learn at training time only).
+  Thai, Lao, Tibetan, Burmese, Khmer), and, from four words on, two classes of the whole caption: its
+  length and how much it repeats its words. Each caption is a binary vector over :data:`DIM` buckets
+  (CRC-32), scaled to unit length.
+* **Model.** Logistic regression with balanced class weights and no intercept (scikit-learn at training
+  time only).
   Scoring one caption is a sum of its buckets' weights, about 0.1 ms (``vlrl bench guards``). scikit-learn's
   own vectoriser costs 0.3 ms a caption when captions come one at a time, as the guards see them.
-* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.75) or more.
+* **Threshold.** The guard fires when the model's probability of a hack is ``threshold`` (0.75) or more,
+  on a caption of ``min_words`` (4) words or more: under that, punctuation and numbers ("07:45",
+  "[image]") are most of what it reads, and the ``length`` guard judges such a caption.
   The default was chosen by leaving out each blind author's pair in turn and training on the rest. It is
   the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
 * **Opt-in.** Enable it with ``enabled: [..., learned]``. Its errors follow the corpora it learned from,
