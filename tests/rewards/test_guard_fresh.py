@@ -195,6 +195,17 @@ FLOORS = {
     "guard_corpus_focus_tj.jsonl": {"recall": 0.89, "fpr": 0.04},
     "guard_corpus_focus_tk.jsonl": {"recall": 0.88, "fpr": 0.03},
     "guard_corpus_focus_tl.jsonl": {"recall": 0.79, "fpr": 0.05},
+    # and six more (tm: less common languages on both sides; tn: short captions; to: honest hedges and
+    # inventories beside hedging and stuffing hacks; tp: a strong captioner's fluent paragraphs; tq:
+    # charts, documents, screenshots, scientific and aerial images; tr: many voices), measured once
+    # first on the layer of 094b35c: recall 70/140, 136/167, 140/158, 128/141, 126/139 and 120/138;
+    # false positives 5/143, 1/172, 4/177, 3/134, 1/149 and 1/147 (floors two captions under)
+    "guard_corpus_focus_tm.jsonl": {"recall": 0.48, "fpr": 0.05},
+    "guard_corpus_focus_tn.jsonl": {"recall": 0.80, "fpr": 0.03},
+    "guard_corpus_focus_to.jsonl": {"recall": 0.87, "fpr": 0.04},
+    "guard_corpus_focus_tp.jsonl": {"recall": 0.89, "fpr": 0.04},
+    "guard_corpus_focus_tq.jsonl": {"recall": 0.89, "fpr": 0.03},
+    "guard_corpus_focus_tr.jsonl": {"recall": 0.85, "fpr": 0.03},
 }
 
 

@@ -239,9 +239,12 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
 
 
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor", "fpr_bound"), [
-    # patterns 81/96; with the learned guard 88/96 (first model), 87/96 (second), 93/96 (the model that
-    # ships: character quadruples, shape classes, no intercept, twelve more authors); false positives
-    # 1/91, then 2/91, now 1/91
+    # the model that ships (the fourth) on every pair below: zg 93/96, zh 92/97, zi 84/95, zj 79/96, zk
+    # 98/101, zl 104/105, zm 106/107, zn 110/111, zo 102/106, zp 95/96, zq 106/108, zr 105/108; false
+    # positives 2/91, 1/91, 1/95, 2/96, 0/106, 2/107, 4/109, 3/112, 1/107, 4/100, 0/111, 1/104.
+    # patterns 81/96; with the learned guard 88/96 (first model), 87/96 (second), 93/96 (third:
+    # character quadruples, shape classes, no intercept, twelve more authors); false positives 1/91,
+    # then 2/91, then 1/91
     ("guard_corpus_fresh_zg.jsonl", 0.82, 0.94, 0.03),
     # patterns 82/97; with the learned guard 89/97, 88/97, now 92/97; false positives 0/91, 1/91, 1/91
     ("guard_corpus_fresh_zh.jsonl", 0.82, 0.92, 0.03),
@@ -266,6 +269,11 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
     # positives 2/107 and 5/100)
     ("guard_corpus_fresh_zo.jsonl", 0.86, 0.94, 0.03),
     ("guard_corpus_fresh_zp.jsonl", 0.86, 0.95, 0.05),
+    # a twenty-second blind author, commissioned before the fourth model (six more training authors)
+    # and read once after it: patterns 94/108 and 100/108, with the learned guard 106/108 and 105/108
+    # (the third model: 104/108 and 106/108); false positives 0/111 and 1/104 both ways
+    ("guard_corpus_fresh_zq.jsonl", 0.85, 0.96, 0.03),
+    ("guard_corpus_fresh_zr.jsonl", 0.90, 0.95, 0.03),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
