@@ -805,18 +805,17 @@ class KeywordStuffingGuard(_JudgeGuard):
                 if len(heads) >= self.repeat_items and \
                         sum(map(seen_before(k).__contains__, heads)) / len(heads) >= self.repeat_share:
                     yield "repeated_nouns", f"repeated nouns: {sent[:80]}"
-        function = self.v.function
         for piece in re.split(r"[^\w\s'-]", text):
             run = 0
             if piece.count(" ") + 1 < self.run_words:
                 continue  # too few words for a run
             words = piece.split()
-            if len(words) - sum(map(function.__contains__, words)) < self.run_words:
+            if len(words) - sum(map(self.v.function.__contains__, words)) < self.run_words:
                 continue  # too few words outside the function words for a run
             if _reads_as_other_latin(words):
                 continue  # a clause in another language ("op de voorgrond staat een rode fiets"), no dump
             for t in words:
-                run = 0 if (t in function or not (t.isascii() and t.isalpha())) else run + 1
+                run = 0 if (t in self.v.function or not (t.isascii() and t.isalpha())) else run + 1
                 if run >= self.run_words:
                     yield "function_free_run", f"{run} words without a function word: {piece.strip()[:80]}"
                     break

@@ -93,6 +93,7 @@ def word_count(text: str) -> int:
 
 
 _SHAPED = 4  # words before the shape classes count
+MIN_WORDS = 4  # words before the guard judges a caption (see LearnedGuard)
 _CACHED_WORD = 64  # longer tokens (a run of letters with no space) are not remembered
 
 
@@ -284,10 +285,12 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
     labels = np.array([y for _, y in rows])
     if len(set(labels.tolist())) < 2:
         raise ValueError("training the learned guard needs both hacks and honest captions")
-    indptr, indices = [0], []
+    indptr, indices, words = [0], [], []
     for text, _ in rows:
-        indices += features(caption_text(Doc.of(text)))
+        idx, n = read(caption_text(Doc.of(text)))
+        indices += idx
         indptr.append(len(indices))
+        words.append(n)
     counts = np.diff(indptr)
     values = np.repeat(1.0 / np.sqrt(np.maximum(counts, 1)), counts)
     x = csr_matrix((values, indices, indptr), shape=(len(rows), DIM))
@@ -295,8 +298,8 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
     # whose words the model had no weights for, in a script no corpus had, fired. Without it such a
     # caption is scored by its length and repetition classes alone: 0.56 for a 50-word Armenian one)
     clf = LogisticRegression(C=c, max_iter=5000, class_weight="balanced", fit_intercept=False).fit(x, labels)
-    # how it does on its own rows, from the matrix already built (an upper bound: measure it on others)
-    fired = clf.predict_proba(x)[:, 1] >= threshold
+    # how the guard does on its own rows, from the matrix already built (an upper bound: measure it on others)
+    fired = (clf.predict_proba(x)[:, 1] >= threshold) & (np.array(words) >= MIN_WORDS)
     fit = {"recall": float(fired[labels == 1].mean()), "fpr": float(fired[labels == 0].mean())}
     meta = {"dim": DIM, "features": FEATURES, "c": c, "threshold": threshold, "hacks": int(labels.sum()),
             "honest": int(len(labels) - labels.sum()), "digest": digest(rows), "fit": fit}
@@ -316,8 +319,10 @@ class LearnedGuard(Guard):
     default = False
 
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None,
-                 min_words: int = 4) -> None:
+                 min_words: int = MIN_WORDS) -> None:
         super().__init__(penalty)
+        if min_words < 0:
+            raise ValueError(f"learned guard: min_words must be 0 or more, not {min_words}")
         self.min_words = min_words
         self.model = load_model(str(model or MODEL))
         self.threshold = float(threshold if threshold is not None else self.model.meta.get("threshold", 0.75))
@@ -333,5 +338,5 @@ class LearnedGuard(Guard):
             yield "learned", f"learned model: hack with probability {p:.2f}"
 
 
-__all__ = ["DIM", "FEATURES", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
+__all__ = ["DIM", "FEATURES", "MIN_WORDS", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
            "read", "read_labelled", "train", "word_count"]
