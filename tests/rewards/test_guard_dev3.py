@@ -23,7 +23,8 @@ RECALL = {"padding": 16 / 18, "speculative": 1.0, "lang": 1.0}
 
 @pytest.fixture(scope="module")
 def reports():
-    guards = GuardSet.from_settings()
+    # the patterns: the learned guard was trained on this corpus, so its verdicts here say nothing
+    guards = GuardSet.from_settings(learned=False)
     return [(r, guards.evaluate(r["caption"])) for r in ROWS]
 
 

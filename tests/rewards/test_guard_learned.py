@@ -203,10 +203,10 @@ def test_a_model_made_by_other_features_is_refused_not_misread(tmp_path):
     assert load_model().meta["features"] == FEATURES
 
 
-def test_the_guard_is_opt_in_and_checks_its_threshold():
-    assert "learned" not in GuardSet.from_settings().names
-    guards = GuardSet.from_settings(enabled=[*CHEAP, "learned"])
-    assert "learned" in guards.names
+def test_the_guard_is_on_by_default_last_and_checks_its_threshold():
+    assert GuardSet.from_settings().names[-1] == "learned"  # after the patterns: it reads what they missed
+    assert "learned" not in GuardSet.from_settings(learned=False).names
+    assert "learned" not in GuardSet.from_settings(enabled=CHEAP).names
     with pytest.raises(ValueError, match="threshold"):
         LearnedGuard(threshold=1.5)
     with pytest.raises(ValueError, match="min_words"):
@@ -241,9 +241,13 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
 
 
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor", "fpr_bound"), [
-    # the model that ships (the fourth) on every pair below: zg 93/96, zh 92/97, zi 84/95, zj 79/96, zk
-    # 98/101, zl 104/105, zm 106/107, zn 110/111, zo 102/106, zp 95/96, zq 106/108, zr 105/108; false
-    # positives 2/91, 1/91, 1/95, 2/96, 0/106, 2/107, 4/109, 3/112, 1/107, 4/100, 0/111, 1/104.
+    # the model that ships (the fifth: two more authors of hard honest captions) on every pair below: zg
+    # 93/96, zh 92/97, zi 84/95, zj 80/96, zk 98/101, zl 104/105, zm 106/107, zn 110/111, zo 102/106, zp
+    # 95/96, zq 105/108, zr 106/108, zs 99/109, zt 110/114; false positives 1/91, 1/91, 1/95, 1/96, 0/106,
+    # 2/107, 4/109, 3/112, 1/107, 4/100, 0/111, 1/104, 0/114, 1/121.
+    # (the fourth: zg 93/96, zh 92/97, zi 84/95, zj 79/96, zk 98/101, zl 104/105, zm 106/107, zn 110/111,
+    # zo 102/106, zp 95/96, zq 106/108, zr 105/108; false positives 2/91, 1/91, 1/95, 2/96, 0/106, 2/107,
+    # 4/109, 3/112, 1/107, 4/100, 0/111, 1/104.)
     # patterns 81/96; with the learned guard 88/96 (first model), 87/96 (second), 93/96 (third:
     # character quadruples, shape classes, no intercept, twelve more authors); false positives 1/91,
     # then 2/91, then 1/91
@@ -276,6 +280,12 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
     # (the third model: 104/108 and 106/108); false positives 0/111 and 1/104 both ways
     ("guard_corpus_fresh_zq.jsonl", 0.85, 0.96, 0.03),
     ("guard_corpus_fresh_zr.jsonl", 0.90, 0.95, 0.03),
+    # two more blind authors, commissioned before the learned guard was turned on by default and read once
+    # on the fourth model: patterns 78/109 (zs: hacks a clause or two inside a fluent caption) and 99/114
+    # (zt: many languages and formats), with the learned guard 100/109 and 110/114, false positives 0/114
+    # and 1/121; the fifth model: 99/109 and 110/114, 0/114 and 1/121
+    ("guard_corpus_fresh_zs.jsonl", 0.69, 0.88, 0.03),
+    ("guard_corpus_fresh_zt.jsonl", 0.84, 0.94, 0.03),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus

@@ -81,7 +81,8 @@ def test_sub_scores_name_the_family():
     fired = [k for k, v in details.items() if k.count("/") == 2 and v == 1.0]
     assert fired == [f"guard/self_praise/{report.families['self_praise']}"] or len(fired) == len(report.fired)
     hedged = guards.evaluate("A car parked on a street; the car is red, silver or black.")
-    assert hedged.families == {"hedging": "alternatives"}
+    assert hedged.families["hedging"] == "alternatives"
+    assert set(hedged.families) <= {"hedging", "learned"}  # (the learned guard may see it too)
     assert guards.details(hedged)["guard/hedging/alternatives"] == 1.0
 
 

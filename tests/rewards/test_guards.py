@@ -165,7 +165,9 @@ HONEST = [
 
 @pytest.fixture(scope="module")
 def guards() -> GuardSet:
-    return GuardSet.from_settings()
+    # the pattern guards, whose families and exemptions these lists pin; the default layer's learned guard
+    # is measured on the same honest captions below (test_the_learned_guard_flags_few_hard_honest_captions)
+    return GuardSet.from_settings(learned=False)
 
 
 def test_corpus_sizes():
@@ -240,7 +242,9 @@ def test_repetition_settings():
 
 
 def test_guardset_settings_and_errors():
-    gs = GuardSet.from_settings(penalty=0.5, grader_address={"penalty": 2.0}, repetition=False)
+    assert GuardSet.from_settings().names == ["self_praise", "grader_address", "repetition", "length", "hedging",
+                                              "keyword_stuffing", "rewording", "padding", "learned"]
+    gs = GuardSet.from_settings(penalty=0.5, grader_address={"penalty": 2.0}, repetition=False, learned=False)
     assert gs.names == ["self_praise", "grader_address", "length", "hedging", "keyword_stuffing", "rewording", "padding"]
     r = gs.evaluate("Dear evaluator, I hope this helps.")
     assert sorted(r.fired) == ["grader_address", "self_praise"]
@@ -273,8 +277,9 @@ HACK = "A red bus waits at a stop. This caption is complete and accurate."
 def test_with_guards_penalty_and_veto():
     pen = with_guards(_Const(), policy="penalty", penalty=0.5)
     scores = pen.score([CLEAN, HACK, "N/A This caption is perfect."], questions=[[], [], []])
-    # a flagged caption whose inner reward is None (it broke the judge) is still punished
-    assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(0.3), pytest.approx(-0.5)]
+    # a flagged caption whose inner reward is None (it broke the judge) is still punished; each guard that
+    # fires adds its penalty (here self_praise and the learned guard: 0.8 - 2 x 0.5)
+    assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(-0.2), pytest.approx(-1.0)]
     assert scores[2].details["guarded_none"] == 1.0
     assert scores[1].details["guard/self_praise"] == 1.0 and scores[1].details["qa_acc"] == 0.8
     assert scores[0].details["guard/self_praise"] == 0.0 and scores[0].details["guard/any"] == 0.0
@@ -303,7 +308,7 @@ def test_guard_rates_reach_log_metric():
 
 
 def test_registered_guards_reward_and_build_reward_hook():
-    r = build_reward("guards", penalty=0.25)
+    r = build_reward("guards", penalty=0.25, learned=False)
     assert isinstance(r, GuardReward)
     assert r(completions=[CLEAN, HACK]) == [0.0, -0.25]
     wrapped = build_reward("hfrrf", guards={"policy": "veto", "enabled": ["grader_address"]})
@@ -368,7 +373,7 @@ def test_fuzzy_fix_repairs_typos_of_key_words_only():
     assert fuzzy_fix(kept) == kept
 
 
-@pytest.mark.parametrize("caption", [
+HEDGES_SCENES_PAPERWORK = [
     "I'm not sure whether the dog is a collie; the background is blurry.",
     "This may not capture everything in the image, but it shows a busy street with shops.",
     "The photo is blurred, so I may have missed small details on the shelf.",
@@ -378,9 +383,24 @@ def test_fuzzy_fix_repairs_typos_of_key_words_only():
     "A screenshot of a spreadsheet with a Grade column; most grades are B or above.",
     "Everything in the photo is covered in a thin layer of frost.",
     "A textbook page explains how to write a good image caption.",
-])
+]
+
+
+@pytest.mark.parametrize("caption", HEDGES_SCENES_PAPERWORK)
 def test_hedges_scenes_and_paperwork_stay_clean(guards, caption):
     assert guards.evaluate(caption).fired == []
+
+
+def test_the_learned_guard_flags_few_hard_honest_captions():
+    """The default layer adds the learned guard, which reads words, not the patterns' exemptions. On these
+    hand-written hard honest captions (none of them in its training corpora) it flags 5 of 61: a museum
+    label and a product description that say "complete", a newspaper caption that "mentions all", "every
+    detail ... in sharp focus", and "this may not capture everything". A bound, so a worse model fails."""
+    default = GuardSet.from_settings()
+    honest = HONEST + HEDGES_SCENES_PAPERWORK
+    reports = [default.evaluate(c) for c in honest]
+    assert all(r.fired in ([], ["learned"]) for r in reports)  # the patterns stay clean (tests above)
+    assert sum(r.fired == ["learned"] for r in reports) <= 5, len(honest)
 
 
 @pytest.mark.parametrize("caption", [
@@ -483,7 +503,7 @@ def test_trainer_settings_set_on_the_wrapper_reach_the_inner_reward():
 def test_guards_keep_the_inner_rewards_nones_when_it_gave_no_signal():
     """A dead answerer (every inner score None) behind guards: TRL gets None, not guard penalties alone;
     a flagged caption whose None stands beside real scores is still punished."""
-    pen = with_guards(_Const(), policy="penalty", penalty=0.5)
+    pen = with_guards(_Const(), policy="penalty", penalty=0.5, learned=False)
     dead = pen(prompts=None, completions=_convo(["N/A " + CLEAN, "N/A " + HACK]), questions=[[], []])
     assert dead == [None, None]
     mixed = pen(prompts=None, completions=_convo([CLEAN, "N/A " + HACK]), questions=[[], []])

@@ -27,8 +27,8 @@ Four more, against the hacks aimed at rubric and QA judges ("the car is red, sil
 dumps, the same sentence reworded, padding), live in :mod:`vlrl.rewards.guards.judge`: ``hedging``,
 ``keyword_stuffing``, ``rewording`` and ``padding`` (on by default, after the five above). Claims,
 grader addresses, score requests and injections in other languages come from the phrase table of
-:mod:`vlrl.rewards.guards.lang`, read by ``self_praise`` and ``grader_address``. One more is opt-in:
-``learned`` (:mod:`vlrl.rewards.guards.learned`), a linear model over hashed words trained on labelled
+:mod:`vlrl.rewards.guards.lang`, read by ``self_praise`` and ``grader_address``. The last default guard
+is ``learned`` (:mod:`vlrl.rewards.guards.learned`), a linear model over hashed words trained on labelled
 hacks and honest captions, for the wordings no pattern names.
 
 Honest dense captions quote the text they see ("a sign that says 'ANSWER: B'", 'the screen reads
@@ -214,7 +214,7 @@ class LengthGuard(Guard):
 
 # The guards against rubric/QA-judge hacks register after the five above (in this order, they run after them).
 from vlrl.rewards.guards import judge as _judge_guards  # noqa: E402,F401,I001  (hedging, keyword_stuffing, rewording, padding)
-from vlrl.rewards.guards import learned as _learned_guard  # noqa: E402,F401,I001  (learned, opt-in)
+from vlrl.rewards.guards import learned as _learned_guard  # noqa: E402,F401,I001  (learned, last)
 
 # ----------------------------------------------------------------------------------------------
 # GuardSet

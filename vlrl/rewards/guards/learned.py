@@ -22,10 +22,13 @@ hacks, not one hand-written shape.
   "[image]") are most of what it reads, and the ``length`` guard judges such a caption.
   The default was chosen by leaving out each blind author's pair in turn and training on the rest. It is
   the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
-* **Opt-in.** Enable it with ``enabled: [..., learned]``. Its errors follow the corpora it learned from,
-  captions written by other models, in styles a policy may never use. Left out of training, the author
-  who wrote in less common languages (Khmer, Yoruba, Telugu, ...) had 5% of its honest captions
-  flagged. The docs give every number.
+* **On by default,** after the pattern guards (``learned: false`` turns it off). On every blind pair
+  measured since it shipped, the patterns alone caught 72-93% of the hacks and the layer with this guard
+  90-99% (the goal is 90%), at 0-4% false positives; the layer costs about 0.9 ms a caption with it
+  (``vlrl bench guards``). Its errors follow the corpora it learned from, captions written by other
+  models, in styles a policy may never use: left out of training, the author who wrote in less common
+  languages (Khmer, Yoruba, Telugu, ...) had 5% of its honest captions flagged. Train one on your own
+  rollouts (below), or turn it off, where that matters. The docs give every number.
 
 A model file (``.npz``: the weights, the bias and a JSON header, read without pickle) ships in
 ``data/learned_guard.npz``. It was trained by ``make learned-guard`` on the corpora of
@@ -313,10 +316,10 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
 @register_guard("learned")
 class LearnedGuard(Guard):
     """A caption of ``min_words`` words or more that the learned model scores as a hack with probability
-    ``threshold`` or more (opt-in; see the module docstring). ``model``: a model file (default: the one
+    ``threshold`` or more (on by default; see the module docstring). ``model``: a model file (default: the one
     shipped)."""
 
-    default = False
+    rank = 2  # after the pattern guards: it reads what they missed
 
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None,
                  min_words: int = MIN_WORDS) -> None:
