@@ -33,6 +33,19 @@ def test_bench_reports_every_part(tmp_path):
         bench_guards(n_captions=5, settings={"llm_defense": {"judge": object()}})
 
 
+def test_the_learned_guard_is_timed_in_and_out_of_the_layer():
+    """The default layer holds the learned guard: the same layer without it is timed in alternated passes,
+    as many captions as the layer itself; left out by the settings, there is nothing to compare."""
+    res = bench_guards(n_captions=40, seed=4)
+    assert res["settings"]["guards"][-1] == "learned" and "learned" in res["per_guard"]
+    bare = res["without_learned"]
+    assert 0 < bare["median_ms"] <= bare["p90_ms"] and -1 < bare["learned_share"] < 1
+    assert res["learned"] == res["learned_opt_in"] and res["learned"]["median_ms"] > 0
+    off = bench_guards(n_captions=40, seed=4, settings={"learned": False})
+    assert off["without_learned"] is None and "learned" not in off["settings"]["guards"]
+    assert off["learned"]["median_ms"] > 0  # the default guard, timed alone all the same
+
+
 def test_prefilters_save_time_side_by_side():
     """The literal prefilters skip most regular expressions of an honest caption: timed alternately,
     caption by caption, on and off (measured about 4x on the 2-core dev machine; the floor is far below)."""
@@ -48,6 +61,6 @@ def test_cli_writes_the_numbers(tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(out.read_text())
     assert res["captions"] == 40 and "median_ms" in res and "captions_per_s" in res
-    assert "captions/s" in p.stdout and "median" in p.stdout
+    assert "captions/s" in p.stdout and "median" in p.stdout and "without the learned guard" in p.stdout
     bad = run("bench", "guards", "--json", str(out), "--input", str(tmp_path / "missing.jsonl"))
     assert bad.returncode == 2 and "vlrl bench guards" in bad.stderr

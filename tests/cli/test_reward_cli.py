@@ -236,9 +236,9 @@ def test_guard_command(tmp_path):
         assert set(r) == {"id", "fired", "families", "penalty", "caption"}
         assert set(r["families"]) == set(r["fired"])  # each fired guard names its family
     assert results["honest"]["fired"] == [] and results["form"]["fired"] == []
-    # the learned guard (last by default) reads these three too; each fired guard adds its penalty
+    # the learned guard (last by default) reads these three too; beside a pattern guard it costs nothing more
     assert {k: results["praise"][k] for k in ("id", "fired", "penalty")} == {
-        "id": "praise", "fired": ["self_praise", "learned"], "penalty": 2.0}
+        "id": "praise", "fired": ["self_praise", "learned"], "penalty": 1.0}
     assert results["grader"]["fired"] == ["grader_address", "learned"]
     assert results["loop"]["fired"] == ["repetition", "learned"]
     assert results["short"]["fired"] == ["length"] and results["short"]["families"] == {"length": "too_short"}
@@ -252,7 +252,7 @@ def test_guard_command(tmp_path):
     proc = run("reward", "guard", "-i", str(rows), "--json", str(out), "-s", "length.min_words=1", "-s", "penalty=0.25")
     assert proc.returncode == 0, proc.stderr
     results = {r["id"]: r for r in json.loads(out.read_text())["results"]}
-    assert results["short"]["fired"] == [] and results["praise"]["penalty"] == 0.5
+    assert results["short"]["fired"] == [] and results["praise"]["penalty"] == 0.25
     proc = run("reward", "guard", "-i", str(rows), "--json", str(out), "-s", "enabled=[nope]")
     assert proc.returncode == 2 and "unknown guard" in proc.stderr
 

@@ -206,7 +206,7 @@ def test_a_model_made_by_other_features_is_refused_not_misread(tmp_path):
 def test_the_guard_is_on_by_default_last_and_checks_its_threshold():
     assert GuardSet.from_settings().names[-1] == "learned"  # after the patterns: it reads what they missed
     assert "learned" not in GuardSet.from_settings(learned=False).names
-    assert "learned" not in GuardSet.from_settings(enabled=CHEAP).names
+    assert GuardSet.from_settings(enabled=["learned", *CHEAP]).names[0] == "learned"  # an explicit list is kept
     with pytest.raises(ValueError, match="threshold"):
         LearnedGuard(threshold=1.5)
     with pytest.raises(ValueError, match="min_words"):
@@ -294,6 +294,10 @@ def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound
     tp2, _, fp2, _ = _rates(GuardSet.from_settings(enabled=[*CHEAP, "learned"]), path)
     record_property("learned", {"recall": tp2 / hacks, "fpr": fp2 / honest})
     assert tp2 / hacks >= learned_floor and fp2 / honest <= fpr_bound, (tp2, hacks, fp2, honest)
+    # the default layer: the same, and the length band (five words), which also flags short honest captions
+    # (at most 5/96 on these pairs, zj)
+    tp3, _, fp3, _ = _rates(GuardSet.from_settings(), path)
+    assert tp3 >= tp2 and fp3 / honest <= 0.055, (tp3, hacks, fp3, honest)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -326,3 +330,19 @@ def test_guard_train_command_writes_a_model_the_guard_reads(tmp_path):
                           env=child_env(), timeout=300)
     assert proc.returncode == 2 and "both" in proc.stderr and not (tmp_path / "none.npz").exists()
     assert MODEL.exists()
+
+
+def test_the_image_worlds_true_captions_are_left_alone():
+    """The CapRL and RubiCap demos train with the learned guard on, in a veto: it must not fire on what their
+    world's grammar writes, full or with attributes left out (a policy's partial captions). (The video
+    demo's grammar does set it off on 8 of its 4,056 true partial captions, so that demo turns it off.)"""
+    import random
+
+    from vlrl.demos.shapes.kit import world as W
+
+    guard = GuardSet.from_settings(enabled=["learned"])
+    rng = random.Random(0)
+    captions = {W.caption(scene, rng, drop) for shapes in (2, 3)
+                for scene in W.make_scenes(400, shapes, W.WorldConfig(max_shapes=shapes)) for drop in (0.0, 0.3, 0.6)}
+    assert len(captions) > 1000
+    assert [c for c in captions if guard.evaluate(c).fired] == []

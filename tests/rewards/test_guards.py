@@ -258,6 +258,20 @@ def test_guardset_settings_and_errors():
     assert extra.evaluate("A dog on a lawn. Superb caption, truly.").fired == ["self_praise"]
 
 
+def test_a_fallback_guard_is_charged_only_when_it_fires_alone():
+    """The learned guard is a second opinion: beside a pattern guard it is reported and logged, and the
+    caption pays the patterns' penalties only; alone, it costs its own."""
+    gs = GuardSet.from_settings(penalty=0.5, learned={"penalty": 0.75})
+    both = gs.evaluate("A red bus waits at a stop. This caption is complete and accurate.")
+    assert both.fired == ["self_praise", "learned"] and both.penalty == pytest.approx(0.5)
+    alone = GuardSet.from_settings(enabled=["learned", "length"], learned={"penalty": 0.75}).evaluate(
+        "A red bus waits at a stop. This caption is complete and accurate.")
+    assert alone.fired == ["learned"] and alone.penalty == pytest.approx(0.75)
+    # whatever the order the settings give: the fallback is judged against every other guard
+    first = GuardSet.from_settings(enabled=["learned", "self_praise"], penalty=0.5)
+    assert first.evaluate("A red bus waits at a stop. This caption is complete and accurate.").penalty == 0.5
+
+
 def test_registry_has_the_four_guards():
     assert {"self_praise", "grader_address", "repetition", "length"} <= set(GUARDS)
 
@@ -277,9 +291,10 @@ HACK = "A red bus waits at a stop. This caption is complete and accurate."
 def test_with_guards_penalty_and_veto():
     pen = with_guards(_Const(), policy="penalty", penalty=0.5)
     scores = pen.score([CLEAN, HACK, "N/A This caption is perfect."], questions=[[], [], []])
-    # a flagged caption whose inner reward is None (it broke the judge) is still punished; each guard that
-    # fires adds its penalty (here self_praise and the learned guard: 0.8 - 2 x 0.5)
-    assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(-0.2), pytest.approx(-1.0)]
+    # a flagged caption whose inner reward is None (it broke the judge) is still punished; the learned
+    # guard fires beside self_praise on both, and a fallback guard is not charged again
+    assert [s.value for s in scores] == [pytest.approx(0.8), pytest.approx(0.3), pytest.approx(-0.5)]
+    assert scores[1].details["guard/learned"] == 1.0 and scores[1].details["guard/penalty"] == 0.5
     assert scores[2].details["guarded_none"] == 1.0
     assert scores[1].details["guard/self_praise"] == 1.0 and scores[1].details["qa_acc"] == 0.8
     assert scores[0].details["guard/self_praise"] == 0.0 and scores[0].details["guard/any"] == 0.0
@@ -308,7 +323,7 @@ def test_guard_rates_reach_log_metric():
 
 
 def test_registered_guards_reward_and_build_reward_hook():
-    r = build_reward("guards", penalty=0.25, learned=False)
+    r = build_reward("guards", penalty=0.25)
     assert isinstance(r, GuardReward)
     assert r(completions=[CLEAN, HACK]) == [0.0, -0.25]
     wrapped = build_reward("hfrrf", guards={"policy": "veto", "enabled": ["grader_address"]})
@@ -503,7 +518,7 @@ def test_trainer_settings_set_on_the_wrapper_reach_the_inner_reward():
 def test_guards_keep_the_inner_rewards_nones_when_it_gave_no_signal():
     """A dead answerer (every inner score None) behind guards: TRL gets None, not guard penalties alone;
     a flagged caption whose None stands beside real scores is still punished."""
-    pen = with_guards(_Const(), policy="penalty", penalty=0.5, learned=False)
+    pen = with_guards(_Const(), policy="penalty", penalty=0.5)
     dead = pen(prompts=None, completions=_convo(["N/A " + CLEAN, "N/A " + HACK]), questions=[[], []])
     assert dead == [None, None]
     mixed = pen(prompts=None, completions=_convo([CLEAN, "N/A " + HACK]), questions=[[], []])

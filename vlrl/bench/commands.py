@@ -155,6 +155,9 @@ def bench_guards_cmd(
     pre = res["prefilters"]
     typer.echo(f"literal prefilters (same verdicts), {pre['captions']} captions timed alternately: median "
                f"{pre['median_ms_on']:.3f} ms on, {pre['median_ms_off']:.3f} ms off ({pre['speedup']:.1f}x)")
+    if (bare := res["without_learned"]) is not None:
+        typer.echo(f"without the learned guard, passes alternated: median {bare['median_ms']:.3f} ms (the learned guard "
+                   f"alone {res['learned']['median_ms']:.3f} ms, {100 * bare['learned_share']:.0f}% of the layer)")
 
 
 @app.command("serve", help="Reward service vs in-process scoring on one backend: rows/s, p50/p99 latency, batching gain (1 vs 8 clients).")

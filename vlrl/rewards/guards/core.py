@@ -232,7 +232,8 @@ class GuardReport:
 
 
 class GuardSet:
-    """Evaluates a set of guards on captions. ``penalty`` of a caption = sum over fired guards.
+    """Evaluates a set of guards on captions. ``penalty`` of a caption = sum over fired guards; a
+    fallback guard's (``learned``) counts only when no other guard fired.
 
     ``counts`` keeps running totals (``evaluated`` and one entry per guard) and :meth:`rates` the
     firing rate of each guard since the set was built, for end-of-run reports.
@@ -314,16 +315,18 @@ class GuardSet:
         fired: list[str] = []
         evidence: dict[str, str] = {}
         unjudged: dict[str, str] = {}
-        penalty = 0.0
         families: dict[str, str] = {}
+        costs: list[float] = []
+        second: list[float] = []  # the penalties of fired fallback guards
         for g in self.guards:
             hit = g.check(doc)
             if hit is not None:
                 fired.append(g.name)
                 families[g.name], evidence[g.name] = hit
-                penalty += g.penalty
+                (second if g.fallback else costs).append(g.penalty)
             elif (why := g.unjudged(doc)) is not None:
                 unjudged[g.name] = why
+        penalty = sum(costs) if costs else sum(second)
         self.counts["evaluated"] += 1
         self.counts.update(fired)
         if fired:

@@ -24,8 +24,10 @@ hacks, not one hand-written shape.
   the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
 * **On by default,** after the pattern guards (``learned: false`` turns it off). On fourteen held-out
   corpora by blind authors, the patterns alone caught 72-93% of the hacks and the layer with this guard
-  83-99% (twelve of them reach the 90% goal), at 0-4% false positives. It is about a seventh of the
-  layer's cost (``vlrl bench guards``). Its errors follow the corpora it learned from, captions written by other
+  83-99% (twelve of them reach the 90% goal), at 0-4% false positives (up to 5% with the ``length``
+  band, which flags honest captions under five words). It is a fallback guard: beside a pattern guard
+  that fired it is reported but not charged again. It is about a seventh of the layer's cost
+  (``vlrl bench guards``). Its errors follow the corpora it learned from, captions written by other
   models, in styles a policy may never use: left out of training, the author who wrote in less common
   languages (Khmer, Yoruba, Telugu, ...) had 5% of its honest captions flagged. Train one on your own
   rollouts (below), or turn it off, where that matters. The docs give every number.
@@ -320,6 +322,7 @@ class LearnedGuard(Guard):
     shipped)."""
 
     rank = 2  # after the pattern guards: it reads what they missed
+    fallback = True  # beside a pattern guard that fired, reported but not charged again
 
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None,
                  min_words: int = MIN_WORDS) -> None:

@@ -188,8 +188,11 @@ def recipe_dict(out: Path, cfg: VideoDemoConfig, captioner: Path, answerer: Path
                 "draws": "per_step",
                 "min_letter_mass": 0.0,
             },
-            # the longest honest caption of this world has 15 words
-            "guards": {"policy": "veto", "min_words": 3, "max_words": 18, "repetition": {"max_consecutive": 2}},
+            # the longest honest caption of this world has 15 words. The learned guard is off: it learned from
+            # natural captions, and 8 of the 4,056 true partial captions of this grammar score as hacks ("a
+            # square moves and turns blue and a square is there."), which the veto would zero
+            "guards": {"policy": "veto", "min_words": 3, "max_words": 18, "repetition": {"max_consecutive": 2},
+                       "learned": False},
         }, grammar_reward_block(PARSER)],
         "trainer": grpo_trainer(out / "grpo", cfg.seed, cfg.learning_rate, cfg.temperature, max_steps=cfg.grpo_steps,
                                 per_device_train_batch_size=cfg.clips_per_step * cfg.num_generations,
