@@ -182,3 +182,28 @@ def test_a_short_speculative_list_setting_reads_two_item_lists_in_other_language
     loose = GuardSet.from_settings(enabled=["hedging"], hedging={"speculative_long": 1})
     assert loose.evaluate(two).fired == ["hedging"]
     assert not GuardSet.from_settings(enabled=["hedging"]).evaluate(two).fired
+
+
+@pytest.mark.parametrize("caption", [
+    # what the image shows, written or labelled: a screenshot's menu, a diagram's labels, a table's columns
+    "A screenshot of a music app shows a sidebar listing Home, Search, Library, Playlists, Podcasts, Radio, "
+    "Downloads, Settings, Help and Sign out, with the album grid filling the rest of the window.",
+    "A textbook diagram of a bicycle labels the saddle, seat post, top tube, down tube, chainring, pedal, crank, "
+    "chain, rear derailleur, cassette, spokes and tyre, each with a thin leader line.",
+    "A spreadsheet of club results has columns headed Name, Age group, Club, Lane, Heat, Time, Place, Points, "
+    "Record and Notes, and the fastest times are shaded green.",
+    # a bracketed list that names the members of what it follows, in a sentence that goes on
+    "The box lists its contents as a deck of cards (kings, queens, jacks, aces), two dice and a folded board.",
+])
+def test_lists_the_image_shows_are_content(caption):
+    assert not GuardSet.from_settings(enabled=["keyword_stuffing"]).evaluate(caption).fired
+
+
+@pytest.mark.parametrize("caption", [
+    "A farmer in a field with a tractor, cows, sheep, horses, pigs, chickens, goats, ducks, geese, rabbits and a barn.",
+    "A kitchen counter with a kettle. Labels: kettle, mug, spoon, sugar, toaster, bread, knife, plate.",
+    "A yellow bus (bus, vehicle, coach, transport, yellow) waits at a stop near a shelter.",
+    "[dog, park, grass, tree, bench, leash, ball] A dog runs across a park with a ball in its mouth.",
+])
+def test_a_dump_stays_a_dump_beside_those_words(caption):
+    assert GuardSet.from_settings(enabled=["keyword_stuffing"]).evaluate(caption).fired

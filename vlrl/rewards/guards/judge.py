@@ -100,6 +100,7 @@ class JudgeVocab(BaseModel):
     padding_words: str = ""
     tautologies: list[str] = []
     list_verbs: list[str] = []
+    shown_lists: list[str] = []
     image_words: list[str] = []
     abstract_suffix: str = "(?!)"
     clashes: list[list[str]] = []
@@ -110,7 +111,7 @@ class JudgeVocab(BaseModel):
     continuation_words: str = ""
 
     @field_validator("hedges", "list_exemptions", "or_idioms", "stuff_labels", "filler_phrases", "restatement_markers",
-                     "placeholders", "tautologies", "list_verbs", "image_words", "abstract_suffix", "clashes",
+                     "placeholders", "tautologies", "list_verbs", "shown_lists", "image_words", "abstract_suffix", "clashes",
                      "clash_exemptions", "specifics")
     @classmethod
     def _compiles(cls, v: Any) -> Any:
@@ -663,6 +664,9 @@ class HedgingGuard(_JudgeGuard):
 
 
 _PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
+# a bracketed list that the sentence goes on after ("sides (fries, onion rings, salad), drinks in three
+# sizes ...") names the members of what it follows; a dump stands at the end ("... a park (dog, grass, tree)")
+_LIST_GOES_ON = re.compile(r"\s*(?:[,;]\s*|and\s+|or\s+)?[a-z0-9]")
 # (a hashtag in a script with vowel signs, "#चाय", holds marks that are not word characters)
 _HASHTAG = re.compile(r"#[^\W\d_][\w\u0900-\u0dff\u0e00-\u0e7f-]+")
 # pictographs and their modifiers: a run of them stands for nouns ("🐄🐖🐑🐓🐴🚜🌽🌾")
@@ -715,6 +719,28 @@ class KeywordStuffingGuard(_JudgeGuard):
         self.clash_exempt = _words_re(self.vocab.clash_exemptions or ["(?!)"])
         labels = _alt([*self.vocab.stuff_labels, *extra_labels])
         self.label = re.compile(rf"(?:^|(?<=[\s(\[]))(?:{labels})\s*(?::|-|\u2013|\u2014)\s*(.+)$")
+        self.shown = _words_re(self.vocab.shown_lists or ["(?!)"])
+
+    def _members(self, text: str, m: re.Match[str], items: list[str]) -> bool:
+        """Whether a bracketed list names the members of what it follows, in a sentence that goes on
+        ("lists sides (fries, onion rings, salad), drinks in three sizes"): not at the start of its
+        sentence, not at its end, and repeating no word said before it ("a red car (car, vehicle, sedan)")."""
+        before = text[max(text.rfind(". ", 0, m.start()), 0):m.start()]
+        if not _LIST_GOES_ON.match(text, m.end()) or len(_TOKEN.findall(before)) < 2:
+            return False
+        said = set(_TOKEN.findall(before))
+        return not any(t in said for i in items for t in _TOKEN.findall(i) if t not in self.v.function)
+
+    def _shown(self, sent: str) -> bool:
+        """Whether a list's sentence says, before the list, that the list is what the image shows, written
+        or labelled: a word of ``shown_lists`` after a function word in the sentence's first half ("the
+        sidebar lists", "a diagram ... labels the", "columns headed", "an inset ... identifies"), not a
+        label of its own ("Labels: ...", "| Objects named |"). A screenshot's menu, a diagram's labels or
+        a timetable's stations are the picture's content, however many nouns they hold."""
+        head = sent[: max(len(sent) // 2, 40)]
+        m = self.shown.search(head)
+        return bool(m) and not head[m.end():].lstrip().startswith(":") and \
+            any(t in self.v.function for t in _TOKEN.findall(head[:m.start()]))
 
     def _list(self, body: str, tokens: int | None = None, cuts: int | None = None) -> list[str] | None:
         """The items of ``body`` when it is a list of short phrases (no clause among them).
@@ -769,7 +795,7 @@ class KeywordStuffingGuard(_JudgeGuard):
         labelled = any(c in text for c in ":-\u2013\u2014")  # a label is followed by one of these
         for m in (_PAREN.finditer(text) if "(" in text or "[" in text else ()):  # "(dog, park, grass, tree, bench)"
             if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
-                    sum(map(self._bare, items)) / len(items) >= self.bare_share:
+                    sum(map(self._bare, items)) / len(items) >= self.bare_share and not self._members(text, m, items):
                 yield "noun_dump", f"noun dump: {m.group(0)[:80]}"
         run = 0
         for toks, sent in zip(toks_of, sents, strict=True):  # "Dog. Park. Grass. Tree." or one noun per line
@@ -792,14 +818,15 @@ class KeywordStuffingGuard(_JudgeGuard):
             cuts = _separators(sent)
             if cuts + 1 >= self.max_list and \
                     len(long := [i for i in _LIST_SPLIT.split(sent) if i.strip()]) >= self.max_list and \
-                    all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]):
+                    all(len(_TOKEN.findall(i)) <= 4 for i in long[1:-1]) and not self._shown(sent):
                 yield "long_list", f"{len(long)}-item list: {sent[:80]}"
             if cuts + 1 >= self.list_items and (clash if clash is not None else (clash := self._clash(text))):
                 yield "clash", f"an inventory no one place holds: {sent[:80]}"
             items = self._list(sent, len(toks_of[k]), cuts)
             if items and (k > 0 or len(sents) > 1) and not _PLACE_LABEL.match(sent):
                 bare = [i for i in items if self._bare(i)]
-                if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share:
+                if len(items) >= self.list_items and len(bare) / len(items) >= self.bare_share and \
+                        not self._shown(sent):
                     yield "noun_dump", f"noun dump: {sent[:80]}"
                 heads = [self.v.stem(_TOKEN.findall(i)[-1]) for i in items if _TOKEN.findall(i)]
                 if len(heads) >= self.repeat_items and \
