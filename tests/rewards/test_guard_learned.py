@@ -347,7 +347,7 @@ def test_guard_train_command_writes_a_model_the_guard_reads(tmp_path):
 def test_the_image_worlds_true_captions_are_left_alone():
     """The CapRL and RubiCap demos train with the learned guard on, in a veto: it must not fire on what their
     world's grammar writes, full or with attributes left out (a policy's partial captions). (The video
-    demo's grammar does set it off on 8 of its 4,056 true partial captions, so that demo turns it off.)"""
+    demo's grammar does set it off on 5 of its 4,056 true partial captions, so that demo turns it off.)"""
     import random
 
     from vlrl.demos.shapes.kit import world as W

@@ -189,8 +189,8 @@ def recipe_dict(out: Path, cfg: VideoDemoConfig, captioner: Path, answerer: Path
                 "min_letter_mass": 0.0,
             },
             # the longest honest caption of this world has 15 words. The learned guard is off: it learned from
-            # natural captions, and 8 of the 4,056 true partial captions of this grammar score as hacks ("a
-            # square moves and turns blue and a square is there."), which the veto would zero
+            # natural captions, and 5 of the 4,056 true partial captions of this grammar score as hacks ("a
+            # square moves and turns yellow and a square is there."), which the veto would zero
             "guards": {"policy": "veto", "min_words": 3, "max_words": 18, "repetition": {"max_consecutive": 2},
                        "learned": False},
         }, grammar_reward_block(PARSER)],
