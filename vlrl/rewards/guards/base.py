@@ -51,9 +51,9 @@ class Guard:
     rank = 0
     """Default guards run in (rank, registration) order, whatever module was imported first."""
     fallback = False
-    """A second opinion: when it fires beside another guard it is reported, but only its penalty is not
-    added (a hack the patterns caught loses their penalty, not one more for the same words); alone, it
-    costs its penalty like any guard."""
+    """A second opinion: when it fires beside another guard it is reported, but its penalty is not added
+    (a hack the patterns caught loses their penalty, not one more for the same words); alone, it costs
+    its penalty like any guard."""
 
     def __init__(self, penalty: float = 1.0) -> None:
         _require_detection(type(self), self.name)
