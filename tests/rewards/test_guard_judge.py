@@ -192,8 +192,8 @@ def test_a_short_speculative_list_setting_reads_two_item_lists_in_other_language
     "chain, rear derailleur, cassette, spokes and tyre, each with a thin leader line.",
     "A spreadsheet of club results has columns headed Name, Age group, Club, Lane, Heat, Time, Place, Points, "
     "Record and Notes, and the fastest times are shaded green.",
-    # a bracketed list that names the members of what it follows, in a sentence that goes on
-    "The box lists its contents as a deck of cards (kings, queens, jacks, aces), two dice and a folded board.",
+    "The departures board at the terminal lists Oslo, Bergen, Tromso, Bodo, Alta, Molde, Kirkenes, Narvik, Harstad "
+    "and Floro, most of them on time.",
 ])
 def test_lists_the_image_shows_are_content(caption):
     assert not GuardSet.from_settings(enabled=["keyword_stuffing"]).evaluate(caption).fired
@@ -204,6 +204,16 @@ def test_lists_the_image_shows_are_content(caption):
     "A kitchen counter with a kettle. Labels: kettle, mug, spoon, sugar, toaster, bread, knife, plate.",
     "A yellow bus (bus, vehicle, coach, transport, yellow) waits at a stop near a shelter.",
     "[dog, park, grass, tree, bench, leash, ball] A dog runs across a park with a ball in its mouth.",
+    # a bracketed dump in mid-sentence, with no word repeated; a shown-word that is not the list's introducer
+    "A dog runs across a lawn (grass, tree, bench, leash, ball, frisbee, path) and stops near a pond.",
+    "A woman cooks in a kitchen. The ingredients are pan, stove, knife, board, onion, garlic, pot, spoon, oil, salt.",
+    "A chef plates a dish, the menu listing plate, sauce, garnish, knife, fork, towel, pan, stove, herbs and lemon.",
+    # the word must introduce the list from inside a clause: not before a colon, not far from the list, not
+    # as the sentence's first word
+    "A dog plays in a park. Its sidebar folders: dog, cat, bird, squirrel, grass, tree, bench, ball, leash, pond.",
+    "A man leans on a fence. A sign with labels stands in a field beside a dog, cat, cow, horse, pig, goat, duck, "
+    "hen, sheep and llama.",
+    "A park. Labels dog, grass, tree, bench, ball, leash, pond, sky, path, cloud.",
 ])
 def test_a_dump_stays_a_dump_beside_those_words(caption):
     assert GuardSet.from_settings(enabled=["keyword_stuffing"]).evaluate(caption).fired

@@ -664,9 +664,6 @@ class HedgingGuard(_JudgeGuard):
 
 
 _PAREN = re.compile(r"[(\[]([^()\[\]]{8,300})[)\]]")
-# a bracketed list that the sentence goes on after ("sides (fries, onion rings, salad), drinks in three
-# sizes ...") names the members of what it follows; a dump stands at the end ("... a park (dog, grass, tree)")
-_LIST_GOES_ON = re.compile(r"\s*(?:[,;]\s*|and\s+|or\s+)?[a-z0-9]")
 # (a hashtag in a script with vowel signs, "#चाय", holds marks that are not word characters)
 _HASHTAG = re.compile(r"#[^\W\d_][\w\u0900-\u0dff\u0e00-\u0e7f-]+")
 # pictographs and their modifiers: a run of them stands for nouns ("🐄🐖🐑🐓🐴🚜🌽🌾")
@@ -721,26 +718,19 @@ class KeywordStuffingGuard(_JudgeGuard):
         self.label = re.compile(rf"(?:^|(?<=[\s(\[]))(?:{labels})\s*(?::|-|\u2013|\u2014)\s*(.+)$")
         self.shown = _words_re(self.vocab.shown_lists or ["(?!)"])
 
-    def _members(self, text: str, m: re.Match[str], items: list[str]) -> bool:
-        """Whether a bracketed list names the members of what it follows, in a sentence that goes on
-        ("lists sides (fries, onion rings, salad), drinks in three sizes"): not at the start of its
-        sentence, not at its end, and repeating no word said before it ("a red car (car, vehicle, sedan)")."""
-        before = text[max(text.rfind(". ", 0, m.start()), 0):m.start()]
-        if not _LIST_GOES_ON.match(text, m.end()) or len(_TOKEN.findall(before)) < 2:
-            return False
-        said = set(_TOKEN.findall(before))
-        return not any(t in said for i in items for t in _TOKEN.findall(i) if t not in self.v.function)
-
     def _shown(self, sent: str) -> bool:
-        """Whether a list's sentence says, before the list, that the list is what the image shows, written
-        or labelled: a word of ``shown_lists`` after a function word in the sentence's first half ("the
-        sidebar lists", "a diagram ... labels the", "columns headed", "an inset ... identifies"), not a
-        label of its own ("Labels: ...", "| Objects named |"). A screenshot's menu, a diagram's labels or
-        a timetable's stations are the picture's content, however many nouns they hold."""
-        head = sent[: max(len(sent) // 2, 40)]
-        m = self.shown.search(head)
-        return bool(m) and not head[m.end():].lstrip().startswith(":") and \
-            any(t in self.v.function for t in _TOKEN.findall(head[:m.start()]))
+        """Whether a list's sentence introduces it as what the image shows, written or labelled: a word of
+        ``shown_lists`` in the clause before the list's first separator, after a function word, with at
+        most three words between it and the separator ("the sidebar lists System, Bluetooth, ...", "a
+        diagram ... labels the pinna, ear canal, ...", "columns headed Time, Destination, ..."); not a
+        label of its own ("Labels: ...") nor an item of the list. A screenshot's menu, a diagram's labels
+        or a table's columns are the picture's content, however many nouns they hold."""
+        lead = _LIST_SPLIT.split(sent, 1)[0]
+        found = list(self.shown.finditer(lead))
+        m = found[-1] if found else None  # the last one: the word that introduces the list
+        if m is None or ":" in lead[m.end():]:
+            return False
+        return len(_TOKEN.findall(lead[m.end():])) <= 3 and any(t in self.v.function for t in _TOKEN.findall(lead[:m.start()]))
 
     def _list(self, body: str, tokens: int | None = None, cuts: int | None = None) -> list[str] | None:
         """The items of ``body`` when it is a list of short phrases (no clause among them).
@@ -781,7 +771,7 @@ class KeywordStuffingGuard(_JudgeGuard):
                     yield "tag_line", f"tag line ({code}): {sent[:80]}"
             # a list of ``max_list`` short items or more, in any language, as the English rule
             if len(items := _LIST_SEP.split(sent.strip(" .\u3002"))) >= self.max_list \
-                    and sum(map(_item, items)) >= 0.8 * len(items):
+                    and sum(map(_item, items)) >= 0.8 * len(items) and not self._shown(sent.lower()):
                 yield "long_list", f"{len(items)}-item list: {sent[:80]}"
             # Chinese and Japanese words parted by spaces, which neither language writes ("灯笼 对联 鞭炮 ...")
             # (and no grammar word among them: "一本 书 放 在 桌子 上" is a sentence written word by word)
@@ -795,7 +785,7 @@ class KeywordStuffingGuard(_JudgeGuard):
         labelled = any(c in text for c in ":-\u2013\u2014")  # a label is followed by one of these
         for m in (_PAREN.finditer(text) if "(" in text or "[" in text else ()):  # "(dog, park, grass, tree, bench)"
             if (items := self._list(m.group(1))) and len(items) >= self.labelled_items and \
-                    sum(map(self._bare, items)) / len(items) >= self.bare_share and not self._members(text, m, items):
+                    sum(map(self._bare, items)) / len(items) >= self.bare_share:
                 yield "noun_dump", f"noun dump: {m.group(0)[:80]}"
         run = 0
         for toks, sent in zip(toks_of, sents, strict=True):  # "Dog. Park. Grass. Tree." or one noun per line
