@@ -238,3 +238,28 @@ def test_caprl_video_demo_quick_learns(tmp_path):
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 11  # the plot and 10 clips' frames
     assert page.count("reader acc") == 20  # each clip's captions before and after RL
+
+
+def test_the_demos_guards_veto_no_true_caption_of_the_clip_world(tmp_path):
+    """The demo's reward vetoes what its guards flag. Every caption this world's grammar can write about a
+    clip, whole or with facts left out, is true of some clip: none may be vetoed. (The learned guard, trained
+    on natural captions, flags a few of them, so the demo turns it off.)"""
+    import itertools
+
+    from vlrl.demos.shapes.caprl_video.runner import VideoDemoConfig, recipe_dict
+    from vlrl.demos.shapes.kit.world import COLOURS, SHAPES
+    from vlrl.rewards.guards import GuardSet
+
+    block = dict(recipe_dict(tmp_path, VideoDemoConfig(), tmp_path / "c", tmp_path / "a")["rewards"][0]["guards"])
+    assert block.pop("policy") == "veto"
+    guards = GuardSet.from_settings(**block)
+    captions = set()
+    for shape, colour, way in itertools.product(SHAPES, COLOURS, V.WAYS):
+        for change in [c for c in COLOURS if c != colour] + ["keeps"]:
+            for still in [None, *itertools.product(SHAPES, V.EVENTS)]:
+                for keep in itertools.product((True, False), repeat=6):  # which facts the caption states
+                    mover = V.Mover(*(v if k else None for v, k in zip((shape, colour, way, change), keep[:4])))
+                    other = V.Still(*(v if k else None for v, k in zip(still, keep[4:]))) if still else None
+                    captions.add(V.caption(V.ClipFacts("x", mover, other, [])))
+    assert len(captions) > 4000
+    assert [c for c in captions if guards.evaluate(c).fired] == []

@@ -771,7 +771,7 @@ class KeywordStuffingGuard(_JudgeGuard):
                     yield "tag_line", f"tag line ({code}): {sent[:80]}"
             # a list of ``max_list`` short items or more, in any language, as the English rule
             if len(items := _LIST_SEP.split(sent.strip(" .\u3002"))) >= self.max_list \
-                    and sum(map(_item, items)) >= 0.8 * len(items) and not self._shown(sent.lower()):
+                    and sum(map(_item, items)) >= 0.8 * len(items) and not self._shown(sent):
                 yield "long_list", f"{len(items)}-item list: {sent[:80]}"
             # Chinese and Japanese words parted by spaces, which neither language writes ("灯笼 对联 鞭炮 ...")
             # (and no grammar word among them: "一本 书 放 在 桌子 上" is a sentence written word by word)
