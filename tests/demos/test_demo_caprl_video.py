@@ -258,8 +258,8 @@ def test_the_demos_guards_veto_no_true_caption_of_the_clip_world(tmp_path):
         for change in [c for c in COLOURS if c != colour] + ["keeps"]:
             for still in [None, *itertools.product(SHAPES, V.EVENTS)]:
                 for keep in itertools.product((True, False), repeat=6):  # which facts the caption states
-                    mover = V.Mover(*(v if k else None for v, k in zip((shape, colour, way, change), keep[:4])))
-                    other = V.Still(*(v if k else None for v, k in zip(still, keep[4:]))) if still else None
+                    mover = V.Mover(*(v if k else None for v, k in zip((shape, colour, way, change), keep[:4], strict=True)))
+                    other = V.Still(*(v if k else None for v, k in zip(still, keep[4:], strict=True))) if still else None
                     captions.add(V.caption(V.ClipFacts("x", mover, other, [])))
     assert len(captions) > 4000
     assert [c for c in captions if guards.evaluate(c).fired] == []
