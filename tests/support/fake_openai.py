@@ -18,6 +18,18 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class LoopbackServer(ThreadingHTTPServer):
+    """A threaded HTTP server whose listen queue holds a real client's burst of connections.
+
+    The standard library listens with a queue of 5; a client opening 16 connections at once (the
+    openai backend's default concurrency) then has some reset mid-request (``ReadError``), a
+    failure of the test server, not of the code under test.
+    """
+
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class FakeOpenAI:
     def __init__(self, model: str = "fake-vlm", delay: float = 0.0, port: int = 0,
                  reply: Callable[[dict], str] | None = None, also: tuple[str, ...] = ()) -> None:
@@ -74,8 +86,7 @@ class FakeOpenAI:
                     "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
                 }))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

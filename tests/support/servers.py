@@ -358,7 +358,9 @@ class TemplateServer:
             self._faults.extend(faults)
 
     def __enter__(self) -> TemplateServer:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
+
+        from tests.support.fake_openai import LoopbackServer
 
         outer = self
 
@@ -380,7 +382,7 @@ class TemplateServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = LoopbackServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

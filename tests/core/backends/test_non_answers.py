@@ -96,3 +96,14 @@ def test_an_image_whose_reply_stays_empty_is_a_counted_failure_with_its_reason_n
         assert res.returncode == 0 and srv.chats == before + 1, res.stderr[-2000:]
     rows = [json.loads(x) for p in (out / "captions").glob("*.jsonl") for x in p.read_text().splitlines()]
     assert sorted(r["image_id"] for r in rows) == ["img0.png", "img1.png", "img2.png", "img3.png"]
+
+
+def test_the_fake_server_answers_a_full_burst_of_connections_without_resets():
+    """The fake server every job-level test leans on must not drop connections itself: with the
+    standard library's listen queue of 5, a burst of 16 connections had some reset (``ReadError``),
+    which a test with ``max_retries=0`` reports as the code's failure."""
+    with FakeOpenAI() as srv:
+        b = load_backend(srv.spec(concurrency="64"))
+        results = [r for _ in range(5) for r in _ask(b, 64)]
+        b.close()
+    assert [r.error for r in results if not r.ok] == [] and srv.chats == 320
