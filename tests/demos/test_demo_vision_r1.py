@@ -99,6 +99,27 @@ def test_item_mix_asks_larger_smaller_and_not_colour_and_the_reasoner_answers_ea
     assert all(sum(1 for k, _ in chains if k == kind) >= 3 for kind in kinds), chains
 
 
+def test_a_glancing_reasoner_drops_the_chain_on_a_share_of_problems_drawn_apart_from_the_scene():
+    """``glance=g``: about a share ``g`` of the answers come at a glance (no scene, no step), each
+    with the answer the same reasoner reaches with its chain (slips included, so the answer filter
+    keeps what it kept), the other chains unchanged; which problems glance does not follow the
+    answer (the share is about the same where the answer is "same" and where it names a shape)."""
+    probs = P.make_problems(800, 7, CFG, "g", questions="item_mix")
+    chained, glancing = R.reasoner(styles="3", slip="0.25"), R.reasoner(styles="3", slip="0.25", glance="0.5")
+    by_answer = Counter()
+    for sc, p in probs:
+        a, b = _reason(chained, sc, p["question"]), _reason(glancing, sc, p["question"])
+        assert extract_answer(a) == extract_answer(b) and HFRRFReward()(completions=[b], answer=[extract_answer(a)]) == [1.0]
+        glanced = b == R.format_response(R.at_a_glance(extract_answer(a)), extract_answer(a))
+        assert glanced or b == a, (a, b)
+        assert W.caption(sc) not in b if glanced else W.caption(sc) in b
+        by_answer[(p["answer"] == "same", glanced)] += 1
+    share = {same: by_answer[(same, True)] / (by_answer[(same, True)] + by_answer[(same, False)]) for same in (True, False)}
+    assert all(0.4 < v < 0.6 for v in share.values()) and abs(share[True] - share[False]) < 0.1, share
+    sc, p = probs[0]
+    assert _reason(glancing, sc, p["question"]) == _reason(R.reasoner(styles="3", slip="0.25", glance="0.5"), sc, p["question"])
+
+
 def _ask_vlm(vlm, img, prompt):
     return vlm([{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": prompt}]}], None)
 
@@ -323,7 +344,7 @@ def test_out_folder_refuses_a_run_with_other_settings(tmp_path):
 
 
 def test_a_run_folder_from_before_rechecks_existed_still_resumes(tmp_path):
-    """Default settings keep the fingerprint they had before ``reasoner_rechecks`` was added."""
+    """Default settings keep the fingerprint they had before ``reasoner_rechecks`` and ``reasoner_glance`` were added."""
     from dataclasses import asdict
 
     from vlrl.demos.shapes.kit.base import prepare_out
@@ -331,7 +352,7 @@ def test_a_run_folder_from_before_rechecks_existed_still_resumes(tmp_path):
 
     cfg = VR1Config.make(quick=True)
     old = asdict(cfg)
-    del old["reasoner_rechecks"]
+    del old["reasoner_rechecks"], old["reasoner_glance"]  # a folder from before either existed
     out = tmp_path / "run"
     out.mkdir()
     old_fp = hashlib.sha1(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:12]

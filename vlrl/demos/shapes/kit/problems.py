@@ -41,8 +41,10 @@ LARGER = "which shape is larger?"
 LARGER_ITEM = "what is the larger shape?"
 SMALLER_ITEM = "what is the smaller shape?"
 QUESTION_SETS: dict[str, tuple[str, ...]] = {"counts": KINDS, "items": ("larger_item",),
-                                             "item_mix": ("larger_item", "smaller_item", "other_item")}
-"""Question sets: the kinds a problem set draws from. ``items`` and ``item_mix`` need two-shape scenes."""
+                                             "item_mix": ("larger_item", "smaller_item", "other_item"), "others": ("other_item",)}
+"""Question sets: the kinds a problem set draws from. ``items``, ``item_mix`` and ``others`` need two-shape
+scenes; ``others`` asks *which shape is not ‹colour›?* (the larger shape where both share a colour), an
+experiment of docs/demo-vision-r1.md."""
 TWO_SHAPES = {"larger", "larger_item", "smaller_item", "other_item"}
 _OTHER = "which shape is not {}?"
 

@@ -226,7 +226,17 @@ def recheck(chain: str, said: str, times: int) -> str:
     return chain + "".join(f" check: {step}" for _ in range(times))
 
 
-def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: str = "0"):
+def at_a_glance(answer: str) -> str:
+    """The chain of a reasoner that answers at a glance: the answer alone, neither the scene nor the step."""
+    return f"at a glance: {answer}."
+
+
+def _share(key: str) -> float:
+    """A number in [0, 1) drawn from ``key`` alone (so reruns agree and no other draw moves)."""
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64
+
+
+def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: str = "0", glance: str = "0"):
     """``py:`` factory of the rule-based text reasoner: it solves from the description alone.
 
     ``rechecks=N`` makes it *overthink* the way R1-style reasoners do: after its step it re-states
@@ -238,8 +248,15 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
 
     ``styles=N`` (routes per question kind) and ``slip=p`` (rate of reasoned mistakes) switch to
     :func:`solve_varied`; the defaults give the single-route, never-wrong reasoner.
+
+    ``glance=g`` makes it answer a share ``g`` of the problems *at a glance*
+    (:func:`at_a_glance`): the answer it reached, without writing the scene or the step, as
+    reasoners do on questions that look easy. Which problems is drawn from a hash of the
+    description and question, apart from the route and slip draws, so it says nothing about the
+    scene; the answer is the one its route reached (slips included), so the cold start's answer
+    filter keeps and rejects exactly what it would without the glance.
     """
-    most, routes, p = int(rechecks), int(styles), float(slip)
+    most, routes, p, look = int(rechecks), int(styles), float(slip), float(glance)
 
     def reply(messages, sampling):
         text = _text_of(messages)
@@ -255,6 +272,8 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
         if solved is None:
             return format_response("the description does not settle the question.", "unknown")
         chain, answer = solved
+        if look and _share(f"{desc.group(1) if desc else ''}|{q.group(1).strip() if q else ''}|glance") < look:
+            return format_response(at_a_glance(answer), answer)
         if most:
             times = hashlib.sha1(f"{desc.group(1)}|{q.group(1)}".encode()).digest()[0] % (most + 1)
             chain = recheck(chain, W.caption_from_items(items), times)

@@ -81,6 +81,9 @@ class VR1Config(DemoSettings):
     """Routes per question kind the stand-in reasoner writes (:func:`vlrl.demos.shapes.standins.reasoning.solve_varied`)."""
     reasoner_slip: float = 0.25
     """Rate of the reasoner's reasoned mistakes (miscounting under clutter, comparing the wrong pair)."""
+    reasoner_glance: float = 0.0
+    """Share of problems the stand-in reasoner answers at a glance, without the scene or the step
+    (:func:`vlrl.demos.shapes.standins.reasoning.reasoner`)."""
     sft_steps: int = 400
     sft_batch: int = 16
     sft_lr: float = 2e-3
@@ -110,8 +113,9 @@ class VR1Config(DemoSettings):
 
     def identity(self) -> dict[str, Any]:
         d = asdict(self)
-        if not d["reasoner_rechecks"]:  # absent when 0, so run folders written before it still resume
-            del d["reasoner_rechecks"]
+        for key in ("reasoner_rechecks", "reasoner_glance"):  # absent when 0, so run folders written before them still resume
+            if not d[key]:
+                del d[key]
         return d
 
     def student_key(self) -> str:
@@ -120,6 +124,8 @@ class VR1Config(DemoSettings):
             keep["reasoner_rechecks"] = self.reasoner_rechecks
         if (self.reasoner_styles, self.reasoner_slip) != (1, 0.0):  # likewise absent for the single-route reasoner
             keep["reasoner_routes"] = [self.reasoner_styles, self.reasoner_slip]
+        if self.reasoner_glance:  # likewise absent when 0
+            keep["reasoner_glance"] = self.reasoner_glance
         if self.questions != "counts":  # likewise absent for the question set the earlier students had
             keep["questions"] = self.questions
         # the prompt's text, not its name: an edited template is a new student, never a stale cached one
@@ -246,6 +252,8 @@ def reasoner_spec(cfg: VR1Config) -> str:
     spec = f"{STANDINS}:reasoner?rechecks={cfg.reasoner_rechecks}"
     if (cfg.reasoner_styles, cfg.reasoner_slip) != (1, 0.0):
         spec += f"&styles={cfg.reasoner_styles}&slip={cfg.reasoner_slip}"
+    if cfg.reasoner_glance:
+        spec += f"&glance={cfg.reasoner_glance}"
     return spec
 
 
