@@ -102,20 +102,27 @@ def test_item_mix_asks_larger_smaller_and_not_colour_and_the_reasoner_answers_ea
 def test_a_glancing_reasoner_drops_the_chain_on_a_share_of_problems_drawn_apart_from_the_scene():
     """``glance=g``: about a share ``g`` of the answers come at a glance (no scene, no step), each
     with the answer the same reasoner reaches with its chain (slips included, so the answer filter
-    keeps what it kept), the other chains unchanged; which problems glance does not follow the
-    answer (the share is about the same where the answer is "same" and where it names a shape)."""
+    keeps what it kept), the other chains unchanged; which problems glance follows neither the scene
+    nor the question (the share is about the same for each question kind, each answer kind, the left
+    shape's size and colour, and right and slipped answers)."""
     probs = P.make_problems(800, 7, CFG, "g", questions="item_mix")
     chained, glancing = R.reasoner(styles="3", slip="0.25"), R.reasoner(styles="3", slip="0.25", glance="0.5")
-    by_answer = Counter()
+    by = Counter()
     for sc, p in probs:
         a, b = _reason(chained, sc, p["question"]), _reason(glancing, sc, p["question"])
         assert extract_answer(a) == extract_answer(b) and HFRRFReward()(completions=[b], answer=[extract_answer(a)]) == [1.0]
         glanced = b == R.format_response(R.at_a_glance(extract_answer(a)), extract_answer(a))
         assert glanced or b == a, (a, b)
         assert W.caption(sc) not in b if glanced else W.caption(sc) in b
-        by_answer[(p["answer"] == "same", glanced)] += 1
-    share = {same: by_answer[(same, True)] / (by_answer[(same, True)] + by_answer[(same, False)]) for same in (True, False)}
-    assert all(0.4 < v < 0.6 for v in share.values()) and abs(share[True] - share[False]) < 0.1, share
+        left = sc.shapes[0]
+        for feature in (("kind", p["kind"]), ("same", p["answer"] == "same"), ("left size", left.size),
+                        ("left colour", left.colour), ("right", extract_answer(a) == p["answer"])):
+            by[(feature, glanced)] += 1
+    share = {f: by[(f, True)] / (by[(f, True)] + by[(f, False)]) for f, _ in by}
+    assert all(0.35 < v < 0.65 for f, v in share.items() if by[(f, True)] + by[(f, False)] >= 60), share
+    assert sum(v for (f, glanced), v in by.items() if f[0] == "kind" and glanced) / len(probs) == pytest.approx(0.5, abs=0.05)
+    with pytest.raises(ValueError, match="glance"):
+        R.reasoner(glance="1.5")
     sc, p = probs[0]
     assert _reason(glancing, sc, p["question"]) == _reason(R.reasoner(styles="3", slip="0.25", glance="0.5"), sc, p["question"])
 

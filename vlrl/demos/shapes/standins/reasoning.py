@@ -254,9 +254,11 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
     reasoners do on questions that look easy. Which problems is drawn from a hash of the
     description and question, apart from the route and slip draws, so it says nothing about the
     scene; the answer is the one its route reached (slips included), so the cold start's answer
-    filter keeps and rejects exactly what it would without the glance.
+    filter keeps and rejects exactly what it would without the glance. A glance is never re-checked.
     """
     most, routes, p, look = int(rechecks), int(styles), float(slip), float(glance)
+    if not 0 <= look <= 1:
+        raise ValueError(f"glance is a share of problems in [0, 1], got {glance}")
 
     def reply(messages, sampling):
         text = _text_of(messages)
@@ -272,7 +274,7 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
         if solved is None:
             return format_response("the description does not settle the question.", "unknown")
         chain, answer = solved
-        if look and _share(f"{desc.group(1) if desc else ''}|{q.group(1).strip() if q else ''}|glance") < look:
+        if look and _share(f"{desc.group(1)}|{q.group(1).strip()}|glance") < look:  # the key the docs measured with
             return format_response(at_a_glance(answer), answer)
         if most:
             times = hashlib.sha1(f"{desc.group(1)}|{q.group(1)}".encode()).digest()[0] % (most + 1)
