@@ -299,6 +299,12 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
     # after a review) clears none of them. The false-positive goal (0.05) is not met on zu.
     ("guard_corpus_fresh_zu.jsonl", 0.83, 0.92, 0.11),
     ("guard_corpus_fresh_zv.jsonl", 0.77, 0.90, 0.03),
+    # two more blind authors, commissioned on the layer that ships (the sixth model) and read once on it:
+    # patterns 102/126 (zw: subtle hacks, a clause or two inside fluent captions) and 114/129 (zx: alt
+    # text, product and news captions, formatting tricks), with the learned guard 120/126 and 125/129;
+    # false positives 1/121 and 4/120 (patterns alone 0 and 0; the default layer 1/121 and 5/120)
+    ("guard_corpus_fresh_zw.jsonl", 0.78, 0.93, 0.03),
+    ("guard_corpus_fresh_zx.jsonl", 0.86, 0.95, 0.05),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
