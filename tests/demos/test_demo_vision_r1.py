@@ -346,6 +346,7 @@ def test_out_folder_refuses_a_run_with_other_settings(tmp_path):
     assert VR1Config.make(seed=1).student_key() == VR1Config.make(seed=0).student_key()  # seed is in the folder name
     assert VR1Config(sft_steps=10).student_key() != VR1Config().student_key()
     assert VR1Config.make(rechecks=3).student_key() != VR1Config().student_key()  # another cold start, another student
+    assert VR1Config(reasoner_glance=0.5).student_key() != VR1Config().student_key()
     with pytest.raises(DemoError, match="reasoner_rechecks: 0 there, 3 now"):
         prepare_out(out, VR1Config.make(quick=True, rechecks=3), force=False)
 

@@ -5,6 +5,8 @@ of the request (or whatever ``reply`` answers), optionally slowly (``delay``) or
 so tests can exercise the real HTTP client, pre-flight, the circuit breaker and redaction
 without starting a model server. Runs in a daemon thread, or as a process
 (``python tests/support/fake_openai.py PORT MODEL DELAY``) for tests that need a server outliving a kill.
+:class:`LoopbackServer` is the threaded server under it and under the other test servers that take
+bursts of concurrent requests.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ class LoopbackServer(ThreadingHTTPServer):
     """
 
     request_queue_size = 128
-    daemon_threads = True
 
 
 class FakeOpenAI:

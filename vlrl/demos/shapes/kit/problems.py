@@ -19,7 +19,9 @@ two-shape scenes only, with shape names for answers:
 * ``smaller_item`` — "what is the smaller shape?", the same the other way round;
 * ``other_item`` — "which shape is not red?", asked of a colour exactly one of the two shapes has:
   the other shape's name (12 answers). The step depends on the question's words (compare the
-  asked colour with the stated ones), the step the student learns only sometimes.
+  asked colour with the stated ones), the step the student learns only sometimes. The set
+  ``others`` is this kind alone (an experiment; where both shapes share a colour it asks
+  ``larger_item`` instead).
 
 The gold answer is a short string graded by HFRRF's own checker (numbers as numbers, words as
 normalised text). The set is deliberately small: the student is a ~1M-parameter Qwen2.5-VL that

@@ -251,7 +251,7 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
 
     ``glance=g`` makes it answer a share ``g`` of the problems *at a glance*
     (:func:`at_a_glance`): the answer it reached, without writing the scene or the step, as
-    reasoners do on questions that look easy. Which problems is drawn from a hash of the
+    reasoners do on questions that look easy. Which problems glance is drawn from a hash of the
     description and question, apart from the route and slip draws, so it says nothing about the
     scene; the answer is the one its route reached (slips included), so the cold start's answer
     filter keeps and rejects exactly what it would without the glance. A glance is never re-checked.
@@ -274,7 +274,8 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
         if solved is None:
             return format_response("the description does not settle the question.", "unknown")
         chain, answer = solved
-        if look and _share(f"{desc.group(1)}|{q.group(1).strip()}|glance") < look:  # the key the docs measured with
+        # without ``version``: the key the docs' glance runs were measured with, so they reproduce
+        if look and _share(f"{desc.group(1)}|{q.group(1).strip()}|glance") < look:
             return format_response(at_a_glance(answer), answer)
         if most:
             times = hashlib.sha1(f"{desc.group(1)}|{q.group(1)}".encode()).digest()[0] % (most + 1)

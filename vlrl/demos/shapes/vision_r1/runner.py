@@ -72,7 +72,8 @@ class VR1Config(DemoSettings):
     questions: str = "item_mix"
     """The question set (:data:`vlrl.demos.shapes.kit.problems.QUESTION_SETS`): ``item_mix`` asks for the larger
     or smaller shape or the shape that is not a colour, by name (12–13 answers; ``items`` the first alone);
-    ``counts`` the earlier count / *not* / larger kinds (three answers each, what ``--rechecks`` uses)."""
+    ``counts`` the earlier count / *not* / larger kinds (three answers each, what ``--rechecks`` uses);
+    ``others`` the *not ‹colour›* kind alone (an experiment)."""
     cold_start_problems: int = 800
     vlm_error_rate: float = 0.1
     reasoner_rechecks: int = 0
@@ -83,7 +84,9 @@ class VR1Config(DemoSettings):
     """Rate of the reasoner's reasoned mistakes (miscounting under clutter, comparing the wrong pair)."""
     reasoner_glance: float = 0.0
     """Share of problems the stand-in reasoner answers at a glance, without the scene or the step
-    (:func:`vlrl.demos.shapes.standins.reasoning.reasoner`)."""
+    (:func:`vlrl.demos.shapes.standins.reasoning.reasoner`). Off: measured, it gives GRPO a route to
+    choose but no gain over the student without it (docs/demo-vision-r1.md, "A reasoner that answers
+    some problems at a glance")."""
     sft_steps: int = 400
     sft_batch: int = 16
     sft_lr: float = 2e-3
