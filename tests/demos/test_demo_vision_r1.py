@@ -123,6 +123,10 @@ def test_a_glancing_reasoner_drops_the_chain_on_a_share_of_problems_drawn_apart_
     assert sum(v for (f, glanced), v in by.items() if f[0] == "kind" and glanced) / len(probs) == pytest.approx(0.5, abs=0.05)
     with pytest.raises(ValueError, match="glance"):
         R.reasoner(glance="1.5")
+    from vlrl.demos.shapes.vision_r1.runner import VR1Config
+
+    with pytest.raises(ValueError, match="reasoner_glance"):
+        VR1Config(reasoner_glance=-0.1)
     sc, p = probs[0]
     assert _reason(glancing, sc, p["question"]) == _reason(R.reasoner(styles="3", slip="0.25", glance="0.5"), sc, p["question"])
 

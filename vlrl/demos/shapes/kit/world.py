@@ -110,6 +110,12 @@ def layout(scene: Scene) -> tuple:
     return tuple((it.position, it.shape, it.colour, it.size, it.word) for it in scene.items)
 
 
+def share(key: str) -> float:
+    """A number in [0, 1) fixed by ``key`` alone: a hash, not a draw, so reruns agree and no random
+    stream moves when one more thing is decided this way."""
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64
+
+
 def layout_split(lay: tuple, heldout: float) -> str:
     """``"eval"`` for a fixed share ``heldout`` of all layouts, ``"train"`` for the rest.
 
@@ -120,8 +126,7 @@ def layout_split(lay: tuple, heldout: float) -> str:
     """
     if heldout <= 0:
         return "train"
-    h = int.from_bytes(hashlib.sha1(repr(lay).encode()).digest()[:8], "big") / 2**64
-    return "eval" if h < heldout else "train"
+    return "eval" if share(repr(lay)) < heldout else "train"
 
 
 # -- scenes and rendering -----------------------------------------------------------------------

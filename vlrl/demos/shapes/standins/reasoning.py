@@ -231,11 +231,6 @@ def at_a_glance(answer: str) -> str:
     return f"at a glance: {answer}."
 
 
-def _share(key: str) -> float:
-    """A number in [0, 1) drawn from ``key`` alone (so reruns agree and no other draw moves)."""
-    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64
-
-
 def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: str = "0", glance: str = "0"):
     """``py:`` factory of the rule-based text reasoner: it solves from the description alone.
 
@@ -275,7 +270,7 @@ def reasoner(version: str = "1", rechecks: str = "0", styles: str = "1", slip: s
             return format_response("the description does not settle the question.", "unknown")
         chain, answer = solved
         # without ``version``: the key the docs' glance runs were measured with, so they reproduce
-        if look and _share(f"{desc.group(1)}|{q.group(1).strip()}|glance") < look:
+        if look and W.share(f"{desc.group(1)}|{q.group(1).strip()}|glance") < look:
             return format_response(at_a_glance(answer), answer)
         if most:
             times = hashlib.sha1(f"{desc.group(1)}|{q.group(1)}".encode()).digest()[0] % (most + 1)

@@ -114,6 +114,10 @@ class VR1Config(DemoSettings):
                        eval_problems=90, **plain)
         return cls(seed=seed, reasoner_rechecks=rechecks, **plain)
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.reasoner_glance <= 1:  # here, not first when the cold start loads the reasoner
+            raise ValueError(f"reasoner_glance is a share of problems in [0, 1], got {self.reasoner_glance}")
+
     def identity(self) -> dict[str, Any]:
         d = asdict(self)
         for key in ("reasoner_rechecks", "reasoner_glance"):  # absent when 0, so run folders written before them still resume
