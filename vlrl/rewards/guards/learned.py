@@ -22,14 +22,15 @@ hacks, not one hand-written shape.
   "[image]") are most of what it reads, and the ``length`` guard judges such a caption.
   The default was chosen by leaving out each blind author's pair in turn and training on the rest. It is
   the lowest threshold that kept the pooled false positives on the held-out honest captions under 1%.
-* **On by default,** after the pattern guards (``learned: false`` turns it off). On sixteen held-out
+* **On by default,** after the pattern guards (``learned: false`` turns it off). On eighteen held-out
   corpora by blind authors, the patterns alone caught 72-93% of the hacks and the layer with this guard
-  83-99% (fourteen of them reach 90%), at 0-5% false positives but 11% on long polished captions of
+  83-99% (sixteen of them reach 90%), at 0-5% false positives but 11% on long polished captions of
   charts and forms (the ``length`` band, which flags honest captions under five words, adds up to 4%).
   It is a fallback guard: beside a pattern guard that fired it is reported but not charged again. It
-  is about a seventh of the layer's cost (``vlrl bench guards``). Its errors follow the corpora it learned from, captions written by other
-  models, in styles a policy may never use: left out of training, the author who wrote in less common
-  languages (Khmer, Yoruba, Telugu, ...) had 5% of its honest captions flagged. Train one on your own
+  is a sixth to a seventh of the layer's cost (``vlrl bench guards``). Its errors follow the corpora it
+  learned from, captions written by other models, in styles a policy may never use: left out of
+  training, the author who wrote in less common languages (Khmer, Yoruba, Telugu, ...) had 5% of its
+  honest captions flagged. Train one on your own
   rollouts (below), or turn it off, where that matters. The docs give every number.
 
 A model file (``.npz``: the weights, the bias and a JSON header, read without pickle) ships in
