@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from vlrl.rewards.guards import gates
-from vlrl.rewards.guards.lang import language_family_hit, praised, score_labels
+from vlrl.rewards.guards.lang import language_family_hit, names_caption, praised, score_labels
 from vlrl.rewards.guards.table import TABLE, cue_patterns, exemption_patterns, vocabulary
 from vlrl.rewards.guards.text import deobfuscate
 
@@ -238,8 +238,10 @@ def score_expression(unit: str, doc: Any) -> str | None:
 def language(unit: str, doc: Any, family: str) -> str | None:
     """A family of the per-language phrase table (``data/languages.yaml``); for claims, also praise of
     the caption by its structure (:func:`~vlrl.rewards.guards.lang.praised`)."""
-    return language_family_hit(unit, family) or (
-        praised(unit, doc.units(unit, "sentence")) if family == "claim" else None)
+    if hit := language_family_hit(unit, family):
+        return hit
+    # (split into sentences only when some language's word for the caption is there to be praised)
+    return praised(unit, doc.units(unit, "sentence")) if family == "claim" and names_caption(unit) else None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -255,8 +257,21 @@ def _cue_gates(path: str = str(TABLE)) -> dict[str, Any]:
     return found
 
 
+_HELD: list[tuple[Any, frozenset[str]]] = [(None, frozenset())]
+
+
+def _cues_held(text: str) -> frozenset[str]:
+    """The cue categories whose gate ``text`` passes; remembered for the last text (``cues_self`` and
+    ``cues_grader`` ask of the same view one after the other; one tuple, so threads never mix two texts)."""
+    last, held = _HELD[0]
+    if last is not text:
+        held = frozenset(name for name, g in _cue_gates().items() if gates.passes(g, text))
+        _HELD[0] = (text, held)
+    return held
+
+
 def _cues_possible(text: str, about: str = "self") -> bool:
-    held = {name for name, g in _cue_gates().items() if gates.passes(g, text)}
+    held = _cues_held(text)
     cats = held - set(_NOT_CATEGORIES)
     if "self" not in cats:
         cats.discard("metric")
@@ -265,13 +280,15 @@ def _cues_possible(text: str, about: str = "self") -> bool:
             or ("image_ref" in cats and ("self" in cats and "self_strong" in held)))
 
 
-@lru_cache(maxsize=64)
-def _words_of(text: str) -> frozenset[str]:
-    return frozenset(re.findall(r"[a-z]+|\d+", text))
+@lru_cache(maxsize=4)
+def _fragment_gate(path: str = str(TABLE)) -> gates.Gated:
+    # an evaluation word of a unit is a run of letters of the text, so the text holds it (read from the
+    # literals :func:`gates.present` finds anyway)
+    return gates.Gated("|".join(sorted(vocabulary("fragment_core", path))))
 
 
 def _fragment_possible(text: str) -> bool:
-    return not _words_of(text).isdisjoint(vocabulary("fragment_core"))
+    return _fragment_gate().possible(text)
 
 
 # every score pattern holds one of these: "9/10", "9 out of 10", "grade of A+", "full marks", "a 10", "ten"

@@ -316,29 +316,31 @@ INDEX = _Index()
 def _present(text: str, size: int) -> frozenset[str]:
     found: set[str] = set()
     last = len(text) - 1
+    # (the hot loop of the layer: one pass per hit of any literal, so ``_word`` is written out)
     for end, (length, free, at_start, words) in INDEX.build().iter(text):
         if free:
             found |= free
         if at_start or words:
             start = end - length + 1
-            if start == 0 or not _word(text[start - 1]):
+            if start == 0 or not ((c := text[start - 1]).isalnum() or c == "_"):
                 found |= at_start
-                if words and (end == last or not _word(text[end + 1])):
+                if words and (end == last or not ((c := text[end + 1]).isalnum() or c == "_")):
                     found |= words
     return frozenset(found)
 
 
-_LAST: list[Any] = [None, -1, frozenset()]
+_LAST: list[tuple[Any, int, frozenset[str]]] = [(None, -1, frozenset())]
 
 
 def present(text: str) -> frozenset[str]:
     """The literals of every registered gate that occur in ``text`` (with their boundary marks),
     and possibly some more (never fewer)."""
     size = len(INDEX.marked)
-    if _LAST[0] is text and _LAST[1] == size:  # the same text asked again (family after family)
-        return _LAST[2]
+    last, known, found = _LAST[0]  # (one tuple: a thread never reads one text's literals for another's)
+    if last is text and known == size:  # the same text asked again (family after family)
+        return found
     found = _present(text, size)
-    _LAST[:] = [text, size, found]
+    _LAST[0] = (text, size, found)
     return found
 
 

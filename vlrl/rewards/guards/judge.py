@@ -970,11 +970,14 @@ class RewordingGuard(_JudgeGuard):
         for j in range(1, len(sents)):
             b = sets[j]
             marked = markers and bool(self.marker.search(sents[j]))
+            if not b or (len(b) < self.min_content and not (marked and len(b) >= 2)):
+                continue  # neither check below can fire on this sentence
             for i in range(max(0, j - self.reach), j):  # (a bounded reach: a caption of thousands of
                 a = sets[i]                                 # sentences costs its length, not its square)
-                if not a or not b or sents[i] == sents[j]:
-                    continue  # an exact repeat is the repetition guard's
-                jac = len(a & b) / len(a | b)
+                if not a or sents[i] == sents[j] or (len(a) < self.min_content and not marked):
+                    continue  # an exact repeat is the repetition guard's; a short sentence needs a marker
+                shared = len(a & b)
+                jac = shared / (len(a) + len(b) - shared)
                 if min(len(a), len(b)) >= self.min_content and jac >= self.max_overlap:
                     yield "reworded", f"reworded ({jac:.2f}): {sents[j][:80]}"
                 if marked and jac >= self.marker_overlap and len(b) >= 2:

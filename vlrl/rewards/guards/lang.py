@@ -223,7 +223,24 @@ def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | Non
 @lru_cache(maxsize=256)
 def _readings(native: str, path: str) -> tuple[tuple[_Compiled, str], ...]:
     """Each language whose script ``native`` holds, with the text its image-text words leave."""
-    return tuple((lang, lang.strip_image_text(native)) for lang in _compiled(path) if lang.applies(native))
+    langs = _applying(_scripts_in(native), path)
+    if gates.ENABLED and (first := _image_text_literals(path)) is not None and gates.present(native).isdisjoint(first):
+        return tuple((lang, native) for lang in langs)  # no language's image-text words are in it
+    return tuple((lang, lang.strip_image_text(native)) for lang in langs)
+
+
+@lru_cache(maxsize=64)
+def _applying(held: frozenset[str], path: str) -> tuple[_Compiled, ...]:
+    """The languages of the table written in one of the scripts ``held`` (a Latin caption asks a score of them)."""
+    return tuple(lang for lang in _compiled(path) if any(s in held for s in lang.script_names))
+
+
+@lru_cache(maxsize=4)
+def _image_text_literals(path: str) -> frozenset[str] | None:
+    """The first-clause literals of every language's image-text patterns (:mod:`.gates`): a text holding none
+    of them is what :meth:`_Compiled.strip_image_text` leaves it, in every language."""
+    return gates.first_literals([p.gate for lang in _compiled(path) for p in (lang.image_text, lang.image_text_before)
+                                 if p is not None])
 
 
 @lru_cache(maxsize=16)
@@ -364,6 +381,12 @@ def _self_gate(path: str) -> Gated | None:
     return Gated("|".join(f"(?:{w})" for w in words)) if words else None
 
 
+def names_caption(native: str, path: str | Path = TABLE) -> bool:
+    """Whether ``native`` holds any language's word for the caption itself (``self_words``): without one,
+    :func:`praised` has nothing to find."""
+    return (gate := _self_gate(str(path))) is not None and gate.search(native) is not None
+
+
 def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int = 30,
             path: str | Path = TABLE) -> str | None:
     """Praise of the caption by its structure, in any language of the table: a sentence that does not
@@ -374,7 +397,7 @@ def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int =
     ("Descrizione accurata, completa e impeccabile."). Not a museum label's "descrizione completa e
     accurata dell'opera" further along a sentence. English has its own families. ``sentences``:
     ``native`` cut by the one splitter (the caller's :meth:`~vlrl.rewards.guards.doc.Doc.units`)."""
-    if (gate := _self_gate(str(path))) is None or not gate.search(native):
+    if not names_caption(native, path):
         return None
     for sentence in sentences:
         if english_share(sentence) >= FOREIGN_SHARE or not (named := foreign_words(sentence, "self_words", path)):
@@ -391,4 +414,4 @@ def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int =
     return None
 
 
-__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_counts", "latin_function_words", "latin_language", "score_labels", "table_words", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table"]
+__all__ = ["WORD_FIELDS", "foreign_words", "praised", "function_words", "latin_counts", "latin_function_words", "latin_language", "score_labels", "table_words", "language_family_hit", "FAMILY_GUARD", "TABLE", "Language", "LanguageTable", "language_hit", "load_table", "names_caption"]

@@ -64,6 +64,7 @@ FEATURES = ("words, word pairs, unspaced character pairs (Thai to Khmer, kana, H
             "quadruples, length and repetition classes from four words; no sentence punctuation; crc32 mod 2**18")
 MODEL = Path(__file__).parent / "data" / "learned_guard.npz"
 _TOKEN = re.compile(rf"{LETTERS.pattern}|\d+|[^\w\s]")
+_ASCII_TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+|[^\w\s]")  # the same tokens of an ASCII text, found faster
 # scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, Japanese kana, Chinese, Hangul
 _UNSPACED = re.compile(r"[\u0e00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
@@ -77,7 +78,8 @@ def _tokens(text: str) -> list[str]:
     """Word, number and punctuation tokens of normalised, lower-case text, without sentence punctuation
     (``:``, ``[``, ``/``, ``#`` and the like stay: "Q:", "[x]" and "10/10" are evidence). A number becomes
     its length class ("0" for one or two digits, "00" for more), so "9/10" and "8/10" are one token pair."""
-    return [("0" if len(t) < 3 else "00") if t.isdigit() else t for t in _TOKEN.findall(text) if t not in _SENTENCE_MARKS]
+    found = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text)
+    return [("0" if len(t) < 3 else "00") if t.isdigit() else t for t in found if t not in _SENTENCE_MARKS]
 
 
 def features(text: str) -> list[int]:
@@ -108,7 +110,8 @@ def read(text: str) -> tuple[list[int], int]:
     toks = _tokens(text)
     if not toks:
         return [], 0  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
-    buckets = {_bucket("b " + a + " " + b) for a, b in zip(toks, toks[1:], strict=False)}
+    crc, last = zlib.crc32, DIM - 1  # (:func:`_bucket` written out: a caption has a pair for nearly every word)
+    buckets = {crc(f"b {a} {b}".encode("utf-8", "surrogatepass")) & last for a, b in zip(toks, toks[1:], strict=False)}
     words = 0
     for t in toks:
         own, n = _word_buckets(t) if len(t) <= _CACHED_WORD else _grams(t)
