@@ -101,3 +101,44 @@ def test_present_finds_every_literal_at_its_marked_boundaries():
                 checked += 1
                 assert x in gates.present(text), (x, text)
     assert checked > 1000
+
+
+def test_gates_registered_while_other_threads_check_captions(verdicts):
+    # a guard built while a reward service's threads check captions registers its literals then; no
+    # check may fail or skip a pattern meanwhile (each registration rebuilds the automaton)
+    import sys
+    import threading
+
+    caps, on, _ = verdicts
+    caps, on = caps[:400], on[:400]
+    guards = GuardSet.from_settings()
+    errors: list[BaseException] = []
+    got: dict[int, list] = {}
+
+    def check(k: int) -> None:
+        try:
+            got[k] = [guards.evaluate(c) for c in caps]
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def register() -> None:
+        try:
+            for i in range(60):
+                gates.register([gates.cnf(rf"\bzq{i}xv literal\b")])
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=check, args=(k,)) for k in range(3)] + [threading.Thread(target=register)]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often, as under load
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors, errors
+    for reports in got.values():
+        for c, a, b in zip(caps, reports, on, strict=True):
+            assert (a.fired, a.families, a.evidence) == (b.fired, b.families, b.evidence), c[:120]

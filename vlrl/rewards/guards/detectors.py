@@ -257,16 +257,17 @@ def _cue_gates(path: str = str(TABLE)) -> dict[str, Any]:
     return found
 
 
-_HELD: list[tuple[Any, frozenset[str]]] = [(None, frozenset())]
+_HELD: list[tuple[Any, bool, frozenset[str]]] = [(None, True, frozenset())]
 
 
 def _cues_held(text: str) -> frozenset[str]:
     """The cue categories whose gate ``text`` passes; remembered for the last text (``cues_self`` and
-    ``cues_grader`` ask of the same view one after the other; one tuple, so threads never mix two texts)."""
-    last, held = _HELD[0]
-    if last is not text:
+    ``cues_grader`` ask of the same view one after the other; one tuple, so threads never mix two texts,
+    and the prefilters' switch in it, so a text read with them on is read again with them off)."""
+    last, enabled, held = _HELD[0]
+    if last is not text or enabled != gates.ENABLED:
         held = frozenset(name for name, g in _cue_gates().items() if gates.passes(g, text))
-        _HELD[0] = (text, held)
+        _HELD[0] = (text, gates.ENABLED, held)
     return held
 
 
@@ -280,15 +281,13 @@ def _cues_possible(text: str, about: str = "self") -> bool:
             or ("image_ref" in cats and ("self" in cats and "self_strong" in held)))
 
 
-@lru_cache(maxsize=4)
-def _fragment_gate(path: str = str(TABLE)) -> gates.Gated:
-    # an evaluation word of a unit is a run of letters of the text, so the text holds it (read from the
-    # literals :func:`gates.present` finds anyway)
-    return gates.Gated("|".join(sorted(vocabulary("fragment_core", path))))
+# an evaluation word of a unit is a run of letters of the text, so the text holds it (read from the literals
+# :func:`gates.present` finds anyway); built at import, so no literal is registered while captions are checked
+_FRAGMENT = gates.Gated("|".join(sorted(vocabulary("fragment_core"))))
 
 
 def _fragment_possible(text: str) -> bool:
-    return _fragment_gate().possible(text)
+    return _FRAGMENT.possible(text)
 
 
 # every score pattern holds one of these: "9/10", "9 out of 10", "grade of A+", "full marks", "a 10", "ten"

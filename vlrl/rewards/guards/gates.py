@@ -20,6 +20,7 @@ against: the same engine with no skip).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -273,40 +274,55 @@ class _Index:
     where no word character precedes it, a whole word (marked on both sides, word characters only)
     only where none follows it either. A literal marked only at its end is not checked there:
     finding more than is there only runs a pattern for nothing. (A regex trie did this before, at
-    three to four times the cost on an 80-word caption.)"""
+    three to four times the cost on an 80-word caption.)
+
+    Gates may be registered while other threads check captions (a guard built lazily, a user's
+    patterns): ``add`` replaces the set rather than growing it, and one lock orders adding and building,
+    so no build reads a set that changes under it."""
 
     def __init__(self) -> None:
-        self.marked: set[str] = set()
+        self.marked: frozenset[str] = frozenset()
         self._built: Any = None
+        self._lock = threading.Lock()
 
     @property
     def literals(self) -> set[str]:
         return {bare(x) for x in self.marked}
 
     def add(self, literals: Iterable[str]) -> None:
-        new = set(literals) - self.marked
-        if new:
-            self.marked |= new
-            self._built = None
-            _present.cache_clear()
+        with self._lock:
+            new = set(literals) - self.marked
+            if new:
+                # the automaton is dropped before the set grows: a reader that sees the new size (the
+                # key of :func:`_present`'s cache) then sees no automaton older than it
+                self._built = None
+                self.marked = self.marked | new
+                _present.cache_clear()
 
     def build(self) -> Any:
-        if self._built is None:
-            import ahocorasick
+        built = self._built
+        if built is not None:
+            return built
+        with self._lock:
+            if self._built is None:
+                self._built = self._automaton()
+            return self._built
 
-            forms: dict[str, list[str]] = {}
-            for x in self.marked:
-                forms.setdefault(bare(x), []).append(x)
-            automaton = ahocorasick.Automaton()
-            for w, marked in forms.items():
-                whole = all(_word(c) for c in w)
-                free = frozenset(x for x in marked if not x.startswith(LEFT))  # found wherever ``w`` is
-                at_start = frozenset(x for x in marked if x.startswith(LEFT) and not (whole and x.endswith(RIGHT)))
-                words = frozenset(x for x in marked if x.startswith(LEFT) and whole and x.endswith(RIGHT))
-                automaton.add_word(w, (len(w), free, at_start, words))
-            automaton.make_automaton()
-            self._built = automaton
-        return self._built
+    def _automaton(self) -> Any:
+        import ahocorasick
+
+        forms: dict[str, list[str]] = {}
+        for x in self.marked:
+            forms.setdefault(bare(x), []).append(x)
+        automaton = ahocorasick.Automaton()
+        for w, marked in forms.items():
+            whole = all(_word(c) for c in w)
+            free = frozenset(x for x in marked if not x.startswith(LEFT))  # found wherever ``w`` is
+            at_start = frozenset(x for x in marked if x.startswith(LEFT) and not (whole and x.endswith(RIGHT)))
+            words = frozenset(x for x in marked if x.startswith(LEFT) and whole and x.endswith(RIGHT))
+            automaton.add_word(w, (len(w), free, at_start, words))
+        automaton.make_automaton()
+        return automaton
 
 
 INDEX = _Index()
