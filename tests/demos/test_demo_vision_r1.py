@@ -311,6 +311,7 @@ def test_metrics_have_every_key_the_issue_names():
                 "format_failure_rate": 1 - fmt,
                 "truncation_rate": 0.0, "completion_tokens": {"mean": toks},
                 "pass_at_k": {"pass@1": acc - 0.1, "pass@4": acc + 0.1, "pass@8": acc + 0.2},
+                "sampled_right_share": {"where_greedy_right": 0.8, "where_greedy_wrong": acc / 4},
                 "by_group": {"count": {"accuracy": acc, "pass_at_k": {"pass@1": acc, "pass@4": acc, "pass@8": 1.0}}}}
 
     cfg = VR1Config.make(quick=True)
@@ -329,6 +330,7 @@ def test_metrics_have_every_key_the_issue_names():
     assert lo < 0.7 < hi and hi - lo > 0.3 and m["acc_before_ci"][0] < m["acc_before"]
     assert m["pass_at_k_by_kind"]["before"]["count"]["pass@8"] == 1.0
     assert m["pass8_minus_greedy_before"] == pytest.approx(0.2) and m["pass8_minus_greedy_after"] == pytest.approx(0.2)
+    assert m["sampled_right_share"]["before"]["where_greedy_wrong"] == 0.1 and m["sampled_right_share"]["ptst"]["where_greedy_wrong"] == 0.175
     assert set(m["trained_on"]) == {"captioner", "student", "ptst", "single"}
     # the baseline gets as many steps and sampled completions as PTST
     cap, group, steps = cfg.single_stage()

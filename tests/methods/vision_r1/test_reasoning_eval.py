@@ -131,3 +131,22 @@ def test_eval_reasoning_reports_pass_at_k_beside_greedy_accuracy(tmp_path):
     assert m["accuracy"] == 1.0 and m["samples"] == 8
     assert m["pass_at_k"]["pass@1"] == pytest.approx(0.5) and m["pass_at_k"]["pass@8"] == 1.0
     assert m["pass_at_k"]["pass@4"] == pytest.approx(1 - 1 / 70)
+    # greedy is right on every problem, and half the samples are
+    assert m["sampled_right_share"] == {"where_greedy_right": pytest.approx(0.5), "problems_where_greedy_right": m["n"],
+                                        "where_greedy_wrong": None, "problems_where_greedy_wrong": 0}
+
+
+def test_sampled_right_share_splits_the_problems_by_the_greedy_answer():
+    """pass@8 is 1 for a problem with one right sample in 8 and for one with 8; what sharpening does to
+    the greedy answer depends on which (a near-tie can flip, a minority is sharpened away)."""
+    from vlrl.methods.vision_r1.evaluate import summarize
+
+    def row(correct, right):
+        return {"format_ok": True, "correct": correct, "correct_strict_format": correct, "pred": "x", "truncated": False,
+                "completion_tokens": 5, "output": "x", "samples": 8, "samples_correct": right}
+
+    m = summarize([row(True, 6), row(True, 8), row(False, 2), row(False, 0), row(False, 1)])
+    share = m["sampled_right_share"]
+    assert share["where_greedy_right"] == pytest.approx(14 / 16) and share["problems_where_greedy_right"] == 2
+    assert share["where_greedy_wrong"] == pytest.approx(3 / 24) and share["problems_where_greedy_wrong"] == 3
+    assert m["pass_at_k"]["pass@8"] == pytest.approx(4 / 5)

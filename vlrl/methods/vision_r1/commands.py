@@ -63,7 +63,7 @@ def reasoning_cmd(
     limit: int | None = typer.Option(None, "--limit", help="Evaluate only the first N items."),
     group_by: str | None = typer.Option(None, "--group-by", help="Record field to report accuracy by (default: task/category if present)."),
     prompt: str = typer.Option("reasoning_eval", "--prompt", help="Prompt template name or .jinja path."),
-    samples: int = typer.Option(0, "--samples", min=0, help="Also draw N answers per item at --sample-temperature and report pass_at_k (k = 1, 4, 8 up to N; unbiased)."),
+    samples: int = typer.Option(0, "--samples", min=0, help="Also draw N answers per item at --sample-temperature and report pass_at_k (k = 1, 4, 8 up to N; unbiased) and sampled_right_share (right samples where greedy is right, and where it is wrong)."),
     sample_temperature: float = typer.Option(1.0, "--sample-temperature", help="Temperature of the --samples draws (the rollout temperature)."),
     max_image_pixels: MaxImagePixels = None,
     resize_max_pixels: ResizeMaxPixels = None,

@@ -88,6 +88,19 @@ def _pass_table(rows: list[dict[str, Any]], ks: tuple[int, ...]) -> dict[str, fl
             for k in ks if k <= n}
 
 
+def _sampled_right_share(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean share of right samples on the problems the greedy answer gets right and on those it gets
+    wrong. pass@k above greedy accuracy says that a right answer is sampled; this says how often. A greedy
+    error whose right answer is a near-tie (half the samples) is one that sharpening can turn; one whose
+    right answer is a fifth of the samples is what RL sharpens away, toward the greedy answer."""
+    out: dict[str, Any] = {}
+    for name, want in (("where_greedy_right", True), ("where_greedy_wrong", False)):
+        part = [r for r in rows if r.get("samples") and bool(r["correct"]) == want]
+        out[name] = sum(r["samples_correct"] / r["samples"] for r in part) / len(part) if part else None
+        out[f"problems_{name}"] = len(part)
+    return out
+
+
 def summarize(rows: list[dict[str, Any]], pass_ks: tuple[int, ...] = (1, 4, 8)) -> dict[str, Any]:
     n = len(rows)
     if not n:
@@ -109,6 +122,7 @@ def summarize(rows: list[dict[str, Any]], pass_ks: tuple[int, ...] = (1, 4, 8)) 
         # RL on an outcome reward can only reinforce answers the policy samples: greedy accuracy far
         # below pass@k at the rollout temperature is what GRPO can lift; equal, there is nothing to push.
         out["pass_at_k"] = table
+        out["sampled_right_share"] = _sampled_right_share(rows)
     groups: dict[str, list] = defaultdict(list)
     for r in rows:
         if r.get("group") is not None:

@@ -77,6 +77,26 @@ def _pass_table(m: dict[str, Any]) -> str:
     return f"<table><tr><th>model</th><th>kind</th><th>greedy</th>{head}</tr>{''.join(rows)}</table>"
 
 
+def _share_table(m: dict[str, Any]) -> str:
+    """How often the samples are right on the problems greedy gets right and on those it gets wrong: a pass@8
+    gap of near-ties can be sharpened into greedy accuracy; one of rare right samples is sharpened away."""
+    share = m.get("sampled_right_share") or {}
+    if not share:
+        return ""
+
+    def cell(v: Any) -> str:
+        return "" if v is None else f"{v:.2f}"
+
+    rows = "".join(f"<tr><td>{label}</td><td>{cell(t.get('where_greedy_right'))} ({t.get('problems_where_greedy_right')})</td>"
+                   f"<td>{cell(t.get('where_greedy_wrong'))} ({t.get('problems_where_greedy_wrong')})</td></tr>"
+                   for name, label in (("before", "before RL"), ("ptst", "after PTST"), ("single", "after single-stage"))
+                   if (t := share.get(name)))
+    return ("<p>Share of right samples (problems) where the greedy answer is right and where it is wrong: a greedy error "
+            "whose right answer is sampled about half the time is a near-tie RL can turn; one sampled a fifth of the time "
+            "is sharpened away, toward the greedy answer.</p><table><tr><th>model</th><th>greedy right</th>"
+            f"<th>greedy wrong</th></tr>{rows}</table>")
+
+
 def write_report(out: Path, cfg, metrics: dict[str, Any], evals: dict[str, dict], history: list[dict],
                  single: list[dict], info: dict[str, Any], n_examples: int = 12) -> Path:
     plots = _plots(metrics, history, single)
@@ -138,6 +158,7 @@ accuracy alone can be outputs that now stop within the length cap.</p>
 problem. GRPO with an outcome reward can only reinforce answers the policy samples, so greedy accuracy far below pass@8
 before RL is room to learn; sharpening shows as greedy rising towards pass@8.</p>
 {passk}
+{_share_table(m)}
 <p>Held-out split: {html.escape(json.dumps(m.get('splits')))} (problems skipped because their (layout, question) pair or
 image is in the cold start's or the RL problems).</p>
 <p>Trained on: {''.join(f"<br><b>{html.escape(k)}</b>: {html.escape(v)}" for k, v in m.get('trained_on', {}).items())}</p>

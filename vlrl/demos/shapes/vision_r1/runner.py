@@ -346,7 +346,9 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
             "truncation": round(m["truncation_rate"], 4),
             "by_kind": {k: round(v["accuracy"], 4) for k, v in m.get("by_group", {}).items()},
             "pass_at_k": _rounded(m.get("pass_at_k", {})),
-            "pass_at_k_by_kind": {k: _rounded(v.get("pass_at_k", {})) for k, v in m.get("by_group", {}).items()}}
+            "pass_at_k_by_kind": {k: _rounded(v.get("pass_at_k", {})) for k, v in m.get("by_group", {}).items()},
+            "sampled_right_share": {k: (round(v, 4) if isinstance(v, float) else v)
+                                    for k, v in m.get("sampled_right_share", {}).items()}}
 
 
 def _rounded(table: dict[str, float]) -> dict[str, float]:
@@ -459,6 +461,8 @@ def build_metrics(cfg: VR1Config, evals: dict[str, dict], history: list[dict], s
         "pass_at_k": {"before": b["pass_at_k"], "ptst": a["pass_at_k"], "single": s["pass_at_k"]},
         "pass_at_k_by_kind": {"before": b["pass_at_k_by_kind"], "ptst": a["pass_at_k_by_kind"],
                               "single": s["pass_at_k_by_kind"]},
+        "sampled_right_share": {"before": b["sampled_right_share"], "ptst": a["sampled_right_share"],
+                                "single": s["sampled_right_share"]},
         "pass8_minus_greedy_before": _gap(b), "pass8_minus_greedy_after": _gap(a),
         "single_stage_pass8_minus_greedy_after": _gap(s),
         # what a guesser's pass@k is on the same held-out problems (answer space, and scene read right)
