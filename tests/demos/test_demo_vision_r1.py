@@ -405,10 +405,16 @@ def test_vision_r1_quick_demo(tmp_path):
         t = m["pass_at_k"][name]
         assert set(t) == {"pass@1", "pass@4", "pass@8"} and t["pass@1"] <= t["pass@4"] <= t["pass@8"], m["pass_at_k"]
         assert set(m["pass_at_k_by_kind"][name]) == set(P.QUESTION_SETS[m["questions"]])
+        # the shares split the same samples by the greedy answer: their weighted mean is pass@1
+        sh = m["sampled_right_share"][name]
+        n_r, n_w = sh["problems_where_greedy_right"], sh["problems_where_greedy_wrong"]
+        assert n_r + n_w == m["eval_problems"]
+        mean = ((sh["where_greedy_right"] or 0) * n_r + (sh["where_greedy_wrong"] or 0) * n_w) / (n_r + n_w)
+        assert mean == pytest.approx(t["pass@1"], abs=1e-3)
     assert m["eval_samples"] == 8 and m["splits"]["eval"] == m["eval_problems"]
     assert m["chance_pass_at_k"]["uniform"]["pass@8"] < 0.5  # 13 answers: pass@8 near 1 is not a guesser's
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") >= 3 and "pass@8" in page
+    assert page.count("data:image/png;base64,") >= 3 and "pass@8" in page and "Mean share of right samples" in page
     again = subprocess.run([VLRL, "demo", "--method", "vision-r1", "--quick", "--seed", str(FRESH_SEED), "--out", str(out)],
                            env=ENV, capture_output=True, text=True)
     assert again.returncode == 0 and "already holds a finished demo run" in again.stdout

@@ -29,8 +29,9 @@ def test_every_loss_forward_reads_the_rows_images(tmp_path):
     src = two_image_source(tmp_path)
     run = open_run(load_recipe(TINY, [f"output_dir={tmp_path / 'run'}", f"data.source={src}", "data.max_pixels=3136",
                                       "stages=null", "max_steps=2", "num_generations=4", "max_completion_length=8"]))
+    from trl import GRPOTrainer as trl  # whose loss forward this spies on
+
     trainer, _ = build_trainer(run.recipe)
-    trl = type(trainer).__mro__[2]  # TRL's GRPOTrainer, whose forward this spies on
     real = trl._get_per_token_logps_and_entropies
     seen: list[dict] = []
 
@@ -46,12 +47,13 @@ def test_every_loss_forward_reads_the_rows_images(tmp_path):
     assert trainer.state.global_step == 2
     assert seen, "no loss forward was seen"
     image_pad = trainer.processing_class.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    merge = trainer.model.config.vision_config.spatial_merge_size ** 2
     for call in seen:
         grid = call.get("image_grid_thw")
         assert call.get("pixel_values") is not None and grid is not None
-        # two images a row, and as many placeholder tokens in the prompts as the grids hold patches (2x2 merged)
+        # two images a row, and as many placeholder tokens in the prompts as the grids hold merged patches
         assert grid.shape[0] == 2 * call["ids"].shape[0]
-        assert int((call["ids"] == image_pad).sum()) == int(grid.prod(dim=-1).sum()) // 4
+        assert int((call["ids"] == image_pad).sum()) == int(grid.prod(dim=-1).sum()) // merge
 
     # and it reads them: other pixels, other log-probabilities of the same completions
     batch = [dict(trainer.train_dataset[0]) for _ in range(4)]  # one group of num_generations

@@ -78,22 +78,22 @@ def _pass_table(m: dict[str, Any]) -> str:
 
 
 def _share_table(m: dict[str, Any]) -> str:
-    """How often the samples are right on the problems greedy gets right and on those it gets wrong: a pass@8
-    gap of near-ties can be sharpened into greedy accuracy; one of rare right samples is sharpened away."""
+    """How often the samples are right on the problems greedy gets right and on those it gets wrong: whether
+    the pass@8 gap is made of near-ties or of rare right samples."""
     share = m.get("sampled_right_share") or {}
-    if not share:
+    if not any(share.values()):  # no samples drawn
         return ""
 
-    def cell(v: Any) -> str:
-        return "" if v is None else f"{v:.2f}"
+    def cell(t: dict[str, Any], where: str) -> str:
+        v, n = t.get(f"where_greedy_{where}"), t.get(f"problems_where_greedy_{where}")
+        return "" if v is None else f"{v:.2f} ({n})"
 
-    rows = "".join(f"<tr><td>{label}</td><td>{cell(t.get('where_greedy_right'))} ({t.get('problems_where_greedy_right')})</td>"
-                   f"<td>{cell(t.get('where_greedy_wrong'))} ({t.get('problems_where_greedy_wrong')})</td></tr>"
+    rows = "".join(f"<tr><td>{label}</td><td>{cell(t, 'right')}</td><td>{cell(t, 'wrong')}</td></tr>"
                    for name, label in (("before", "before RL"), ("ptst", "after PTST"), ("single", "after single-stage"))
                    if (t := share.get(name)))
-    return ("<p>Share of right samples (problems) where the greedy answer is right and where it is wrong: a greedy error "
-            "whose right answer is sampled about half the time is a near-tie RL can turn; one sampled a fifth of the time "
-            "is sharpened away, toward the greedy answer.</p><table><tr><th>model</th><th>greedy right</th>"
+    return ("<p>Mean share of right samples on the problems (how many) the greedy answer gets right and on those it "
+            "gets wrong. Where greedy is wrong, a share near one half is a near-tie; a small share is a right answer "
+            "the policy rarely samples.</p><table><tr><th>model</th><th>greedy right</th>"
             f"<th>greedy wrong</th></tr>{rows}</table>")
 
 
