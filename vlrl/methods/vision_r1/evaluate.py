@@ -90,9 +90,10 @@ def _pass_table(rows: list[dict[str, Any]], ks: tuple[int, ...]) -> dict[str, fl
 
 def _sampled_right_share(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The mean share of right samples on the problems the greedy answer gets right and on those it gets
-    wrong. pass@k above greedy accuracy says that a right answer is sampled; this says how often. A greedy
-    error whose right answer is a near-tie (half the samples) is one that sharpening can turn; one whose
-    right answer is a fifth of the samples is what RL sharpens away, toward the greedy answer."""
+    wrong, with how many problems each. pass@k above greedy accuracy says that a right answer is sampled;
+    this says how often: a greedy error whose right answer is half the samples is a near-tie that
+    sharpening may turn, one whose right answer is a fifth of them is not (the Vision-R1 demo's are of the
+    second kind, and RL there made them rarer still: docs/demo-vision-r1.md)."""
     out: dict[str, Any] = {}
     for name, want in (("where_greedy_right", True), ("where_greedy_wrong", False)):
         part = [r for r in rows if r.get("samples") and bool(r["correct"]) == want]
