@@ -172,10 +172,6 @@ class _Compiled:
 
         self.words = {f: _word_pattern(getattr(lang, f), lang.scripts) for f in WORD_FIELDS if getattr(lang, f)}
 
-    def applies(self, text: str) -> bool:
-        held = _scripts_in(text)
-        return any(s in held for s in self.script_names)
-
     def strip_image_text(self, text: str) -> str:
         if self.image_text is not None:
             text = self.image_text.sub(" \u2039t\u203a ", text)
@@ -206,10 +202,7 @@ def language_hit(native: str, guard: str, path: str | Path = TABLE) -> str | Non
     (``self_praise`` or ``grader_address``) that matches ``native`` (lower case, own script, quoted
     spans removed), else ``None``."""
     families = [f for f, g in FAMILY_GUARD.items() if g == guard]
-    for lang in _compiled(str(path)):
-        if not lang.applies(native):
-            continue
-        text = lang.strip_image_text(native)
+    for lang, text in _readings(native, str(path)):
         for family in families:
             pat = lang.families.get(family)
             if pat is not None and (m := pat.search(text)):

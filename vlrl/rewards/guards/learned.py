@@ -110,8 +110,7 @@ def read(text: str) -> tuple[list[int], int]:
     toks = _tokens(text)
     if not toks:
         return [], 0  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
-    crc, last = zlib.crc32, DIM - 1  # (:func:`_bucket` written out: a caption has a pair for nearly every word)
-    buckets = {crc(f"b {a} {b}".encode("utf-8", "surrogatepass")) & last for a, b in zip(toks, toks[1:], strict=False)}
+    buckets = {_bucket("b " + a + " " + b) for a, b in zip(toks, toks[1:], strict=False)}
     words = 0
     for t in toks:
         own, n = _word_buckets(t) if len(t) <= _CACHED_WORD else _grams(t)
