@@ -18,7 +18,7 @@ from tests.support.paths import FIXTURES
 from vlrl.bench.guards import synthetic_captions
 from vlrl.rewards.guards import Doc, GuardSet, gates
 from vlrl.rewards.guards.lang import _compiled
-from vlrl.rewards.guards.table import expand, table
+from vlrl.rewards.guards.table import cue_patterns, expand, table
 
 CORPORA = ("guard_corpus.jsonl", "guard_corpus_dev2.jsonl", "guard_corpus_heldout.jsonl", "guard_corpus_heldout2.jsonl",
            "guard_lang_dev.jsonl", "guard_judge_dev.jsonl", "guard_regressions.jsonl", "guard_dev3.jsonl")
@@ -49,6 +49,7 @@ def test_every_table_pattern_passes_its_gate_where_it_matches():
     t = table()
     patterns = [expand(p, t.fragments) for f in t.families for p in [*f.patterns, *f.requires]]
     patterns += [p for lang in _compiled() for alt in lang.families.values() for p in alt.patterns]
+    patterns += [a for rx in cue_patterns().values() for a in gates.alternatives(rx.pattern)]
     checked = 0
     for p in patterns:
         g, rx = gates.cnf(p), re.compile(p)
@@ -59,6 +60,38 @@ def test_every_table_pattern_passes_its_gate_where_it_matches():
                     checked += 1
                     assert gates.passes(g, text), (p[:80], text[:80])
     assert checked > 500
+
+
+def test_alternatives_are_cut_at_the_top_level_only():
+    assert gates.alternatives(r"(?:a|b)|c") == ["a", "b", "c"]
+    assert gates.alternatives(r"(?:(?:a|b)|c)|d") == ["a", "b", "c", "d"]
+    assert gates.alternatives(r"(?:a)(?:b|c)|d") == ["(?:a)(?:b|c)", "d"]  # a group that is not the whole piece
+    assert gates.alternatives(r"[|]|x") == ["[|]", "x"] and gates.alternatives(r"[]|]|y") == ["[]|]", "y"]
+    assert gates.alternatives(r"[^]|a]b|\||c") == ["[^]|a]b", r"\|", "c"]
+    # where cutting could move a match: group numbers, global and scoped flags, comments
+    for whole in (r"(a|b)", r"(?i)a|b", r"(?i:a)|b", r"a(?#x|y)|b", r"(?P<n>a)|b"):
+        assert gates.alternatives(whole) == [whole]
+
+
+def test_cut_alternatives_match_what_the_pattern_matches():
+    """Tried in order as one alternation, the pieces match the same spans as the whole pattern, for every
+    cue and family pattern of the table, on every view of the development captions."""
+    t = table()
+    patterns = [rx.pattern for rx in cue_patterns().values()]
+    patterns += [expand(p, t.fragments) for f in t.families for p in f.patterns]
+    texts = [text for c in _captions("guard_regressions.jsonl", "guard_dev3.jsonl", "guard_judge_dev.jsonl")
+             for d in [Doc.of(c)] for text in {d.lower, d.unquoted, d.native}]
+    cut = 0
+    for p in patterns:
+        pieces = gates.alternatives(p)
+        if len(pieces) == 1:
+            continue
+        cut += 1
+        whole, joined = re.compile(p), re.compile("|".join(f"(?:{a})" for a in pieces))
+        for text in texts:
+            a, b = whole.search(text), joined.search(text)
+            assert (a and a.span()) == (b and b.span()), (p[:80], text[:80])
+    assert cut >= 3
 
 
 @pytest.fixture(scope="module")

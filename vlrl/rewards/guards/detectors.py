@@ -38,14 +38,27 @@ def on_display(text: str, start: int) -> bool:
 _NOT_CATEGORIES = ("self_strong", "scene_intro")
 
 
+@lru_cache(maxsize=4)
+def _cue_searchers(path: str = str(TABLE)) -> dict[str, gates.Alternation]:
+    """The cue categories under their gates, each cut into its alternatives (:func:`gates.alternatives`):
+    a sentence runs only the alternatives whose literals it holds, with the same matches. The literals
+    of a sentence are found once for all the categories; the self-reference cue's twenty-two
+    alternatives mostly need a word few sentences hold ("above", "preceding", "such a")."""
+    return {name: gates.Alternation(gates.alternatives(p.pattern)) for name, p in cue_patterns(path).items()}
+
+
+@gates.remembered
 @lru_cache(maxsize=4096)
 def _cue_hit(sentence: str) -> tuple[str, str] | None:
-    pats = cue_patterns()
-    # without a category other than "self", nothing can add up to a hit: the costly self-reference
-    # pattern is tried only after the others
-    if not any(pat.search(sentence) for name, pat in pats.items() if name not in (*_NOT_CATEGORIES, "self")):
+    pats = _cue_searchers()
+    # without a category other than "self", nothing can add up to a hit: the self-reference cue, the
+    # costliest, is tried only after the others
+    found = {name: pat.search(sentence) is not None for name, pat in pats.items()
+             if name not in (*_NOT_CATEGORIES, "self")}
+    if not any(found.values()):
         return None
-    cats = [name for name, pat in pats.items() if name not in _NOT_CATEGORIES and pat.search(sentence)]
+    found["self"] = pats["self"].search(sentence) is not None
+    cats = [name for name in pats if found.get(name)]
     if "metric" in cats and "self" not in cats:
         cats.remove("metric")  # quality nouns count only beside the caption itself
     about_self = "self" in cats or "praise" in cats or "claim" in cats

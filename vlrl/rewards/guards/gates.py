@@ -452,6 +452,55 @@ def first_literals(gs: Iterable[tuple[Gate, bool] | None]) -> frozenset[str] | N
     return frozenset(out)
 
 
+def _marks(pattern: str) -> Iterator[tuple[int, str, int]]:
+    """``(index, mark, depth)`` of each ``(``, ``)`` and ``|`` of ``pattern`` outside escapes and character
+    classes; the depth of a parenthesis is that of the group it opens or closes (1 at the top level)."""
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a class: "]" first (after an optional "^") is a member, and escapes skip a character
+            i += 1 + (pattern[i + 1 : i + 2] == "^")
+            i += pattern[i : i + 1] == "]"
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+            yield i, c, depth
+        elif c == ")":
+            yield i, c, depth
+            depth -= 1
+        elif c == "|":
+            yield i, c, depth
+        i += 1
+
+
+def _one_group(piece: str) -> str | None:
+    """The inside of ``piece`` when it is one non-capturing group ``(?:...)`` and nothing else."""
+    if not piece.startswith("(?:"):
+        return None
+    close = next(i for i, c, d in _marks(piece) if c == ")" and d == 1)
+    return piece[3:-1] if close == len(piece) - 1 else None
+
+
+def alternatives(pattern: str) -> list[str]:
+    """The alternatives of ``pattern``'s top-level alternation, nested non-capturing groups that make up a
+    whole alternative opened up (``(?:a|b)|c`` gives ``a``, ``b``, ``c``): tried in this order as one
+    alternation, they match what ``pattern`` matches. ``[pattern]`` where cutting could change a match:
+    capturing groups (their numbers would move), inline flags, comments."""
+    if "(?#" in pattern or re.search(r"\(\?[aiLmsux]", pattern) or re.compile(pattern).groups:
+        return [pattern]
+    cuts = [i for i, c, depth in _marks(pattern) if c == "|" and depth == 0]
+    out: list[str] = []
+    for lo, hi in zip([-1, *cuts], [*cuts, len(pattern)]):
+        piece = pattern[lo + 1 : hi]
+        inner = _one_group(piece)
+        out += alternatives(inner) if inner is not None else [piece]
+    return out
+
+
 class Alternation:
     """Patterns tried as one alternation (``(?:p1)|(?:p2)|...``, so the leftmost match wins and, at one
     position, the first pattern in order), run with only the patterns whose gate a text passes: a
@@ -486,5 +535,5 @@ class Alternation:
         return pattern.search(text) if pattern is not None else None
 
 
-__all__ = ["Alternation", "Gated", "cnf", "disabled", "first_literals", "live", "passes", "present", "register",
+__all__ = ["Alternation", "Gated", "alternatives", "cnf", "disabled", "first_literals", "live", "passes", "present", "register",
            "remembered"]

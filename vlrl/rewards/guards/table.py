@@ -276,13 +276,19 @@ class CompiledFamily:
                 detector = None
             if pattern is None and detector is None:
                 continue
-            for unit in doc.units(text, self.spec.scope):
+            units = doc.units(text, self.spec.scope)
+            # a long text passes a gate that most of its units fail: the patterns are then chosen unit by
+            # unit (the same match: a pattern that cannot match in a unit is left out of its alternation)
+            by_unit = pattern is not None and len(units) > 1
+            for unit in units:
                 # an exempt unit is skipped; asked before a detector, and after a pattern matched
                 exempt = None
                 if detector is not None:
                     exempt = self._exempt(unit)
                     if not exempt and (hit := detector(unit, doc, **self.spec.options)):
                         return hit[:80]
+                if by_unit:
+                    pattern = self._runnable(unit)
                 if pattern is not None and (m := pattern.search(unit)) and (
                         self.requires is None or self.requires.search(unit)) and not (
                         self._exempt(unit) if exempt is None else exempt):
