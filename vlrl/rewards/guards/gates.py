@@ -524,11 +524,13 @@ class Alternation:
         keep = live(self.gates, text)
         if len(keep) == len(self.patterns):
             return self.whole
-        if keep not in self._subsets:
+        pattern = self._subsets.get(keep, self)  # (a local: another thread may clear the dict meanwhile)
+        if pattern is self:
+            pattern = re.compile("|".join(f"(?:{self.patterns[i]})" for i in keep)) if keep else None
             if len(self._subsets) > 512:
                 self._subsets.clear()
-            self._subsets[keep] = re.compile("|".join(f"(?:{self.patterns[i]})" for i in keep)) if keep else None
-        return self._subsets[keep]
+            self._subsets[keep] = pattern
+        return pattern
 
     def search(self, text: str) -> re.Match[str] | None:
         pattern = self.runnable(text)
