@@ -209,3 +209,14 @@ def test_skipping_a_family_of_a_guard_in_code_still_reports_its_next_family():
     assert full.families == {"hedging": "alternatives"}
     rest = GuardSet.from_settings(enabled=["hedging"], hedging={"skip_families": ["alternatives"]}).evaluate(caption)
     assert rest.fired == ["hedging"] and rest.families["hedging"] != "alternatives"
+
+
+def test_a_cue_with_a_flag_for_the_whole_pattern_still_runs(tmp_path):
+    """A cue the table accepts but :func:`gates.alternatives` cannot cut (``(?i)`` applies to the whole
+    pattern) runs whole under its gate, with the plain pattern's matches."""
+    from vlrl.rewards.guards.detectors import _cue_searchers
+
+    path = _table_with(tmp_path, lambda d: d["cues"].__setitem__("you", "(?i)" + d["cues"]["you"]))
+    you = _cue_searchers(str(path))["you"]
+    assert you.search("Thank YOU, grader") and you.search("a quiet yard") is None
+    assert _cue_searchers(str(path))["self"].search("the above is complete")  # cut into its alternatives

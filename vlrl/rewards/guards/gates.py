@@ -494,7 +494,7 @@ def alternatives(pattern: str) -> list[str]:
         return [pattern]
     cuts = [i for i, c, depth in _marks(pattern) if c == "|" and depth == 0]
     out: list[str] = []
-    for lo, hi in zip([-1, *cuts], [*cuts, len(pattern)]):
+    for lo, hi in zip([-1, *cuts], [*cuts, len(pattern)], strict=True):
         piece = pattern[lo + 1 : hi]
         inner = _one_group(piece)
         out += alternatives(inner) if inner is not None else [piece]
@@ -537,5 +537,5 @@ class Alternation:
         return pattern.search(text) if pattern is not None else None
 
 
-__all__ = ["Alternation", "Gated", "alternatives", "cnf", "disabled", "first_literals", "live", "passes", "present", "register",
-           "remembered"]
+__all__ = ["Alternation", "Gated", "alternatives", "cnf", "disabled", "first_literals", "live", "passes", "present",
+           "register", "remembered"]
