@@ -412,7 +412,10 @@ def passes(g: tuple[Gate, bool] | None, text: str) -> bool:
             return True
         text = _lower(text)
     found = present(text)
-    return all(not found.isdisjoint(c) for c in clauses)
+    for c in clauses:  # (a loop, not all() over a generator: called tens of times a caption)
+        if found.isdisjoint(c):
+            return False
+    return True
 
 
 class Gated:
