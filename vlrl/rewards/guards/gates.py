@@ -412,7 +412,7 @@ def passes(g: tuple[Gate, bool] | None, text: str) -> bool:
             return True
         text = _lower(text)
     found = present(text)
-    for c in clauses:  # (a loop, not all() over a generator: called tens of times a caption)
+    for c in clauses:  # noqa: SIM110 (a loop, not all() over a generator: called tens of times a caption)
         if found.isdisjoint(c):
             return False
     return True
