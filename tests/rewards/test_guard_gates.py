@@ -73,6 +73,12 @@ def test_alternatives_are_cut_at_the_top_level_only():
         assert gates.alternatives(whole) == [whole]
 
 
+def test_a_group_keeps_a_flag_for_the_whole_pattern():
+    assert gates.group("a|b") == "(?:a|b)" and gates.group("(?i)(?s)a.b") == "(?is:a.b)"
+    joined = gates.Alternation(["(?i)caption", "zebra"])
+    assert joined.search("the CAPTION").group(0) == "CAPTION" and joined.search("a Zebra") is None
+
+
 def test_cut_alternatives_match_what_the_pattern_matches():
     """Tried in order as one alternation, the pieces match the same spans as the whole pattern, for every
     cue and family pattern of the table, on every view of the development captions."""

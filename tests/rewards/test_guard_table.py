@@ -213,10 +213,22 @@ def test_skipping_a_family_of_a_guard_in_code_still_reports_its_next_family():
 
 def test_a_cue_with_a_flag_for_the_whole_pattern_still_runs(tmp_path):
     """A cue the table accepts but :func:`gates.alternatives` cannot cut (``(?i)`` applies to the whole
-    pattern) runs whole under its gate, with the plain pattern's matches."""
+    pattern) runs whole, its flag scoped to its group (:func:`gates.group`), with the plain pattern's
+    matches."""
     from vlrl.rewards.guards.detectors import _cue_searchers
 
     path = _table_with(tmp_path, lambda d: d["cues"].__setitem__("you", "(?i)" + d["cues"]["you"]))
     you = _cue_searchers(str(path))["you"]
     assert you.search("Thank YOU, grader") and you.search("a quiet yard") is None
     assert _cue_searchers(str(path))["self"].search("the above is complete")  # cut into its alternatives
+
+
+def test_a_family_pattern_with_a_flag_for_the_whole_pattern_builds_and_matches(tmp_path):
+    """The table accepts a pattern on its own; the engine runs it joined with others, where a leading
+    ``(?i)`` used to be an error at build time."""
+    from vlrl.rewards.guards.table import CompiledFamily
+
+    path = _table_with(tmp_path, lambda d: d["families"][0]["patterns"].append(r"(?i)\bzebra crossing grade\b"))
+    spec = load_family_table(path).families[0]
+    fam = CompiledFamily(spec, path=str(path))
+    assert fam.pattern.search("a ZEBRA CROSSING GRADE") and fam.alternation.search("a Zebra Crossing Grade")

@@ -39,17 +39,12 @@ _NOT_CATEGORIES = ("self_strong", "scene_intro")
 
 
 @lru_cache(maxsize=4)
-def _cue_searchers(path: str = str(TABLE)) -> dict[str, gates.Alternation | gates.Gated]:
+def _cue_searchers(path: str = str(TABLE)) -> dict[str, gates.Alternation]:
     """The cue categories under their gates, each cut into its alternatives (:func:`gates.alternatives`):
     a sentence runs only the alternatives whose literals it holds, with the same matches. The literals
     of a sentence are found once for all the categories; the self-reference cue's twenty-two
-    alternatives mostly need a word few sentences hold ("above", "preceding", "such a"). A cue that
-    cannot be cut (one piece, or a flag for the whole pattern) runs whole under its gate."""
-    out: dict[str, gates.Alternation | gates.Gated] = {}
-    for name, p in cue_patterns(path).items():
-        pieces = gates.alternatives(p.pattern)
-        out[name] = gates.Alternation(pieces) if len(pieces) > 1 else gates.Gated(p)
-    return out
+    alternatives mostly need a word few sentences hold ("above", "preceding", "such a")."""
+    return {name: gates.Alternation(gates.alternatives(p.pattern)) for name, p in cue_patterns(path).items()}
 
 
 @gates.remembered

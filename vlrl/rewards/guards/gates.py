@@ -455,6 +455,20 @@ def first_literals(gs: Iterable[tuple[Gate, bool] | None]) -> frozenset[str] | N
     return frozenset(out)
 
 
+_GLOBAL_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))+")
+
+
+def group(pattern: str) -> str:
+    """``pattern`` as one group, to be joined with others into an alternation: ``(?:pattern)``, or, for a
+    pattern that opens with flags for the whole of it (``(?i)...``, which Python accepts only at the
+    start of an expression), the same flags scoped to the group (``(?i:...)``): the same matches."""
+    m = _GLOBAL_FLAGS.match(pattern)
+    if m is None:
+        return f"(?:{pattern})"
+    flags = "".join(dict.fromkeys(c for c in m.group(0) if c.isalpha()))
+    return f"(?{flags}:{pattern[m.end():]})"
+
+
 def _marks(pattern: str) -> Iterator[tuple[int, str, int]]:
     """``(index, mark, depth)`` of each ``(``, ``)`` and ``|`` of ``pattern`` outside escapes and character
     classes; the depth of a parenthesis is that of the group it opens or closes (1 at the top level)."""
@@ -511,7 +525,7 @@ class Alternation:
 
     def __init__(self, patterns: list[str]) -> None:
         self.patterns = list(patterns)
-        self.whole = re.compile("|".join(f"(?:{p})" for p in self.patterns)) if self.patterns else None
+        self.whole = re.compile("|".join(map(group, self.patterns))) if self.patterns else None
         self.gates: list[tuple[Gate, bool] | None] = [cnf(p) for p in self.patterns]
         register(self.gates)
         self._subsets: dict[tuple[int, ...], re.Pattern[str] | None] = {}
@@ -529,7 +543,7 @@ class Alternation:
             return self.whole
         pattern = self._subsets.get(keep, self)  # (a local: another thread may clear the dict meanwhile)
         if pattern is self:
-            pattern = re.compile("|".join(f"(?:{self.patterns[i]})" for i in keep)) if keep else None
+            pattern = re.compile("|".join(group(self.patterns[i]) for i in keep)) if keep else None
             if len(self._subsets) > 512:
                 self._subsets.clear()
             self._subsets[keep] = pattern
@@ -540,5 +554,5 @@ class Alternation:
         return pattern.search(text) if pattern is not None else None
 
 
-__all__ = ["Alternation", "Gated", "alternatives", "cnf", "disabled", "first_literals", "live", "passes", "present",
-           "register", "remembered"]
+__all__ = ["Alternation", "Gated", "alternatives", "cnf", "disabled", "first_literals", "group", "live", "passes",
+           "present", "register", "remembered"]

@@ -169,7 +169,7 @@ def vocabulary(name: str, path: str = str(TABLE)) -> frozenset[str]:
 
 def _any(patterns: Iterable[str], fragments: dict[str, str]) -> re.Pattern[str]:
     """One regex for a list: each alternative in its own group, so the leftmost match wins."""
-    return re.compile("|".join(f"(?:{expand(p, fragments)})" for p in patterns))
+    return re.compile("|".join(gates.group(expand(p, fragments)) for p in patterns))
 
 
 def families_of(guard: str, path: str = str(TABLE)) -> list[Family]:
