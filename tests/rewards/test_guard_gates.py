@@ -35,12 +35,48 @@ def test_gates_read_conjunctions_boundaries_and_case():
     assert {"caption"} in words and {"perfect", "flawless"} in words and not blind
     assert any(x.startswith(gates.LEFT) and x.endswith(gates.RIGHT) for c in clauses for x in c)  # \b...\b
     assert gates.cnf(r"a?b") is None and gates.cnf(r"[a-z]+\d") is None
+    for no_gate in (r"(?=xyz)q", r"(?:abc|\d+)", r"[a-z]+"):  # a lookahead, one branch without literals
+        assert gates.cnf(no_gate) is None, no_gate
     assert gates.cnf(r"(?i:IGNORE) all")[1]  # case-blind: read lower-cased, ASCII text only
     # a word boundary makes "quokka" absent from "quokkas" (a word no other gate names: the scan may
     # report more than is there for a literal other gates need elsewhere in a word, never less)
     g = gates.cnf(r"\bquokka\b")
     gates.register([g])
     assert not gates.passes(g, "two quokkas eat") and gates.passes(g, "a quokka eats")
+
+
+def test_a_small_class_spells_out_a_literal_run():
+    # "ol[aá]" is "ola" or "olá": a gate, where the run "ol" alone is too short to be one
+    (clause,), blind = gates.cnf(r"\bol[a\u00e1]\b")
+    assert {gates.bare(x) for x in clause} == {"ola", "ol\u00e1"} and not blind
+    (clause,), _ = gates.cnf(r"aten[c\u00e7][a\u00e3]o")
+    assert len(clause) == 4  # every spelling
+    # too many spellings: the run is cut, and each part is a clause of its own
+    clauses, _ = gates.cnf(r"[ab][cd][ef][gh][ij]xyz")
+    assert all(len(c) <= 16 for c in clauses)
+    # a class of ranges, a negated class or a large one continues no run
+    assert gates.cnf(r"o[a-z]") is None and gates.cnf(r"o[^a]") is None
+
+
+def test_spelt_gates_pass_wherever_their_pattern_matches():
+    # patterns of literals, small classes, optional parts, groups and boundaries, against texts of the
+    # same characters: a match always passes the gate (a spelling the gate left out would skip a match)
+    import random
+
+    rng = random.Random(0)
+    pieces = ["ab", "c", "[cd]", "[a\u00e1]", "[xyz]", "b?", "(?:ab|ca)", "\\b", "\\s+", "[ab][cd]", "d+", "(?:c|)"]
+    alphabet = ["a", "b", "c", "d", "x", "y", "\u00e1", " ", "ab", "ca"]
+    checked = 0
+    for _ in range(3000):
+        p = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 6)))
+        g, rx = gates.cnf(p), re.compile(p)
+        gates.register([g])
+        for _ in range(12):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 14)))
+            if rx.search(text):
+                checked += 1
+                assert gates.passes(g, text), (p, text)
+    assert checked > 3000
 
 
 def test_every_table_pattern_passes_its_gate_where_it_matches():

@@ -171,17 +171,6 @@ def test_the_views_a_family_reads():
     assert cyrillic.native.startswith("это")  # the caption's own script, not Latin look-alikes
 
 
-def test_gates_are_literals_every_match_holds():
-    from vlrl.rewards.guards.table import gate
-
-    assert gate([r"\bfoo(?:bar|baz)\b"]) == ("fooba",)  # the parser factors the common prefix out
-    assert set(gate([r"\b(?:red|blue)\s+car", r"lorry"])) == {"car", "lorry"}
-    assert set(gate([r"(?:alpha|beta)\s+x"])) == {"alpha", "beta"}
-    for no_gate in (r"a?b", r"(?=xyz)q", r"(?i:abc)", r"(?:abc|\d+)", r"[a-z]+"):
-        assert gate([no_gate]) is None, no_gate
-    assert gate([r"abc", r"\w+"]) is None  # one pattern without literals: no gate for the family
-
-
 def test_gated_families_find_what_ungated_ones_find():
     """A gate only skips work: with every gate off, every family of the table fires on the same
     captions (the development corpus and the regression phrasings)."""
@@ -194,7 +183,7 @@ def test_gated_families_find_what_ungated_ones_find():
     from vlrl.rewards.guards import gates
 
     guards = GuardSet.from_settings(enabled=["self_praise", "grader_address"])
-    assert any(f.gate for g in guards.guards for f in g._families)
+    assert any(f.quick for g in guards.guards for f in g._families)  # some families can be skipped
     docs = [Doc.of(r["caption"]) for r in rows]
     gated = [[f.find(doc) for g in guards.guards for f in g._families] for doc in docs]
     with gates.disabled():

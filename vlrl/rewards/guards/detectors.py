@@ -47,9 +47,21 @@ def _cue_searchers(path: str = str(TABLE)) -> dict[str, gates.Alternation]:
     return {name: gates.Alternation(gates.alternatives(p.pattern)) for name, p in cue_patterns(path).items()}
 
 
+@lru_cache(maxsize=4)
+def _first_cues(path: str = str(TABLE)) -> frozenset[str] | None:
+    """The literals one of which a sentence must hold for any category but "self" to match (the first
+    clauses of their alternatives' gates, :func:`gates.first_literals`), or ``None`` if one has no gate."""
+    pats = _cue_searchers(path)
+    firsts = [pat.first for name, pat in pats.items() if name not in (*_NOT_CATEGORIES, "self")]
+    return None if any(f is None for f in firsts) else frozenset().union(*firsts)
+
+
 @gates.remembered
 @lru_cache(maxsize=4096)
 def _cue_hit(sentence: str) -> tuple[str, str] | None:
+    # most sentences hold no cue word at all: one look at the sentence's literals, not one per category
+    if gates.ENABLED and (first := _first_cues()) is not None and gates.present(sentence).isdisjoint(first):
+        return None
     pats = _cue_searchers()
     # without a category other than "self", nothing can add up to a hit: the self-reference cue, the
     # costliest, is tried only after the others

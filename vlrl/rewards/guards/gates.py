@@ -6,7 +6,8 @@ A *gate* says which literals a match must contain: a conjunction of clauses, eac
 literals one of which every match holds (``{{self}}.*?{{praise}}`` needs a self word *and* a praise
 word). The gates are read off the parsed pattern, so they are exact, never a guess: a literal run is
 required where it is not optional; an alternation requires one of its branches' literals; a
-lookaround, a character class or an optional part requires nothing. A pattern whose gate fails on a
+lookaround, a character class or an optional part requires nothing, except a class of a few single
+characters inside a literal run, which spells the run out ("aten[cç]ão": "atencão" or "atenção"). A pattern whose gate fails on a
 text cannot match anywhere in it (nor in any unit of it: a unit's match is a substring of the text),
 so skipping it changes no verdict.
 
@@ -163,26 +164,49 @@ def _boundary(item: Any) -> bool:
     return op is sre_c.IN and len(av) == 1 and av[0][0] is sre_c.CATEGORY and av[0][1] in _NONWORD
 
 
+SMALL_CLASS = 3
+"""A character class of at most this many single characters ("[cç]", "[aá]") spells a letter's variants:
+it continues a literal run, each of its characters giving one spelling of the run."""
+_MAX_SPELLINGS = 16
+
+
+def _chars(item: Any) -> set[str] | None:
+    """The characters a literal, or a small class of single characters, stands for; else ``None``."""
+    op, av = item
+    if op is sre_c.LITERAL:
+        return {chr(av)}
+    if op is sre_c.IN and 0 < len(av) <= SMALL_CLASS and all(o is sre_c.LITERAL for o, _ in av):
+        return {chr(v) for _, v in av}
+    return None
+
+
 def _seq(items: list[Any], ci: bool, lb: bool = False, rb: bool = False) -> list[Clause]:
     """Clauses of a sequence; ``lb``/``rb``: a word boundary stands just before/after it."""
     clauses: list[Clause] = []
-    run, run_lb = "", False
+    runs: set[str] = set()  # the spellings of the literal run so far ("aten[cç]": "atenc", "atenç")
+    run_lb = False
     n = len(items)
     for i, (op, av) in enumerate(items):
         left = (i == 0 and lb) or (i > 0 and _boundary(items[i - 1]))
         right = (i == n - 1 and rb) or (i < n - 1 and _boundary(items[i + 1]))
-        if op is sre_c.LITERAL:
-            if not run:
-                run_lb = left
-            run += chr(av)
-            if i == n - 1 or items[i + 1][0] is not sre_c.LITERAL:
-                mark_l = LEFT if run_lb and _word(run[0]) else ""
-                mark_r = RIGHT if right and _word(run[-1]) else ""
-                clauses.append(frozenset({mark_l + run + mark_r}))
+        chars = _chars((op, av))
+        if chars is not None:
+            if runs and len(runs) * len(chars) > _MAX_SPELLINGS:
+                # too many spellings: the run so far is one clause (no boundary after it), a new run starts
+                clauses.append(frozenset((LEFT if run_lb and _word(r[0]) else "") + r for r in runs))
+                runs = set()
+            if not runs:
+                runs, run_lb = {""}, left
+            runs = {r + c for r in runs for c in chars}
+            if i == n - 1 or _chars(items[i + 1]) is None:
+                spelt = {(LEFT if run_lb and _word(r[0]) else "") + r + (RIGHT if right and _word(r[-1]) else "")
+                         for r in runs}
+                clauses.append(frozenset(spelt))
                 if i < n - 1 and items[i + 1][0] is sre_c.BRANCH and (heads := _heads(items[i + 1][1][1])):
                     # the parser factors "this|that" into "th" + (is|at): put the words back together
-                    clauses.append(frozenset(mark_l + run + h for h in heads))
-                run = ""
+                    clauses.append(frozenset((LEFT if run_lb and _word(r[0]) else "") + r + h
+                                             for r in runs for h in heads))
+                runs = set()
             continue
         clauses.extend(_node(op, av, ci, left, right))
     if ci:

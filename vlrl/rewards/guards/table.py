@@ -32,13 +32,6 @@ typo in a pattern or an unknown view fails at start-up, not mid-run.
 from __future__ import annotations
 
 import re
-
-try:  # the regex parser the gates read (renamed in Python 3.11)
-    from re import _constants as sre_c
-    from re import _parser as sre_parse
-except ImportError:  # pragma: no cover
-    import sre_constants as sre_c  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -179,62 +172,6 @@ def families_of(guard: str, path: str = str(TABLE)) -> list[Family]:
 Detector = Callable[..., "str | None"]
 
 
-# ------------------------------------------------------------------------------------------------
-# Gates: literals one of which every match of a pattern must contain. A family whose view holds none
-# of them cannot fire, and is skipped with a few substring tests instead of its regular expressions.
-# The literals are read off the parsed pattern, so a gate is exact, never a guess: a literal run is
-# required where it is not optional; an alternation requires one of its branches' literals; a
-# lookaround, a character class or an optional part requires nothing.
-
-_MIN_GATE = 2
-
-
-def _gate_seq(items: list[Any]) -> set[str] | None:
-    cands: list[set[str]] = []
-    run = ""
-    for op, av in items:
-        if op is sre_c.LITERAL:
-            run += chr(av)
-            continue
-        if run:
-            cands.append({run})
-            run = ""
-        if (got := _gate_node(op, av)) is not None:
-            cands.append(got)
-    if run:
-        cands.append({run})
-    cands = [c for c in cands if c and min(map(len, c)) >= _MIN_GATE]
-    # the most selective: longest shortest literal, then fewest literals
-    return min(cands, key=lambda c: (-min(map(len, c)), len(c))) if cands else None
-
-
-def _gate_node(op: Any, av: Any) -> set[str] | None:
-    if op is sre_c.SUBPATTERN:
-        _group, add_flags, del_flags, sub = av
-        return None if add_flags or del_flags else _gate_seq(list(sub))
-    if op is sre_c.BRANCH:
-        out: set[str] = set()
-        for alt in av[1]:
-            if (got := _gate_seq(list(alt))) is None:
-                return None
-            out |= got
-        return out
-    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1:
-        return _gate_seq(list(av[2]))
-    return None
-
-
-def gate(patterns: Iterable[str]) -> tuple[str, ...] | None:
-    """Literals one of which any match of any of ``patterns`` contains, or ``None`` (no gate)."""
-    out: set[str] = set()
-    for p in patterns:
-        parsed = sre_parse.parse(p)
-        if parsed.state.flags & (re.IGNORECASE | re.VERBOSE) or (got := _gate_seq(list(parsed))) is None:
-            return None
-        out |= got
-    return tuple(sorted(out, key=len, reverse=True)) or None
-
-
 class CompiledFamily:
     """One family ready to run on a :class:`~vlrl.rewards.guards.doc.Doc`."""
 
@@ -246,8 +183,6 @@ class CompiledFamily:
         self.extra = tuple(extra)
         patterns = [*spec.patterns, *self.extra]
         self.pattern = _any(patterns, fragments) if patterns else None
-        # a family that also runs a detector has no gate: the detector may fire where no pattern can
-        self.gate = gate(expand(p, fragments) for p in patterns) if patterns and spec.detector is None else None
         self.requires = _any(spec.requires, fragments) if spec.requires else None
         # per-pattern gates (:mod:`.gates`): a text runs only the patterns that can match in it
         self.alternation = gates.Alternation([expand(p, fragments) for p in patterns])
@@ -281,11 +216,11 @@ class CompiledFamily:
             # unit (the same match: a pattern that cannot match in a unit is left out of its alternation)
             by_unit = pattern is not None and len(units) > 1
             for unit in units:
-                # an exempt unit is skipped; asked before a detector, and after a pattern matched
+                # an exempt unit is skipped; asked only of a unit where the detector or a pattern found a hit
                 exempt = None
-                if detector is not None:
+                if detector is not None and (hit := detector(unit, doc, **self.spec.options)):
                     exempt = self._exempt(unit)
-                    if not exempt and (hit := detector(unit, doc, **self.spec.options)):
+                    if not exempt:
                         return hit[:80]
                 if by_unit:
                     pattern = self._runnable(unit)
@@ -306,5 +241,5 @@ class CompiledFamily:
         return self.alternation.runnable(text)
 
 
-__all__ = ["TABLE", "CompiledFamily", "gate", "Exemption", "Family", "FamilyTable", "compile_pattern", "cue_patterns",
+__all__ = ["TABLE", "CompiledFamily", "Exemption", "Family", "FamilyTable", "compile_pattern", "cue_patterns",
            "exemption_patterns", "expand", "families_of", "load_table", "table", "vocabulary"]
