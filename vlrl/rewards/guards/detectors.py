@@ -275,23 +275,16 @@ def language(unit: str, doc: Any, family: str) -> str | None:
 # :mod:`.gates`), so a caption without them skips the detector and no verdict changes.
 
 
-@lru_cache(maxsize=4)
-def _cue_gates(path: str = str(TABLE)) -> dict[str, Any]:
-    found = {name: gates.cnf(p.pattern) for name, p in cue_patterns(path).items()}
-    gates.register(found.values())
-    return found
-
-
 _HELD: list[tuple[Any, bool, frozenset[str]]] = [(None, True, frozenset())]
 
 
 def _cues_held(text: str) -> frozenset[str]:
-    """The cue categories whose gate ``text`` passes; remembered for the last text (``cues_self`` and
+    """The cue categories one of whose alternatives' gates ``text`` passes; remembered for the last text (``cues_self`` and
     ``cues_grader`` ask of the same view one after the other; one tuple, so threads never mix two texts,
     and the prefilters' switch in it, so a text read with them on is read again with them off)."""
     last, enabled, held = _HELD[0]
     if last is not text or enabled != gates.ENABLED:
-        held = frozenset(name for name, g in _cue_gates().items() if gates.passes(g, text))
+        held = frozenset(name for name, pat in _cue_searchers().items() if pat.possible(text))
         _HELD[0] = (text, gates.ENABLED, held)
     return held
 

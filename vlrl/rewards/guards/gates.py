@@ -573,6 +573,14 @@ class Alternation:
             self._subsets[keep] = pattern
         return pattern
 
+    def possible(self, text: str) -> bool:
+        """Whether some pattern can match in ``text`` (by the gates, without compiling their alternation)."""
+        if self.whole is None or not ENABLED:
+            return self.whole is not None
+        if self.first is not None and present(text).isdisjoint(self.first):
+            return False
+        return bool(live(self.gates, text))
+
     def search(self, text: str) -> re.Match[str] | None:
         pattern = self.runnable(text)
         return pattern.search(text) if pattern is not None else None
