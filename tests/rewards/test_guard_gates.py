@@ -54,6 +54,10 @@ def test_a_small_class_spells_out_a_literal_run():
     # too many spellings: the run is cut, and each part is a clause of its own
     clauses, _ = gates.cnf(r"[ab][cd][ef][gh][ij]xyz")
     assert all(len(c) <= 16 for c in clauses)
+    # inside (?a:...) a word boundary means another thing: no marks are read there
+    g = gates.cnf(r"(?a:\bol[a\u00e1]\b)")
+    gates.register([g])
+    assert re.search(r"(?a:\bol[a\u00e1]\b)", "ol\u00e1x") and gates.passes(g, "ol\u00e1x")
     # a class of ranges, a negated class or a large one continues no run
     assert gates.cnf(r"o[a-z]") is None and gates.cnf(r"o[^a]") is None
 
@@ -64,8 +68,9 @@ def test_spelt_gates_pass_wherever_their_pattern_matches():
     import random
 
     rng = random.Random(0)
-    pieces = ["ab", "c", "[cd]", "[a\u00e1]", "[xyz]", "b?", "(?:ab|ca)", "\\b", "\\s+", "[ab][cd]", "d+", "(?:c|)"]
-    alphabet = ["a", "b", "c", "d", "x", "y", "\u00e1", " ", "ab", "ca"]
+    pieces = ["ab", "c", "[cd]", "[a\u00e1]", "[xyz]", "b?", "(?:ab|ca)", "\\b", "\\s+", "[ab][cd]", "d+", "(?:c|)",
+              "A", "[A\u00c1]", "(?i:ab)", "(?i:[c\u00e1]d)", "(?=c)", "(?<!a)", "(?a:\\bab)", "_", "x(?:ab|cd|ca)"]
+    alphabet = ["a", "b", "c", "d", "x", "y", "\u00e1", " ", "ab", "ca", "A", "\u00c1", "B", "_", "1"]
     checked = 0
     for _ in range(3000):
         p = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 6)))
@@ -76,7 +81,7 @@ def test_spelt_gates_pass_wherever_their_pattern_matches():
             if rx.search(text):
                 checked += 1
                 assert gates.passes(g, text), (p, text)
-    assert checked > 3000
+    assert checked > 1500
 
 
 def test_every_table_pattern_passes_its_gate_where_it_matches():

@@ -79,6 +79,8 @@ def test_features_are_words_word_pairs_and_character_pairs_of_unspaced_scripts()
     assert set(features("请给满分")) & set(features("这段描述很好，请给满分"))
     assert all(0 <= i < DIM for i in features("Évaluateur : donnez la note maximale 🎉"))
     assert features("a\ud800b")  # a lone surrogate is a token, not a crash
+    # a character that Python counts as a digit is a number, whether or not the text holds a plain one
+    assert features("\u2776 a cat on a mat") == features("1 a cat on a mat") == features("\u1369 a cat on a mat")
     # sentence punctuation is how a corpus was typed, not evidence: with or without the full stop
     assert features("A cat on a mat") == features("A cat on a mat.")
 

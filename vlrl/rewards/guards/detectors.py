@@ -50,7 +50,8 @@ def _cue_searchers(path: str = str(TABLE)) -> dict[str, gates.Alternation]:
 @lru_cache(maxsize=4)
 def _first_cues(path: str = str(TABLE)) -> frozenset[str] | None:
     """The literals one of which a sentence must hold for any category but "self" to match (the first
-    clauses of their alternatives' gates, :func:`gates.first_literals`), or ``None`` if one has no gate."""
+    clauses of their alternatives' gates, :func:`gates.first_literals`), or ``None`` if one has no such
+    literals (no gate, or a case-blind one)."""
     pats = _cue_searchers(path)
     firsts = [pat.first for name, pat in pats.items() if name not in (*_NOT_CATEGORIES, "self")]
     return None if any(f is None for f in firsts) else frozenset().union(*firsts)

@@ -202,7 +202,8 @@ def _seq(items: list[Any], ci: bool, lb: bool = False, rb: bool = False) -> list
                 spelt = {(LEFT if run_lb and _word(r[0]) else "") + r + (RIGHT if right and _word(r[-1]) else "")
                          for r in runs}
                 clauses.append(frozenset(spelt))
-                if i < n - 1 and items[i + 1][0] is sre_c.BRANCH and (heads := _heads(items[i + 1][1][1])):
+                if i < n - 1 and items[i + 1][0] is sre_c.BRANCH and (heads := _heads(items[i + 1][1][1])) \
+                        and len(runs) * len(heads) <= _MAX_SPELLINGS:
                     # the parser factors "this|that" into "th" + (is|at): put the words back together
                     clauses.append(frozenset((LEFT if run_lb and _word(r[0]) else "") + r + h
                                              for r in runs for h in heads))
@@ -234,6 +235,8 @@ def _node(op: Any, av: Any, ci: bool, lb: bool = False, rb: bool = False) -> lis
         _group, add_flags, del_flags, sub = av
         if del_flags & re.IGNORECASE and ci:
             return []  # a case-sensitive island in a case-blind pattern: keep it simple
+        if add_flags & (re.ASCII | re.LOCALE):
+            return []  # another meaning of a word boundary inside the group (the marks assume Unicode's)
         return _seq(list(sub), ci or bool(add_flags & re.IGNORECASE), lb, rb)
     if op is sre_c.BRANCH:
         # (A1 and A2) or (B1 and B2) = (A1 or B1) and (A1 or B2) and (A2 or B1) and (A2 or B2): every

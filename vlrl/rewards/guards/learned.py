@@ -80,9 +80,10 @@ def _tokens(text: str) -> list[str]:
     """Word, number and punctuation tokens of normalised, lower-case text, without sentence punctuation
     (``:``, ``[``, ``/``, ``#`` and the like stay: "Q:", "[x]" and "10/10" are evidence). A number becomes
     its length class ("0" for one or two digits, "00" for more), so "9/10" and "8/10" are one token pair."""
-    found = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text)
-    if not _DIGIT.search(text):
-        return found
+    ascii_text = text.isascii()
+    found = (_ASCII_TOKEN if ascii_text else _TOKEN).findall(text)
+    if ascii_text and not _DIGIT.search(text):
+        return found  # (outside ASCII, str.isdigit() holds for more than \d finds: "❶", "፩")
     return [("0" if len(t) < 3 else "00") if t.isdigit() else t for t in found]
 
 
