@@ -280,9 +280,10 @@ _HELD: list[tuple[Any, bool, frozenset[str]]] = [(None, True, frozenset())]
 
 
 def _cues_held(text: str) -> frozenset[str]:
-    """The cue categories one of whose alternatives' gates ``text`` passes; remembered for the last text (``cues_self`` and
-    ``cues_grader`` ask of the same view one after the other; one tuple, so threads never mix two texts,
-    and the prefilters' switch in it, so a text read with them on is read again with them off)."""
+    """The cue categories one of whose alternatives' gates ``text`` passes; remembered for the last text
+    (``cues_self`` and ``cues_grader`` ask of the same view one after the other; one tuple, so threads never
+    mix two texts, and the prefilters' switch in it, so a text read with them on is read again with them
+    off)."""
     last, enabled, held = _HELD[0]
     if last is not text or enabled != gates.ENABLED:
         held = frozenset(name for name, pat in _cue_searchers().items() if pat.possible(text))

@@ -7,9 +7,9 @@ literals one of which every match holds (``{{self}}.*?{{praise}}`` needs a self 
 word). The gates are read off the parsed pattern, so they are exact, never a guess: a literal run is
 required where it is not optional; an alternation requires one of its branches' literals; a
 lookaround, a character class or an optional part requires nothing, except a class of a few single
-characters inside a literal run, which spells the run out ("aten[cç]ão": "atencão" or "atenção"). A pattern whose gate fails on a
-text cannot match anywhere in it (nor in any unit of it: a unit's match is a substring of the text),
-so skipping it changes no verdict.
+characters inside a literal run, which spells the run out ("aten[cç]ão": "atencão" or "atenção"). A
+pattern whose gate fails on a text cannot match anywhere in it (nor in any unit of it: a unit's match
+is a substring of the text), so skipping it changes no verdict.
 
 Which literals a text holds is found once per text (:func:`present`) by one Aho-Corasick automaton
 over every literal the gates name.
