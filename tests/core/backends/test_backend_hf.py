@@ -125,14 +125,17 @@ def test_response_cache_replays_without_calling_model(tiny_lm, tmp_path):
 
 
 def test_unseeded_sampling_duplicates_are_independent_draws(tiny_lm, tmp_path):
-    """k identical unseeded sampling requests in a batch are k draws, each replayed from the cache."""
+    """k identical unseeded sampling requests in a batch are k draws, each replayed from the cache (an empty
+    draw, which the random model sometimes makes by ending at once, is asked again: the cache never stores one)."""
     b = load_backend(f"hf:{tiny_lm}", cache=tmp_path)
     req = ChatRequest([{"role": "user", "content": "say something"}], SamplingParams(max_tokens=12, temperature=1.5))
     first = [r.text for r in b.chat([req] * 6)]
     assert b.stats.requests == 6
     assert len(set(first)) > 1  # 6 draws of 12 tokens from a random model are not all equal
     again = b.chat([req] * 6)
-    assert [r.text for r in again] == first and all(r.cached for r in again)
+    assert sum(map(bool, first)) >= 3  # (an empty draw is rare: most of the six replay)
+    for text, r in zip(first, again, strict=True):
+        assert (r.text == text and r.cached) if text else not r.cached
 
 
 @pytest.mark.parametrize(
