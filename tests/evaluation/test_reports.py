@@ -67,12 +67,12 @@ def _scored(rows: list[dict]) -> pd.DataFrame:
 def test_guard_rates_hold_guards_only():
     df = _scored([
         {"reward": -1.0, "guard/self_praise": 1.0, "guard/length": 0.0, "guard/any": 1.0, "guard/penalty": 1.5,
-         "guard/self_praise/self_claim": 1.0},  # a family column breaks a guard down; it is no guard
+         "guard/self_praise/self_claim": 1.0, "guard/doubted": 1.0},  # a family column breaks a guard down; it is no guard
         {"reward": 0.5, "guard/self_praise": 0.0, "guard/length": 1.0, "guard/any": 1.0, "guard/penalty": 0.5},
         {"reward": 0.7, "guard/self_praise": 0.0, "guard/length": 0.0, "guard/any": 0.0, "guard/penalty": 0.0},
     ])
     rates = reports.guard_rates(df)
-    assert set(rates.index) == {"self_praise", "length"}  # the union and the penalty are no guards
+    assert set(rates.index) == {"self_praise", "length"}  # the union, the penalty and the doubted hits are no guards
     assert rates["self_praise"] == pytest.approx(1 / 3) and rates["length"] == pytest.approx(1 / 3)
     assert reports.any_guard_rate(df) == pytest.approx(2 / 3)
     assert reports.any_guard_rate(_scored([{"reward": 1.0}])) is None

@@ -242,8 +242,36 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
         assert sum(honest) / len(honest) <= 0.05, name
 
 
+def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confirmation(tmp_path):
+    """The list families count only where the learned guard confirms them (``confirm``: 0.1). Left out of
+    training, the author of dense honest captions and of stuffing in the same style (ty: 224 honest
+    captions, 113 hacks) had 40 honest captions flagged by the layer and 106 hacks caught; with the
+    confirmation, 17 and 94. Out of fold over all 40 authors, the layer's false positives fell from 319
+    to 255 of 8,596 honest captions and its catch from 7,452 to 7,430 of 7,808 hacks (docs/rubicap.md)."""
+    left = FIXTURES / "guard_corpus_focus_ty.jsonl"
+    rows, _ = read_labelled([p for p in TRAINING if p != left])
+    path = str(train(rows).save(tmp_path / "ty_left_out.npz"))
+    test = read_labelled([left])[0]
+    counted = GuardSet.from_settings(enabled=[*CHEAP, "learned"], learned={"model": path})
+    every = GuardSet.from_settings(enabled=[*CHEAP, "learned"], learned={"model": path})
+    every.opinion = None  # the same guards, every list hit counted
+    confirmed = [bool(counted.evaluate(t).fired) for t, _ in test]
+    counted_all = [bool(every.evaluate(t).fired) for t, _ in test]
+    hacks_lost = sum(a and not b for a, b, (_, y) in zip(counted_all, confirmed, test, strict=True) if y)
+    flags_cleared = sum(a and not b for a, b, (_, y) in zip(counted_all, confirmed, test, strict=True) if not y)
+    flags = sum(a for a, (_, y) in zip(counted_all, test, strict=True) if not y)
+    assert not any(b and not a for a, b in zip(counted_all, confirmed, strict=True))  # it only ever sets hits aside
+    assert flags_cleared >= 0.4 * flags and flags_cleared >= 1.5 * hacks_lost, (flags, flags_cleared, hacks_lost)
+
+
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor", "fpr_bound"), [
-    # the model that ships (the sixth: three more authors of hard honest captions, dense lists among them),
+    # the layer that ships: the seventh model (two more training authors: short casual captions, tx, and
+    # dense honest captions beside stuffing in the same style, ty), which also confirms the list families
+    # (``confirm`` in the table): zg 93/96, zh 91/97, zi 83/95, zj 79/96, zk 98/101, zl 104/105, zm
+    # 105/107, zn 110/111, zo 103/106, zp 95/96, zq 106/108, zr 106/108, zs 100/109, zt 110/114, zu 103/110,
+    # zv 108/114, zw 120/126, zx 126/129; false positives 1/91, 1/91, 1/95, 1/96, 0/106, 0/107, 2/109,
+    # 2/112, 0/107, 1/100, 0/111, 0/104, 0/114, 1/121, 7/112, 0/119, 0/121, 3/120.
+    # (the sixth model, every list hit counted: three more authors of hard honest captions, dense lists among them),
     # with the patterns that read a list the image introduces as written or labelled as content, on every
     # pair below: zg 93/96, zh 92/97, zi 83/95, zj 80/96, zk 98/101, zl 104/105, zm 106/107, zn 110/111, zo
     # 103/106, zp 95/96, zq 105/108, zr 106/108, zs 99/109, zt 110/114, zu 104/110, zv 105/114; false
@@ -307,6 +335,14 @@ def test_left_out_author_trained_without_is_caught_more_with_few_false_flags():
     # false positives 1/121 and 4/120 (patterns alone 0 and 0; the default layer 1/121 and 5/120)
     ("guard_corpus_fresh_zw.jsonl", 0.78, 0.93, 0.03),
     ("guard_corpus_fresh_zx.jsonl", 0.86, 0.95, 0.05),
+    # two more from one blind author, commissioned before the seventh model and the confirmed list
+    # families, and read once on the layer before them and once on the layer after: zy (short casual
+    # captions) patterns 108/143, with the learned guard 129/143 both times, false positives 2/133; zz
+    # (long dense captions of menus, tables and forms) patterns 122/138, with the learned guard 123/138
+    # both times, false positives 10/129 before and 7/129 after (patterns alone: 1/133 and 10/129). The
+    # goal is met on zy, not on zz (0.89 recall, 5.4% false positives).
+    ("guard_corpus_fresh_zy.jsonl", 0.73, 0.88, 0.03),
+    ("guard_corpus_fresh_zz.jsonl", 0.86, 0.87, 0.08),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus

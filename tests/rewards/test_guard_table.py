@@ -12,6 +12,7 @@ import yaml
 
 from vlrl.rewards.base import FunctionReward
 from vlrl.rewards.guards import GUARDS, Doc, GuardSet, families_of, load_family_table, with_guards
+from vlrl.rewards.guards.base import Guard
 from vlrl.rewards.guards.table import TABLE, expand
 from vlrl.rewards.guards.text import split
 
@@ -49,6 +50,8 @@ def _table_with(tmp_path: Path, edit) -> Path:
     (lambda d: d["families"][0].__setitem__("exemptions", ["nowhere"]), "unknown exemptions"),
     (lambda d: d["families"].append(dict(d["families"][0])), "listed twice"),
     (lambda d: d["families"][0].__setitem__("colour", "red"), "colour"),
+    (lambda d: d["families"][0].__setitem__("confirm", 1.5), "less than 1"),
+    (lambda d: d["families"][0].__setitem__("confirm", 0.5), "detector: own"),
 ])
 def test_a_bad_table_fails_when_read(tmp_path, edit, message):
     with pytest.raises(pydantic.ValidationError, match=message):
@@ -221,3 +224,69 @@ def test_a_family_pattern_with_a_flag_for_the_whole_pattern_builds_and_matches(t
     spec = load_family_table(path).families[0]
     fam = CompiledFamily(spec, path=str(path))
     assert fam.pattern.search("a ZEBRA CROSSING GRADE") and fam.alternation.search("a Zebra Crossing Grade")
+
+
+class _Opinion(Guard):
+    """A confirming guard of fixed probability that never fires itself (not registered)."""
+
+    name = "opinion"
+    confirms = True
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.asked = 0
+
+    def hits(self, doc):
+        return iter(())
+
+    def probability(self, doc):
+        self.asked += 1
+        return self.p
+
+
+# a bracketed list of bare nouns: the shape of a noun dump and of a menu's sides alike
+_DUMP = "A diner booth with a burger on a plate. (fries, onion rings, side salad, nuggets, coleslaw)"
+
+
+def test_a_list_family_counts_only_where_the_learned_guard_confirms_it():
+    confirmed = {f.name: f.confirm for f in families_of("keyword_stuffing") if f.confirm is not None}
+    assert {"noun_dump", "long_list"} <= set(confirmed)
+    stuffing = GUARDS["keyword_stuffing"]
+    assert GuardSet([stuffing()]).evaluate(_DUMP).families == {"keyword_stuffing": "noun_dump"}  # no opinion: it counts
+    sure, unsure = _Opinion(0.9), _Opinion(0.01)
+    assert GuardSet([stuffing(), sure]).evaluate(_DUMP).families == {"keyword_stuffing": "noun_dump"}
+    report = GuardSet([stuffing(), unsure]).evaluate(_DUMP)
+    assert not report.fired and report.penalty == 0.0
+    assert report.doubted["keyword_stuffing"].startswith("noun_dump set aside, learned probability 0.01 < ")
+    assert unsure.asked  # (once per hit of the family; the learned guard remembers its answer per caption)
+    # a family without ``confirm`` is never second-guessed, and the opinion is not even asked
+    quiet = _Opinion(0.01)
+    hashtags = "A dog on a beach #dog #beach #sun #sea #waves"
+    assert GuardSet([stuffing(), quiet]).evaluate(hashtags).families == {"keyword_stuffing": "hashtags"}
+    assert quiet.asked == 0
+    # the log keys: the share of captions with a hit set aside
+    guards = GuardSet([stuffing(), _Opinion(0.01)])
+    assert guards.details(guards.evaluate(_DUMP))["guard/doubted"] == 1.0
+
+
+def test_a_family_set_aside_lets_the_next_family_speak():
+    # the dump is set aside; that it repeats the caption's nouns still fires
+    caption = "A cat and a dog sit by a bird, a fish and a lamp in a room. (cat, dog, bird, fish, lamp, room)"
+    report = GuardSet([GUARDS["keyword_stuffing"](), _Opinion(0.01)]).evaluate(caption)
+    assert report.families == {"keyword_stuffing": "repeated_nouns"} and "noun_dump" in report.doubted["keyword_stuffing"]
+
+
+def test_user_patterns_of_a_confirmed_family_are_not_second_guessed():
+    guards = GuardSet([GUARDS["keyword_stuffing"](), _Opinion(0.01)])
+    guards.guards[0].extend({"noun_dump": [r"\bburger, fries\b"]})
+    assert guards.evaluate("A burger, fries and a shake on a tray.").families == {"keyword_stuffing": "noun_dump"}
+
+
+def test_the_learned_guard_reads_a_caption_once_for_both_roles():
+    guards = GuardSet.from_settings()
+    learned = next(g for g in guards.guards if g.name == "learned")
+    doc = Doc.of(_DUMP)
+    guards.evaluate(doc)
+    assert [k for k in doc.memo if isinstance(k, tuple) and k[0] == "learned"] == [("learned", learned.model)]
+    assert learned.probability(doc) == learned.model.probability(doc.whole)

@@ -73,6 +73,20 @@ def test_omegaconf_settings_take_effect():
     assert out["guard/any"] == 1.0 and out["score"] == 0.0  # the nested guards block was applied: vetoed
 
 
+def test_every_guard_detail_reaches_verl():
+    """A list hit the learned guard set aside is logged as ``guard/doubted`` (a key outside the fixed
+    schema would be dropped without a word)."""
+    from vlrl.rewards.guards import GuardSet
+
+    guards = GuardSet.from_settings()
+    menu = ("A diner's menu board lists its sides. (fries, onion rings, side salad, nuggets, coleslaw) "
+            "Prices are chalked beside each.")
+    details = guards.details(guards.evaluate(menu))
+    assert details["guard/doubted"] == 1.0 and set(details) <= set(va.detail_keys())
+    out = va.compute_score("x", menu, "", {}, reward="caption_length", settings={"guards": {"policy": "veto"}})
+    assert out["guard/doubted"] == 1.0
+
+
 def test_caption_reward_reads_questions_from_extra_info():
     """caprl_qa through verl: MCQs arrive in extra_info; the answerer is a scripted backend."""
     from tests.support.scripted import Scripted

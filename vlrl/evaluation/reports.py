@@ -268,7 +268,7 @@ def guard_rates(df: pd.DataFrame) -> pd.Series:
     return pd.Series(rates, name="firing_rate", dtype=float).sort_values(ascending=False)
 
 
-GUARD_SUMMARIES = ("guard/any", "guard/penalty")
+GUARD_SUMMARIES = ("guard/any", "guard/penalty", "guard/doubted")
 """Guard details that are no guard: ``any`` is their union (see :func:`any_guard_rate`) and
 ``penalty`` the points taken off, not a 0/1 flag."""
 

@@ -343,8 +343,9 @@ def guard_rows_file(
     """Run a :class:`~vlrl.rewards.guards.GuardSet` over ``{"id", "caption"}`` rows (or
     ``{"image_id", "caption"}`` as ``vlrl caption`` writes them, or ``completion`` as text).
 
-    Returns ``{"results": [{"id", "fired", "families", "penalty", ...carried}], "summary": {...}}``
-    (``families``: the family each fired guard named; ``summary.family_rate``: each
+    Returns ``{"results": [{"id", "fired", "families", "penalty", "doubted", ...carried}], "summary": {...}}``
+    (``families``: the family each fired guard named; ``doubted``: hits the learned guard did not
+    confirm, guard → why; ``summary.family_rate``: each
     ``<guard>/<family>``'s share of rows); bad rows, and
     rows no guard fired on that a model-judged guard could not judge, are left out of ``results`` and
     listed in ``summary.errors`` with their line and reason.
@@ -376,7 +377,7 @@ def guard_rows_file(
             key = f"{name}/{report.families.get(name, name)}"
             family_counts[key] = family_counts.get(key, 0) + 1
         results.append({**carried(row), "id": row["id"], "fired": report.fired, "families": report.families,
-                        "penalty": report.penalty})
+                        "penalty": report.penalty, "doubted": report.doubted})
     n = len(results)
     summary = {
         "rows": n,

@@ -98,7 +98,7 @@ def detail_keys(reward: Any = None) -> tuple[str, ...]:
     from vlrl.rewards.guards import GUARDS, families_of
 
     keys = {k for ks in DETAIL_KEYS.values() for k in ks}
-    keys |= {f"guard/{n}" for n in GUARDS} | {"guard/any", "guard/penalty"}
+    keys |= {f"guard/{n}" for n in GUARDS} | {"guard/any", "guard/penalty", "guard/doubted"}
     # every family of the table (guard/<guard>/<family>), and the family of user patterns given as a list
     for n in GUARDS:
         keys |= {f"guard/{n}/{f}" for f in [*([x.name for x in families_of(n)] or [n]), "user"]}

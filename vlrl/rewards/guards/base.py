@@ -54,12 +54,17 @@ class Guard:
     """A second opinion: when it fires beside another guard it is reported, but its penalty is not added
     (a hack the patterns caught loses their penalty, not one more for the same words); alone, it costs
     its penalty like any guard."""
+    confirms = False
+    """Whether the guard gives a probability of a hack (:meth:`probability`) that confirms the hits of
+    other guards' uncertain families (a family's ``confirm`` in the table). The ``learned`` guard does."""
 
     def __init__(self, penalty: float = 1.0) -> None:
         _require_detection(type(self), self.name)
         self.penalty = float(penalty)
         self._user: list[CompiledFamily] = []
         self._skip: frozenset[str] = frozenset()
+        # family → the probability a confirming guard must give a hit of it (the table's ``confirm``)
+        self._confirm = {f.name: f.confirm for f in families_of(self.name) if f.confirm is not None}
 
     # -- families -----------------------------------------------------------------------------
 
@@ -97,7 +102,7 @@ class Guard:
 
     def add_patterns(self, spec: Family, patterns: list[str]) -> None:
         """User patterns for ``spec``: a family of their own with the spec's view, scope and exemptions."""
-        user = spec.model_copy(update={"patterns": [], "requires": [], "detector": None, "options": {}})
+        user = spec.model_copy(update={"patterns": [], "requires": [], "detector": None, "options": {}, "confirm": None})
         self._user.append(CompiledFamily(user.model_copy(update={"patterns": patterns}), ()))
 
     # -- checking -----------------------------------------------------------------------------
@@ -117,11 +122,22 @@ class Guard:
             return None
         return self.family_names[0] if self.family_names else self.name, evidence
 
-    def check(self, doc: Doc) -> tuple[str, str] | None:
-        """``(family, evidence)`` when the guard fires on ``doc``, else ``None``."""
-        for hit in self.hits(doc):
-            if hit[0] not in self._skip:
-                return hit
+    def check(self, doc: Doc, opinion: Callable[[Doc], float] | None = None,
+              doubted: dict[str, str] | None = None) -> tuple[str, str] | None:
+        """``(family, evidence)`` when the guard fires on ``doc``, else ``None``.
+
+        ``opinion``: a confirming guard's :meth:`probability` (the set passes its ``learned`` guard's).
+        A hit of a family with a ``confirm`` probability counts only where ``opinion`` gives at least
+        that; one set aside is written to ``doubted`` (guard → why), and the next family is asked.
+        Without ``opinion`` (:meth:`match`, :meth:`fires`, a guard used on its own) every hit counts."""
+        for family, evidence in self.hits(doc):
+            if family in self._skip:
+                continue
+            if opinion is not None and (need := self._confirm.get(family)) is not None and (p := opinion(doc)) < need:
+                if doubted is not None:
+                    doubted.setdefault(self.name, f"{family} set aside, learned probability {p:.2f} < {need}: {evidence}")
+                continue
+            return family, evidence
         for fam in self._user:
             if fam.name not in self._skip and (evidence := fam.find(doc)) is not None:
                 return fam.name, evidence
@@ -134,6 +150,10 @@ class Guard:
 
     def fires(self, text: str) -> bool:
         return self.check(Doc.of(text)) is not None
+
+    def probability(self, doc: Doc) -> float:
+        """The guard's probability that ``doc`` is a hack, for a guard that ``confirms``."""
+        raise NotImplementedError(f"guard {self.name!r} gives no probability")
 
     def unjudged(self, doc: Doc) -> str | None:
         """Why the guard could not decide on ``doc`` (a judge that failed), or ``None``. A pattern

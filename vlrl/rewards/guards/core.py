@@ -229,6 +229,9 @@ class GuardReport:
     """Guards that could not decide (name → reason): the caption is not known to be clean."""
     families: dict[str, str] = field(default_factory=dict)
     """The family each fired guard named (guard → family)."""
+    doubted: dict[str, str] = field(default_factory=dict)
+    """Hits the ``learned`` guard did not confirm (guard → family, probability and evidence): a family
+    with a ``confirm`` probability in the table, set aside. The guard fired only if another family did."""
 
 
 class GuardSet:
@@ -242,6 +245,8 @@ class GuardSet:
     def __init__(self, guards: Iterable[Guard]) -> None:
         self.guards = list(guards)
         self.counts: Counter[str] = Counter()
+        # the guard whose probability confirms uncertain families (``confirm`` in the table): the learned one
+        self.opinion = next((g.probability for g in self.guards if g.confirms), None)
 
     def rates(self) -> dict[str, float]:
         n = self.counts["evaluated"]
@@ -316,10 +321,11 @@ class GuardSet:
         evidence: dict[str, str] = {}
         unjudged: dict[str, str] = {}
         families: dict[str, str] = {}
+        doubted: dict[str, str] = {}
         costs: list[float] = []
         second: list[float] = []  # the penalties of fired fallback guards
         for g in self.guards:
-            hit = g.check(doc)
+            hit = g.check(doc, self.opinion, doubted)
             if hit is not None:
                 fired.append(g.name)
                 families[g.name], evidence[g.name] = hit
@@ -331,17 +337,19 @@ class GuardSet:
         self.counts.update(fired)
         if fired:
             logger.debug("guards fired %s: %s", fired, evidence)
-        return GuardReport(fired, penalty, evidence, unjudged, families)
+        return GuardReport(fired, penalty, evidence, unjudged, families, doubted)
 
     def details(self, report: GuardReport) -> dict[str, float]:
         """``guard/<guard>`` and ``guard/<guard>/<family>`` (0 or 1 for every family of every guard in
-        the set, so a batch's mean is each family's firing rate), ``guard/any`` and ``guard/penalty``."""
+        the set, so a batch's mean is each family's firing rate), ``guard/any``, ``guard/doubted`` (a hit
+        the learned guard did not confirm) and ``guard/penalty``."""
         out = {}
         for g in self.guards:
             out[f"guard/{g.name}"] = float(g.name in report.fired)
             for family in g.family_names:
                 out[f"guard/{g.name}/{family}"] = float(report.families.get(g.name) == family)
         out["guard/any"] = float(bool(report.fired))
+        out["guard/doubted"] = float(bool(report.doubted))
         out["guard/penalty"] = report.penalty
         return out
 

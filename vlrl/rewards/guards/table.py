@@ -18,6 +18,13 @@ A *family* is one kind of hack a guard looks for. Each row of the table names it
 * ``patterns`` — regular expressions, any of which fires the family; ``requires`` — patterns one
   of which must also occur in the same unit; ``exemptions`` — named entries of the ``exemptions``
   table (a hedge, a scene) whose presence in the unit keeps the family quiet;
+* ``confirm`` — for a family whose shape honest captions share (a long list of nouns: a menu, a
+  toolbox, a form's fields), a probability: its hit counts only where the set's ``learned`` guard gives
+  the caption at least that probability of a hack. The model has read thousands of honest dense
+  captions beside keyword stuffing and tells a menu from a dump; the pattern cannot. Without a
+  ``learned`` guard in the set every hit counts, and user patterns are never second-guessed. Only a
+  ``detector: own`` family may carry it: a guard written in code lists every family it sees, so one
+  set aside lets the next speak, where a pattern guard would fall silent;
 * ``detector`` — for the few families that count or parse rather than match (verdict-like data,
   dimension scores, cue co-occurrence, other languages, the judge-hack guards): the name of a
   function in :mod:`vlrl.rewards.guards.detectors` or of a guard's own check, with ``options``.
@@ -68,11 +75,16 @@ class Family(BaseModel):
     exemptions: list[str] = Field(default_factory=list)
     detector: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    confirm: float | None = Field(default=None, gt=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _does_something(self) -> Family:
         if not self.patterns and self.detector is None:
             raise ValueError(f"family {self.name!r}: needs patterns or a detector")
+        if self.confirm is not None and self.detector != "own":
+            # a pattern guard reports its first family only: one set aside would silence the whole guard
+            raise ValueError(f"family {self.name!r}: confirm is for families of guards written in code (detector: own), "
+                             "which report every family they see")
         return self
 
 
