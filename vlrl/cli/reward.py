@@ -109,7 +109,8 @@ def guard_cmd(
     atomic_write_json(json_out, report)
     s = report["summary"]
     rates = ", ".join(f"{k} {v:.1%}" for k, v in s["firing_rate"].items())
-    typer.echo(f"{s['rows']} captions, {len(s['errors'])} bad rows; any guard fired on {s['any_rate']:.1%} ({rates})")
+    typer.echo(f"{s['rows']} captions, {len(s['errors'])} bad rows; any guard fired on {s['any_rate']:.1%} ({rates}); "
+               f"a list hit the learned guard did not confirm was set aside on {s['doubted_rate']:.1%}")
     _exit_for(s["rows"], len(s["errors"]), strict, f"{input}: every row was bad (see the errors above); nothing was checked")
 
 

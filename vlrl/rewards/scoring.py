@@ -384,6 +384,7 @@ def guard_rows_file(
         "firing_rate": {k: (v / n if n else 0.0) for k, v in counts.items()},
         "family_rate": {k: v / n for k, v in sorted(family_counts.items())},
         "any_rate": (sum(bool(r["fired"]) for r in results) / n) if n else 0.0,
+        "doubted_rate": (sum(bool(r["doubted"]) for r in results) / n) if n else 0.0,
         "errors": errors,
     }
     return {"results": results, "summary": summary}
