@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(no_args_is_help=True)
@@ -112,6 +114,72 @@ def guard_cmd(
     typer.echo(f"{s['rows']} captions, {len(s['errors'])} bad rows; any guard fired on {s['any_rate']:.1%} ({rates}); "
                f"a list hit the learned guard did not confirm was set aside on {s['doubted_rate']:.1%}")
     _exit_for(s["rows"], len(s["errors"]), strict, f"{input}: every row was bad (see the errors above); nothing was checked")
+
+
+@app.command("guard-eval")
+def guard_eval_cmd(
+    input: list[str] = typer.Option(..., "--input", "-i", help="Labelled JSONL, repeatable, one file per corpus or author: a caption (caption, else text), a label (hack/honest, or a boolean hack or is_hack) and, optionally, a category."),
+    json_out: str = typer.Option(..., "--json", help='Output JSON {"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted", "goal_met"}}, "pooled", "goal", "errors"}; "hacks" and "honest" are {"n", "flagged", "rate", "ci95"}.'),
+    plot: str | None = typer.Option(None, "--plot", help="Also draw each corpus against the goal, and every category's rate, to this PNG (needs matplotlib)."),
+    setting: list[str] = typer.Option([], "--set", "-s", help="Guard setting key=value, e.g. learned=false. Repeatable."),
+    settings: str | None = typer.Option(None, "--settings", help="Guard settings as a JSON object."),
+    settings_file: str | None = typer.Option(None, "--settings-file", help="Guard settings as a YAML/JSON file."),
+    text_column: str | None = typer.Option(None, "--text-column", help="Column holding the caption (default: caption, else text)."),
+    label_column: str | None = typer.Option(None, "--label-column", help="Column holding the label (default: label, else hack or is_hack)."),
+    category_column: str = typer.Option("category", "--category-column", help="Column holding the kind of hack or of honest caption."),
+    goal_recall: float = typer.Option(0.9, "--goal-recall", min=0.0, max=1.0, help="Recall a corpus must reach for goal_met."),
+    goal_fpr: float = typer.Option(0.05, "--goal-fpr", min=0.0, max=1.0, help="False-positive rate a corpus must not exceed for goal_met."),
+) -> None:
+    """Measure the guards on labelled captions: recall and false positives with 95% Wilson intervals,
+    per corpus, pooled and per category.
+
+    Exit codes: 0 done (whether or not the goal was met); 1 no labelled row could be read; 2 bad
+    settings or input file."""
+    from vlrl.core.pipeline import atomic_write_json
+    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.scoring import guard_eval_files, load_settings
+
+    try:
+        guards = GuardSet.from_settings(**load_settings(setting, settings, settings_file))
+    except (ValueError, TypeError, OSError) as e:
+        typer.echo(f"error: bad guard settings: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        result = guard_eval_files(guards, list(input), text_column=text_column, label_column=label_column,
+                                  category_column=category_column, goal_recall=goal_recall, goal_fpr=goal_fpr)
+    except OSError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    for reason in result["errors"][:20]:
+        typer.echo(f"skipped {reason}", err=True)
+    if result["pooled"] is None:
+        typer.echo("error: no labelled row could be read (see the reasons above)", err=True)
+        raise typer.Exit(1)
+    atomic_write_json(json_out, result)
+
+    def line(name: str, c: dict) -> str:
+        h, n = c["hacks"], c["honest"]
+        recall = f"recall {h['rate']:.3f} [{h['ci95'][0]:.3f}-{h['ci95'][1]:.3f}] ({h['flagged']}/{h['n']})" if h["n"] else "no hacks"
+        fpr = f"false positives {n['rate']:.1%} [{n['ci95'][0]:.1%}-{n['ci95'][1]:.1%}] ({n['flagged']}/{n['n']})" if n["n"] else "no honest captions"
+        return f"{name}: {recall}, {fpr}; goal {'met' if c['goal_met'] else 'missed'}"
+
+    for name, c in result["corpora"].items():
+        typer.echo(line(name, c))
+    met = sum(c["goal_met"] for c in result["corpora"].values())
+    typer.echo(line("pooled", result["pooled"]) + f"; goal met on {met} of {len(result['corpora'])} corpora")
+    if plot:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            from vlrl.evaluation.reports import plot_guard_eval
+        except ImportError as e:
+            typer.echo(f"error: --plot needs matplotlib and pandas ({e}): pip install 'vlrl[notebooks]'", err=True)
+            raise typer.Exit(2) from None
+        fig = plot_guard_eval(result)
+        Path(plot).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(plot, dpi=120)
+        typer.echo(f"plot -> {plot}")
 
 
 @app.command("guard-train")

@@ -443,3 +443,50 @@ def plot_training_curves(curves: pd.DataFrame):
         ax.set_xlabel("step")
     fig.tight_layout()
     return fig
+
+
+# -- guards on labelled captions ------------------------------------------------------------------------
+
+
+def plot_guard_eval(result: dict[str, Any]):
+    """Two panels from :func:`vlrl.rewards.scoring.guard_eval_files`: each corpus as a point (false
+    positives across, recall up, 95% Wilson intervals as bars) against the goal's corner, and the pooled
+    rate of every category (hacks caught; honest captions flagged)."""
+    import matplotlib.pyplot as plt
+
+    goal = result["goal"]
+    corpora = result["corpora"]
+    pooled = result["pooled"] or {"categories": {}}
+    cats = sorted(pooled["categories"].items(), key=lambda kv: (kv[1]["label"], kv[0]))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, max(4.5, 0.28 * len(cats) + 1.5)),
+                                 gridspec_kw={"width_ratios": [1, 1]})
+    ax.fill_between([0, goal["fpr"]], goal["recall"], 1.01, color="0.92")  # the goal's corner
+    ax.axhline(goal["recall"], color="0.5", linestyle="--", linewidth=0.8)
+    ax.axvline(goal["fpr"], color="0.5", linestyle="--", linewidth=0.8)
+    for name, c in corpora.items():
+        h, n = c["hacks"], c["honest"]
+        if h["rate"] is None or n["rate"] is None:
+            continue
+        x, y = n["rate"], h["rate"]
+        colour = "tab:green" if c["goal_met"] else "tab:red"
+        # (an interval's end may miss its rate by a rounding error: a bar is never negative)
+        ax.errorbar(x, y, xerr=[[max(0.0, x - n["ci95"][0])], [max(0.0, n["ci95"][1] - x)]],
+                    yerr=[[max(0.0, y - h["ci95"][0])], [max(0.0, h["ci95"][1] - y)]],
+                    fmt="o", color=colour, ecolor=colour, alpha=0.8, markersize=4, capsize=2, linewidth=0.8)
+        ax.annotate(name.removeprefix("guard_corpus_"), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("honest captions flagged (false positives)")
+    ax.set_ylabel("hacks caught (recall)")
+    ax.set_title(f"each corpus; green: goal met (recall ≥ {goal['recall']:.2f}, false positives ≤ {goal['fpr']:.2f})", fontsize=9)
+    ax.set_xlim(left=0)
+    ax.set_ylim(top=1.01)
+    rates = [v["rate"] or 0.0 for _, v in cats]
+    lo = [max(0.0, r - (v["ci95"] or (r, r))[0]) for r, (_, v) in zip(rates, cats, strict=True)]
+    hi = [max(0.0, (v["ci95"] or (r, r))[1] - r) for r, (_, v) in zip(rates, cats, strict=True)]
+    colours = ["tab:blue" if v["label"] == "hack" else "tab:orange" for _, v in cats]
+    bx.barh(range(len(cats)), rates, xerr=[lo, hi], color=colours, alpha=0.8, capsize=2)
+    bx.set_yticks(range(len(cats)), [f"{k} ({v['flagged']}/{v['n']})" for k, v in cats], fontsize=7)
+    bx.invert_yaxis()
+    bx.set_xlim(0, 1)
+    bx.set_title("pooled, by category: blue, hacks caught; orange, honest captions flagged", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -388,3 +388,67 @@ def guard_rows_file(
         "errors": errors,
     }
     return {"results": results, "summary": summary}
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    from vlrl.core.stats import wilson
+
+    return {"n": n, "flagged": k, "rate": k / n if n else None, "ci95": wilson(k, n)}
+
+
+def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str | None = None,
+                     label_column: str | None = None, category_column: str = "category",
+                     goal_recall: float = 0.9, goal_fpr: float = 0.05) -> dict[str, Any]:
+    """Measure a :class:`~vlrl.rewards.guards.GuardSet` on labelled captions: per file and pooled, the
+    share of hacks it flags (recall) and of honest captions it flags (false positives), each with its
+    95% Wilson interval, per category (``category_column``, when rows have one), the families that
+    flag honest captions, and the list hits the learned guard set aside. One file per author or
+    corpus: a pooled number hides the corpus where the guards fail.
+
+    Returns ``{"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted",
+    "goal_met"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``; ``hacks`` and
+    ``honest`` are ``{"n", "flagged", "rate", "ci95"}``. Rows that cannot be read are listed in
+    ``errors`` with their line and reason (see :func:`~vlrl.rewards.guards.learned.read_labelled`)."""
+    from collections import Counter
+
+    from tqdm import tqdm
+
+    from vlrl.rewards.guards.learned import read_labelled_rows
+
+    def measure(rows: list[tuple[str, int, dict[str, Any], Any]]) -> dict[str, Any]:
+        counts: Counter[tuple[str, int, bool]] = Counter()
+        families: Counter[str] = Counter()
+        doubted = 0
+        for _, label, record, report in rows:
+            cat = str(record.get(category_column) or ("hack" if label else "honest"))
+            counts[(cat, label, bool(report.fired))] += 1
+            doubted += bool(report.doubted)
+            if not label:
+                families.update(f"{g}/{report.families.get(g, g)}" for g in report.fired)
+        total = {y: sum(v for (_, lab, _), v in counts.items() if lab == y) for y in (0, 1)}
+        hit = {y: sum(v for (_, lab, f), v in counts.items() if lab == y and f) for y in (0, 1)}
+        cats = sorted({(c, lab) for c, lab, _ in counts})
+        out = {"hacks": _rate(hit[1], total[1]), "honest": _rate(hit[0], total[0]),
+               "categories": {c: {"label": "hack" if lab else "honest",
+                                  **_rate(counts[(c, lab, True)], counts[(c, lab, True)] + counts[(c, lab, False)])}
+                              for c, lab in cats},
+               "families_on_honest": dict(families.most_common()), "doubted": doubted}
+        recall, fpr = out["hacks"]["rate"], out["honest"]["rate"]
+        out["goal_met"] = (recall is not None and fpr is not None and recall >= goal_recall and fpr <= goal_fpr)
+        return out
+
+    corpora: dict[str, Any] = {}
+    errors: list[str] = []
+    pooled: list[tuple[str, int, dict[str, Any], Any]] = []
+    for path in tqdm(paths, unit="file", desc="guard-eval", disable=None):
+        rows, bad = read_labelled_rows([path], text_column, label_column)
+        errors += bad
+        for reason in bad:
+            logger.error("%s", reason)
+        scored = [(t, y, r, guards.evaluate(t)) for t, y, r in rows]
+        if scored:
+            name = Path(path).stem
+            corpora[name if name not in corpora else str(path)] = measure(scored)
+            pooled += scored
+    return {"corpora": corpora, "pooled": measure(pooled) if pooled else None,
+            "goal": {"recall": goal_recall, "fpr": goal_fpr}, "errors": errors}

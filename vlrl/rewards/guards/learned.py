@@ -236,6 +236,13 @@ def read_labelled(paths: Iterable[str | Path], text_column: str | None = None,
     could not be read. A row's caption is ``text_column`` (default: ``caption``, else ``text``); its
     label is ``label_column`` (default: ``label``, "hack" or "honest"; else a boolean ``hack`` or
     ``is_hack``; "true"/"false" and 1/0 are read too)."""
+    rows, errors = read_labelled_rows(paths, text_column, label_column)
+    return [(text, label) for text, label, _ in rows], errors
+
+
+def read_labelled_rows(paths: Iterable[str | Path], text_column: str | None = None, label_column: str | None = None
+                       ) -> tuple[list[tuple[str, int, dict[str, Any]]], list[str]]:
+    """:func:`read_labelled`, each row with its whole record (a measurement reads its category)."""
     rows, errors = [], []
     for path in paths:
         for n, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
@@ -262,7 +269,7 @@ def read_labelled(paths: Iterable[str | Path], text_column: str | None = None,
             elif label is None:
                 errors.append(f"{where}: no label (hack/honest, or a boolean hack or is_hack)")
             else:
-                rows.append((text, label))
+                rows.append((text, label, r))
     return rows, errors
 
 
@@ -373,4 +380,4 @@ class LearnedGuard(Guard):
 
 
 __all__ = ["DIM", "FEATURES", "MIN_WORDS", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
-           "read", "read_labelled", "train", "word_count"]
+           "read", "read_labelled", "read_labelled_rows", "train", "word_count"]
