@@ -119,7 +119,7 @@ def guard_cmd(
 @app.command("guard-eval")
 def guard_eval_cmd(
     input: list[str] = typer.Option(..., "--input", "-i", help="Labelled JSONL, repeatable, one file per corpus or author: a caption (caption, else text), a label (hack/honest, or a boolean hack or is_hack) and, optionally, a category."),
-    json_out: str = typer.Option(..., "--json", help='Output JSON {"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted", "goal_met"}}, "pooled", "goal", "errors"}; "hacks" and "honest" are {"n", "flagged", "rate", "ci95"}.'),
+    json_out: str = typer.Option(..., "--json", help='Output JSON {"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted", "goal_met"}}, "pooled", "goal", "errors"}; "hacks", "honest" and each category ("hack/<category>", "honest/<category>") are {"n", "flagged", "rate", "ci95"}.'),
     plot: str | None = typer.Option(None, "--plot", help="Also draw each corpus against the goal, and every category's rate, to this PNG (needs matplotlib)."),
     setting: list[str] = typer.Option([], "--set", "-s", help="Guard setting key=value, e.g. learned=false. Repeatable."),
     settings: str | None = typer.Option(None, "--settings", help="Guard settings as a JSON object."),
@@ -133,12 +133,21 @@ def guard_eval_cmd(
     """Measure the guards on labelled captions: recall and false positives with 95% Wilson intervals,
     per corpus, pooled and per category.
 
-    Exit codes: 0 done (whether or not the goal was met); 1 no labelled row could be read; 2 bad
-    settings or input file."""
+    Exit codes: 0 done (whether or not the goal was met); 1 no labelled row could be measured; 2 bad
+    settings, input file or plot (matplotlib missing, a path that cannot be written)."""
     from vlrl.core.pipeline import atomic_write_json
     from vlrl.rewards.guards import GuardSet
     from vlrl.rewards.scoring import guard_eval_files, load_settings
 
+    if plot:  # before the guards run: a missing plotting library should not cost a whole measurement
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            from vlrl.evaluation.reports import plot_guard_eval
+        except ImportError as e:
+            typer.echo(f"error: --plot needs matplotlib and pandas ({e}): pip install 'vlrl[notebooks]'", err=True)
+            raise typer.Exit(2) from None
     try:
         guards = GuardSet.from_settings(**load_settings(setting, settings, settings_file))
     except (ValueError, TypeError, OSError) as e:
@@ -152,8 +161,10 @@ def guard_eval_cmd(
         raise typer.Exit(2) from None
     for reason in result["errors"][:20]:
         typer.echo(f"skipped {reason}", err=True)
+    if len(result["errors"]) > 20:
+        typer.echo(f"... and {len(result['errors']) - 20} more (all of them in the JSON's errors)", err=True)
     if result["pooled"] is None:
-        typer.echo("error: no labelled row could be read (see the reasons above)", err=True)
+        typer.echo("error: no labelled row could be measured (see the reasons above)", err=True)
         raise typer.Exit(1)
     atomic_write_json(json_out, result)
 
@@ -161,24 +172,21 @@ def guard_eval_cmd(
         h, n = c["hacks"], c["honest"]
         recall = f"recall {h['rate']:.3f} [{h['ci95'][0]:.3f}-{h['ci95'][1]:.3f}] ({h['flagged']}/{h['n']})" if h["n"] else "no hacks"
         fpr = f"false positives {n['rate']:.1%} [{n['ci95'][0]:.1%}-{n['ci95'][1]:.1%}] ({n['flagged']}/{n['n']})" if n["n"] else "no honest captions"
-        return f"{name}: {recall}, {fpr}; goal {'met' if c['goal_met'] else 'missed'}"
+        goal = {True: "met", False: "missed", None: "not measurable"}[c["goal_met"]]
+        return f"{name}: {recall}, {fpr}; goal {goal}"
 
     for name, c in result["corpora"].items():
         typer.echo(line(name, c))
-    met = sum(c["goal_met"] for c in result["corpora"].values())
-    typer.echo(line("pooled", result["pooled"]) + f"; goal met on {met} of {len(result['corpora'])} corpora")
+    met = sum(c["goal_met"] is True for c in result["corpora"].values())
+    measurable = sum(c["goal_met"] is not None for c in result["corpora"].values())
+    typer.echo(line("pooled", result["pooled"]) + f"; goal met on {met} of {measurable} corpora with both kinds of caption")
     if plot:
         try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            from vlrl.evaluation.reports import plot_guard_eval
-        except ImportError as e:
-            typer.echo(f"error: --plot needs matplotlib and pandas ({e}): pip install 'vlrl[notebooks]'", err=True)
+            Path(plot).parent.mkdir(parents=True, exist_ok=True)
+            plot_guard_eval(result).savefig(plot, dpi=120)
+        except OSError as e:
+            typer.echo(f"error: cannot write the plot {plot}: {e}", err=True)
             raise typer.Exit(2) from None
-        fig = plot_guard_eval(result)
-        Path(plot).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(plot, dpi=120)
         typer.echo(f"plot -> {plot}")
 
 

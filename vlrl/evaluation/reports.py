@@ -457,7 +457,7 @@ def plot_guard_eval(result: dict[str, Any]):
     goal = result["goal"]
     corpora = result["corpora"]
     pooled = result["pooled"] or {"categories": {}}
-    cats = sorted(pooled["categories"].items(), key=lambda kv: (kv[1]["label"], kv[0]))
+    cats = sorted(pooled["categories"].items())  # hack/... before honest/...
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, max(4.5, 0.28 * len(cats) + 1.5)),
                                  gridspec_kw={"width_ratios": [1, 1]})
     ax.fill_between([0, goal["fpr"]], goal["recall"], 1.01, color="0.92")  # the goal's corner
@@ -468,7 +468,7 @@ def plot_guard_eval(result: dict[str, Any]):
         if h["rate"] is None or n["rate"] is None:
             continue
         x, y = n["rate"], h["rate"]
-        colour = "tab:green" if c["goal_met"] else "tab:red"
+        colour = "tab:green" if c["goal_met"] else "tab:red"  # (a file without both kinds has no point)
         # (an interval's end may miss its rate by a rounding error: a bar is never negative)
         ax.errorbar(x, y, xerr=[[max(0.0, x - n["ci95"][0])], [max(0.0, n["ci95"][1] - x)]],
                     yerr=[[max(0.0, y - h["ci95"][0])], [max(0.0, h["ci95"][1] - y)]],
@@ -482,7 +482,7 @@ def plot_guard_eval(result: dict[str, Any]):
     rates = [v["rate"] or 0.0 for _, v in cats]
     lo = [max(0.0, r - (v["ci95"] or (r, r))[0]) for r, (_, v) in zip(rates, cats, strict=True)]
     hi = [max(0.0, (v["ci95"] or (r, r))[1] - r) for r, (_, v) in zip(rates, cats, strict=True)]
-    colours = ["tab:blue" if v["label"] == "hack" else "tab:orange" for _, v in cats]
+    colours = ["tab:blue" if k.startswith("hack/") else "tab:orange" for k, _ in cats]
     bx.barh(range(len(cats)), rates, xerr=[lo, hi], color=colours, alpha=0.8, capsize=2)
     bx.set_yticks(range(len(cats)), [f"{k} ({v['flagged']}/{v['n']})" for k, v in cats], fontsize=7)
     bx.invert_yaxis()

@@ -401,54 +401,73 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
                      goal_recall: float = 0.9, goal_fpr: float = 0.05) -> dict[str, Any]:
     """Measure a :class:`~vlrl.rewards.guards.GuardSet` on labelled captions: per file and pooled, the
     share of hacks it flags (recall) and of honest captions it flags (false positives), each with its
-    95% Wilson interval, per category (``category_column``, when rows have one), the families that
-    flag honest captions, and the list hits the learned guard set aside. One file per author or
+    95% Wilson interval, per category (``category_column``: ``hack/<category>`` and
+    ``honest/<category>``; ``.../uncategorised`` for a row without one), the families that flag honest
+    captions, and how many captions had a list hit the learned guard set aside. One file per author or
     corpus: a pooled number hides the corpus where the guards fail.
 
     Returns ``{"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted",
-    "goal_met"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``; ``hacks`` and
-    ``honest`` are ``{"n", "flagged", "rate", "ci95"}``. Rows that cannot be read are listed in
-    ``errors`` with their line and reason (see :func:`~vlrl.rewards.guards.learned.read_labelled`)."""
+    "goal_met"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``; ``hacks``, ``honest``
+    and each category are ``{"n", "flagged", "rate", "ci95"}``, and ``goal_met`` is ``None`` for a file
+    without both kinds of caption. A file's name is its stem, or its folder and stem where two stems
+    clash. ``errors`` holds one line per row that could not be read (see
+    :func:`~vlrl.rewards.guards.learned.read_labelled`), per row a model-judged guard could not judge
+    and no guard flagged (not known to be clean: left out, as :func:`guard_rows_file` does), per file
+    given twice (measured once) and per file with no row to measure."""
     from collections import Counter
 
     from tqdm import tqdm
 
     from vlrl.rewards.guards.learned import read_labelled_rows
 
-    def measure(rows: list[tuple[str, int, dict[str, Any], Any]]) -> dict[str, Any]:
+    def category(record: dict[str, Any], label: int) -> str:
+        value = record.get(category_column)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            value = "uncategorised"
+        return f"{'hack' if label else 'honest'}/{value}"
+
+    def measure(rows: list[tuple[int, str, Any]]) -> dict[str, Any]:
         counts: Counter[tuple[str, int, bool]] = Counter()
         families: Counter[str] = Counter()
-        doubted = 0
-        for _, label, record, report in rows:
-            cat = str(record.get(category_column) or ("hack" if label else "honest"))
+        for label, cat, report in rows:
             counts[(cat, label, bool(report.fired))] += 1
-            doubted += bool(report.doubted)
             if not label:
                 families.update(f"{g}/{report.families.get(g, g)}" for g in report.fired)
         total = {y: sum(v for (_, lab, _), v in counts.items() if lab == y) for y in (0, 1)}
         hit = {y: sum(v for (_, lab, f), v in counts.items() if lab == y and f) for y in (0, 1)}
-        cats = sorted({(c, lab) for c, lab, _ in counts})
         out = {"hacks": _rate(hit[1], total[1]), "honest": _rate(hit[0], total[0]),
-               "categories": {c: {"label": "hack" if lab else "honest",
-                                  **_rate(counts[(c, lab, True)], counts[(c, lab, True)] + counts[(c, lab, False)])}
-                              for c, lab in cats},
-               "families_on_honest": dict(families.most_common()), "doubted": doubted}
+               "categories": {c: _rate(counts[(c, lab, True)], counts[(c, lab, True)] + counts[(c, lab, False)])
+                              for c, lab in sorted({(c, lab) for c, lab, _ in counts})},
+               "families_on_honest": dict(families.most_common()),
+               "doubted": sum(bool(report.doubted) for _, _, report in rows)}
         recall, fpr = out["hacks"]["rate"], out["honest"]["rate"]
-        out["goal_met"] = (recall is not None and fpr is not None and recall >= goal_recall and fpr <= goal_fpr)
+        out["goal_met"] = None if recall is None or fpr is None else recall >= goal_recall and fpr <= goal_fpr
         return out
 
-    corpora: dict[str, Any] = {}
     errors: list[str] = []
-    pooled: list[tuple[str, int, dict[str, Any], Any]] = []
-    for path in tqdm(paths, unit="file", desc="guard-eval", disable=None):
+    unique: dict[Path, str | Path] = {}
+    for path in paths:
+        if Path(path).resolve() in unique:
+            errors.append(f"{path}: given more than once (measured once)")
+        else:
+            unique[Path(path).resolve()] = path
+    stems = Counter(Path(p).stem for p in unique.values())
+    corpora: dict[str, Any] = {}
+    pooled: list[tuple[int, str, Any]] = []
+    for path in tqdm(list(unique.values()), unit="file", desc="guard-eval", disable=None):
         rows, bad = read_labelled_rows([path], text_column, label_column)
         errors += bad
-        for reason in bad:
-            logger.error("%s", reason)
-        scored = [(t, y, r, guards.evaluate(t)) for t, y, r in rows]
-        if scored:
-            name = Path(path).stem
-            corpora[name if name not in corpora else str(path)] = measure(scored)
-            pooled += scored
+        scored = []
+        for (_, label, record, where), report in zip(rows, guards.evaluate_many([t for t, *_ in rows]), strict=True):
+            if report.unjudged and not report.fired:
+                errors.append(f"{where}: " + "; ".join(f"{k} could not judge: {v}" for k, v in report.unjudged.items()))
+            else:
+                scored.append((label, category(record, label), report))
+        if not scored:
+            errors.append(f"{path}: no labelled row to measure")
+            continue
+        name = Path(path).stem if stems[Path(path).stem] == 1 else f"{Path(path).parent.name}/{Path(path).stem}"
+        corpora[name] = measure(scored)
+        pooled += scored
     return {"corpora": corpora, "pooled": measure(pooled) if pooled else None,
             "goal": {"recall": goal_recall, "fpr": goal_fpr}, "errors": errors}

@@ -237,12 +237,13 @@ def read_labelled(paths: Iterable[str | Path], text_column: str | None = None,
     label is ``label_column`` (default: ``label``, "hack" or "honest"; else a boolean ``hack`` or
     ``is_hack``; "true"/"false" and 1/0 are read too)."""
     rows, errors = read_labelled_rows(paths, text_column, label_column)
-    return [(text, label) for text, label, _ in rows], errors
+    return [(text, label) for text, label, _, _ in rows], errors
 
 
 def read_labelled_rows(paths: Iterable[str | Path], text_column: str | None = None, label_column: str | None = None
-                       ) -> tuple[list[tuple[str, int, dict[str, Any]]], list[str]]:
-    """:func:`read_labelled`, each row with its whole record (a measurement reads its category)."""
+                       ) -> tuple[list[tuple[str, int, dict[str, Any], str]], list[str]]:
+    """:func:`read_labelled`, each row with its whole record (a measurement reads its category) and
+    where it was read (``path:line``)."""
     rows, errors = [], []
     for path in paths:
         for n, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
@@ -269,7 +270,7 @@ def read_labelled_rows(paths: Iterable[str | Path], text_column: str | None = No
             elif label is None:
                 errors.append(f"{where}: no label (hack/honest, or a boolean hack or is_hack)")
             else:
-                rows.append((text, label, r))
+                rows.append((text, label, r, where))
     return rows, errors
 
 
