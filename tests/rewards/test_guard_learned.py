@@ -343,6 +343,13 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # goal is met on zy, not on zz (0.89 recall, 5.4% false positives).
     ("guard_corpus_fresh_zy.jsonl", 0.73, 0.88, 0.03),
     ("guard_corpus_fresh_zz.jsonl", 0.86, 0.87, 0.08),
+    # one more blind author, commissioned after the seventh model and the confirmed list families and
+    # read once on them (with `vlrl reward guard-eval`): zza (a captioner's photo captions) patterns
+    # 106/136, with the learned guard 124/136, false positives 2/134 and 1/134; zzb (product, catalogue,
+    # listing, news and figure captions) patterns 110/136, with the learned guard 124/136, false positives
+    # 5/134 and 11/134 (the default layer 12/134): the goal is met on zza, not on zzb
+    ("guard_corpus_fresh_zza.jsonl", 0.76, 0.89, 0.03),
+    ("guard_corpus_fresh_zzb.jsonl", 0.79, 0.89, 0.09),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
