@@ -306,7 +306,7 @@ def test_guard_eval_measures_each_corpus_with_intervals_and_draws_it(tmp_path):
                "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
-    assert set(result["corpora"]) == {f"{tmp_path.name}/author_b", "other/author_b", "only_hacks"}
+    assert set(result["corpora"]) == {"author_b", "other/author_b", "only_hacks"}
     assert result["corpora"]["other/author_b"]["categories"].keys() == {"hack/shared", "honest/shared"}
     assert result["corpora"]["only_hacks"]["goal_met"] is None and "only_hacks: recall 1.000" in proc.stdout
     assert result["pooled"]["hacks"]["n"] == 3  # the file given twice counts once
@@ -338,6 +338,18 @@ def test_guard_eval_leaves_out_a_caption_no_guard_could_judge(tmp_path):
     result = guard_eval_files(guards, [path])
     assert result["pooled"]["hacks"]["n"] == 1 and result["pooled"]["honest"]["n"] == 0  # self_praise judged the hack
     assert len(result["errors"]) == 1 and ":1: llm_defense could not judge" in result["errors"][0]
+
+
+def test_guard_eval_tells_apart_files_of_one_name_in_folders_of_one_name(tmp_path):
+    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.scoring import guard_eval_files
+
+    paths = []
+    for top in ("a", "b"):
+        (tmp_path / top / "x").mkdir(parents=True)
+        paths.append(write_lines(tmp_path / top / "x" / "f.jsonl", [{"caption": "A cat on a mat.", "label": "honest"}]))
+    result = guard_eval_files(GuardSet.from_settings(enabled=["self_praise"]), paths)
+    assert set(result["corpora"]) == {"a/x/f", "b/x/f"} and result["pooled"]["honest"]["n"] == 2
 
 
 def test_settings_parsing(tmp_path):

@@ -246,15 +246,14 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     """The list families count only where the learned guard confirms them (``confirm``: 0.1). Left out of
     training, the author of dense honest captions and of stuffing in the same style (ty: 224 honest
     captions, 113 hacks) had 40 honest captions flagged by the layer and 106 hacks caught; with the
-    confirmation, 17 and 94. Out of fold over all 40 authors, the layer's false positives fell from 319
+    confirmation, 17 and 94. Out of fold over all 55 groups of training corpora, the layer's false positives fell from 319
     to 255 of 8,596 honest captions and its catch from 7,452 to 7,430 of 7,808 hacks (docs/rubicap.md)."""
     left = FIXTURES / "guard_corpus_focus_ty.jsonl"
     rows, _ = read_labelled([p for p in TRAINING if p != left])
     path = str(train(rows).save(tmp_path / "ty_left_out.npz"))
     test = read_labelled([left])[0]
     counted = GuardSet.from_settings(enabled=[*CHEAP, "learned"], learned={"model": path})
-    every = GuardSet.from_settings(enabled=[*CHEAP, "learned"], learned={"model": path})
-    every.opinion = None  # the same guards, every list hit counted
+    every = GuardSet.from_settings(enabled=[*CHEAP, "learned"], learned={"model": path, "confirm": False})
     confirmed = [bool(counted.evaluate(t).fired) for t, _ in test]
     counted_all = [bool(every.evaluate(t).fired) for t, _ in test]
     hacks_lost = sum(a and not b for a, b, (_, y) in zip(counted_all, confirmed, test, strict=True) if y)
@@ -359,7 +358,7 @@ def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound
     record_property("learned", {"recall": tp2 / hacks, "fpr": fp2 / honest})
     assert tp2 / hacks >= learned_floor and fp2 / honest <= fpr_bound, (tp2, hacks, fp2, honest)
     # the default layer: the same and the length band (five words), which also flags short honest captions
-    # (4 more on zj; the default layer's worst: 12/112 on zu, 6/100 on zp, 5/96 on zj)
+    # (4 more on zj; the default layer's worst: 12/134 on zzb, 7/112 on zu, 7/129 on zz, 5/96 on zj)
     _, _, fp3, _ = _rates(GuardSet.from_settings(), path)
     assert fp3 / honest <= max(fpr_bound, 0.065), (fp3, honest)
 

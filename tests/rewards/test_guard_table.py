@@ -283,10 +283,20 @@ def test_user_patterns_of_a_confirmed_family_are_not_second_guessed():
     assert guards.evaluate("A burger, fries and a shake on a tray.").families == {"keyword_stuffing": "noun_dump"}
 
 
-def test_the_learned_guard_reads_a_caption_once_for_both_roles():
+def test_the_learned_guard_reads_a_caption_once_for_both_roles(monkeypatch):
     guards = GuardSet.from_settings()
     learned = next(g for g in guards.guards if g.name == "learned")
+    calls = []
+    score = learned.model.score
+    monkeypatch.setattr(learned.model, "score", lambda idx: calls.append(1) or score(idx))
     doc = Doc.of(_DUMP)
-    guards.evaluate(doc)
-    assert [k for k in doc.memo if isinstance(k, tuple) and k[0] == "learned"] == [("learned", learned.model)]
-    assert learned.probability(doc) == learned.model.probability(doc.whole)
+    report = guards.evaluate(doc)
+    assert "keyword_stuffing" in report.doubted  # it was asked to confirm, then judged the caption itself
+    assert len(calls) == 1
+    p = learned.probability(doc)  # from the caption's memo, not scored again
+    assert len(calls) == 1 and p == learned.model.probability(doc.whole)
+
+
+def test_a_learned_guard_that_does_not_confirm_counts_every_list_hit():
+    report = GuardSet.from_settings(learned={"confirm": False}).evaluate(_DUMP)
+    assert report.families.get("keyword_stuffing") == "noun_dump" and not report.doubted

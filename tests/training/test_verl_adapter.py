@@ -83,6 +83,10 @@ def test_every_guard_detail_reaches_verl():
             "Prices are chalked beside each.")
     details = guards.details(guards.evaluate(menu))
     assert details["guard/doubted"] == 1.0 and set(details) <= set(va.detail_keys())
+    # every key that is no guard is a summary the reports and verl know as one
+    from vlrl.rewards.guards import GUARDS, SUMMARY_KEYS
+
+    assert {k for k in details if k.count("/") == 1 and k.split("/")[1] not in GUARDS} == set(SUMMARY_KEYS)
     out = va.compute_score("x", menu, "", {}, reward="caption_length", settings={"guards": {"policy": "veto"}})
     assert out["guard/doubted"] == 1.0
 

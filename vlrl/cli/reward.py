@@ -80,6 +80,26 @@ def _exit_for(ok: int, failed: int, strict: bool, all_failed: str, none: int = 0
         raise typer.Exit(EXIT_PARTIAL)
 
 
+def _guard_set(setting: list[str], settings: str | None, settings_file: str | None):
+    """The guards the settings ask for; exit 2 on bad settings."""
+    from vlrl.rewards.guards import GuardSet
+    from vlrl.rewards.scoring import load_settings
+
+    try:
+        return GuardSet.from_settings(**load_settings(setting, settings, settings_file))
+    except (ValueError, TypeError, OSError) as e:
+        typer.echo(f"error: bad guard settings: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _say_skipped(errors: list[str], shown: int = 20) -> None:
+    """The first ``shown`` reasons a row was skipped, and how many more there were."""
+    for reason in errors[:shown]:
+        typer.echo(f"skipped {reason}", err=True)
+    if len(errors) > shown:
+        typer.echo(f"... and {len(errors) - shown} more", err=True)
+
+
 @app.command("guard")
 def guard_cmd(
     input: str = typer.Option(..., "--input", "-i", help='JSONL rows {"id", "caption"}; `vlrl caption` output ({"image_id", "caption"}) is read as is.'),
@@ -95,14 +115,9 @@ def guard_cmd(
 
     Exit codes: 0 done; 1 every row was bad; 2 bad settings or input file; 3 (with --strict) some rows were bad."""
     from vlrl.core.pipeline import atomic_write_json
-    from vlrl.rewards.guards import GuardSet
-    from vlrl.rewards.scoring import guard_rows_file, load_settings
+    from vlrl.rewards.scoring import guard_rows_file
 
-    try:
-        guards = GuardSet.from_settings(**load_settings(setting, settings, settings_file))
-    except (ValueError, TypeError, OSError) as e:
-        typer.echo(f"error: bad guard settings: {e}", err=True)
-        raise typer.Exit(2) from None
+    guards = _guard_set(setting, settings, settings_file)
     try:
         report = guard_rows_file(guards, input, id_column=id_column, text_column=text_column)
     except OSError as e:
@@ -136,8 +151,7 @@ def guard_eval_cmd(
     Exit codes: 0 done (whether or not the goal was met); 1 no labelled row could be measured; 2 bad
     settings, input file or plot (matplotlib missing, a path that cannot be written)."""
     from vlrl.core.pipeline import atomic_write_json
-    from vlrl.rewards.guards import GuardSet
-    from vlrl.rewards.scoring import guard_eval_files, load_settings
+    from vlrl.rewards.scoring import guard_eval_files
 
     if plot:  # before the guards run: a missing plotting library should not cost a whole measurement
         try:
@@ -148,21 +162,14 @@ def guard_eval_cmd(
         except ImportError as e:
             typer.echo(f"error: --plot needs matplotlib and pandas ({e}): pip install 'vlrl[notebooks]'", err=True)
             raise typer.Exit(2) from None
-    try:
-        guards = GuardSet.from_settings(**load_settings(setting, settings, settings_file))
-    except (ValueError, TypeError, OSError) as e:
-        typer.echo(f"error: bad guard settings: {e}", err=True)
-        raise typer.Exit(2) from None
+    guards = _guard_set(setting, settings, settings_file)
     try:
         result = guard_eval_files(guards, list(input), text_column=text_column, label_column=label_column,
                                   category_column=category_column, goal_recall=goal_recall, goal_fpr=goal_fpr)
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    for reason in result["errors"][:20]:
-        typer.echo(f"skipped {reason}", err=True)
-    if len(result["errors"]) > 20:
-        typer.echo(f"... and {len(result['errors']) - 20} more (all of them in the JSON's errors)", err=True)
+    _say_skipped(result["errors"])
     if result["pooled"] is None:
         typer.echo("error: no labelled row could be measured (see the reasons above)", err=True)
         raise typer.Exit(1)
@@ -184,7 +191,7 @@ def guard_eval_cmd(
         try:
             Path(plot).parent.mkdir(parents=True, exist_ok=True)
             plot_guard_eval(result).savefig(plot, dpi=120)
-        except OSError as e:
+        except (OSError, ValueError) as e:  # (ValueError: a format matplotlib cannot write, "out.xyz")
             typer.echo(f"error: cannot write the plot {plot}: {e}", err=True)
             raise typer.Exit(2) from None
         typer.echo(f"plot -> {plot}")
@@ -211,8 +218,7 @@ def guard_train_cmd(
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    for reason in errors[:20]:
-        typer.echo(f"skipped {reason}", err=True)
+    _say_skipped(errors)
     if not rows:
         typer.echo("error: no labelled row could be read (see the reasons above)", err=True)
         raise typer.Exit(1)

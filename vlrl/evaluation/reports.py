@@ -26,6 +26,7 @@ import pandas as pd
 
 from vlrl.core.pipeline import read_jsonl
 from vlrl.core.sources.rows import record_image
+from vlrl.rewards.guards.core import SUMMARY_KEYS
 
 # -- evaluation results ----------------------------------------------------------------------------------
 
@@ -268,9 +269,9 @@ def guard_rates(df: pd.DataFrame) -> pd.Series:
     return pd.Series(rates, name="firing_rate", dtype=float).sort_values(ascending=False)
 
 
-GUARD_SUMMARIES = ("guard/any", "guard/penalty", "guard/doubted")
-"""Guard details that are no guard: ``any`` is their union (see :func:`any_guard_rate`) and
-``penalty`` the points taken off, not a 0/1 flag."""
+GUARD_SUMMARIES = SUMMARY_KEYS
+"""Guard details that are no guard: ``any`` is their union (see :func:`any_guard_rate`), ``penalty``
+the points taken off, not a 0/1 flag, and ``doubted`` whether a hit was set aside."""
 
 
 def any_guard_rate(df: pd.DataFrame) -> float | None:
@@ -479,9 +480,9 @@ def plot_guard_eval(result: dict[str, Any]):
     ax.set_title(f"each corpus; green: goal met (recall ≥ {goal['recall']:.2f}, false positives ≤ {goal['fpr']:.2f})", fontsize=9)
     ax.set_xlim(left=0)
     ax.set_ylim(top=1.01)
-    rates = [v["rate"] or 0.0 for _, v in cats]
-    lo = [max(0.0, r - (v["ci95"] or (r, r))[0]) for r, (_, v) in zip(rates, cats, strict=True)]
-    hi = [max(0.0, (v["ci95"] or (r, r))[1] - r) for r, (_, v) in zip(rates, cats, strict=True)]
+    rates = [v["rate"] for _, v in cats]  # (a category exists only where it has a row: never None)
+    lo = [max(0.0, r - v["ci95"][0]) for r, (_, v) in zip(rates, cats, strict=True)]
+    hi = [max(0.0, v["ci95"][1] - r) for r, (_, v) in zip(rates, cats, strict=True)]
     colours = ["tab:blue" if k.startswith("hack/") else "tab:orange" for k, _ in cats]
     bx.barh(range(len(cats)), rates, xerr=[lo, hi], color=colours, alpha=0.8, capsize=2)
     bx.set_yticks(range(len(cats)), [f"{k} ({v['flagged']}/{v['n']})" for k, v in cats], fontsize=7)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -368,7 +369,7 @@ def guard_rows_file(
             continue
         report = guards.evaluate(completion_text(row["caption"]) if row["caption"] is not None else "")
         if report.unjudged and not report.fired:  # not known to be clean: a row with its reason, not a pass
-            err = f"id {row['id']!r}: " + "; ".join(f"{k} could not judge: {v}" for k, v in report.unjudged.items())
+            err = f"id {row['id']!r}: {report.unjudged_reason}"
             logger.error("%s:%d: %s", input_path, lineno, err)
             errors.append({"line": lineno, "id": row["id"], "error": err})
             continue
@@ -427,17 +428,17 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
         return f"{'hack' if label else 'honest'}/{value}"
 
     def measure(rows: list[tuple[int, str, Any]]) -> dict[str, Any]:
-        counts: Counter[tuple[str, int, bool]] = Counter()
+        flagged: Counter[str] = Counter()  # per label ("hack"/"honest") and per category
+        seen: Counter[str] = Counter()
         families: Counter[str] = Counter()
         for label, cat, report in rows:
-            counts[(cat, label, bool(report.fired))] += 1
+            for key in ("hack" if label else "honest", cat):
+                seen[key] += 1
+                flagged[key] += bool(report.fired)
             if not label:
                 families.update(f"{g}/{report.families.get(g, g)}" for g in report.fired)
-        total = {y: sum(v for (_, lab, _), v in counts.items() if lab == y) for y in (0, 1)}
-        hit = {y: sum(v for (_, lab, f), v in counts.items() if lab == y and f) for y in (0, 1)}
-        out = {"hacks": _rate(hit[1], total[1]), "honest": _rate(hit[0], total[0]),
-               "categories": {c: _rate(counts[(c, lab, True)], counts[(c, lab, True)] + counts[(c, lab, False)])
-                              for c, lab in sorted({(c, lab) for c, lab, _ in counts})},
+        out = {"hacks": _rate(flagged["hack"], seen["hack"]), "honest": _rate(flagged["honest"], seen["honest"]),
+               "categories": {c: _rate(flagged[c], seen[c]) for c in sorted(seen) if "/" in c},
                "families_on_honest": dict(families.most_common()),
                "doubted": sum(bool(report.doubted) for _, _, report in rows)}
         recall, fpr = out["hacks"]["rate"], out["honest"]["rate"]
@@ -451,7 +452,10 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
             errors.append(f"{path}: given more than once (measured once)")
         else:
             unique[Path(path).resolve()] = path
+    # a file is named by its stem; files whose stems clash, by their paths below the folder they share
     stems = Counter(Path(p).stem for p in unique.values())
+    clashing = [r for r, p in unique.items() if stems[Path(p).stem] > 1]
+    below = Path(os.path.commonpath([r.parent for r in clashing])) if clashing else None
     corpora: dict[str, Any] = {}
     pooled: list[tuple[int, str, Any]] = []
     for path in tqdm(list(unique.values()), unit="file", desc="guard-eval", disable=None):
@@ -460,13 +464,14 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
         scored = []
         for (_, label, record, where), report in zip(rows, guards.evaluate_many([t for t, *_ in rows]), strict=True):
             if report.unjudged and not report.fired:
-                errors.append(f"{where}: " + "; ".join(f"{k} could not judge: {v}" for k, v in report.unjudged.items()))
+                errors.append(f"{where}: {report.unjudged_reason}")
             else:
                 scored.append((label, category(record, label), report))
         if not scored:
             errors.append(f"{path}: no labelled row to measure")
             continue
-        name = Path(path).stem if stems[Path(path).stem] == 1 else f"{Path(path).parent.name}/{Path(path).stem}"
+        name = Path(path).stem if stems[Path(path).stem] == 1 else \
+            Path(path).resolve().relative_to(below).with_suffix("").as_posix()
         corpora[name] = measure(scored)
         pooled += scored
     return {"corpora": corpora, "pooled": measure(pooled) if pooled else None,

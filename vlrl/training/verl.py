@@ -95,10 +95,10 @@ def _reward(name: str, settings: Mapping[str, Any]):
 def detail_keys(reward: Any = None) -> tuple[str, ...]:
     """The one extra-info key set of every sample, whatever its reward (``reward`` is not consulted):
     score, applicable, reward_failed, every built-in reward's sub-scores and every guard's keys."""
-    from vlrl.rewards.guards import GUARDS, families_of
+    from vlrl.rewards.guards import GUARDS, SUMMARY_KEYS, families_of
 
     keys = {k for ks in DETAIL_KEYS.values() for k in ks}
-    keys |= {f"guard/{n}" for n in GUARDS} | {"guard/any", "guard/penalty", "guard/doubted"}
+    keys |= {f"guard/{n}" for n in GUARDS} | set(SUMMARY_KEYS)
     # every family of the table (guard/<guard>/<family>), and the family of user patterns given as a list
     for n in GUARDS:
         keys |= {f"guard/{n}/{f}" for f in [*([x.name for x in families_of(n)] or [n]), "user"]}

@@ -14,6 +14,7 @@ This module is the public surface: import from ``vlrl.rewards.guards``.
 
 from vlrl.rewards.guards.base import GUARDS, Guard, register_guard
 from vlrl.rewards.guards.core import (
+    SUMMARY_KEYS,
     GuardedReward,
     GuardReport,
     GuardReward,
@@ -52,7 +53,7 @@ __all__ = [
     "Family", "FamilyTable", "GraderAddressGuard", "SelfPraiseGuard", "TableGuard", "families_of", "load_family_table",
     "FAMILY_GUARD", "GUARDS", "JUDGE_GUARDS", "VOCAB", "Doc", "Guard", "GuardReport", "GuardReward", "GuardSet",
     "GuardedReward", "HedgingGuard", "JudgeVocab", "KeywordStuffingGuard", "LLMDefenseGuard", "Language",
-    "LanguageTable", "LengthGuard", "PaddingGuard", "PatternGuard", "RepetitionGuard", "RewordingGuard",
+    "LanguageTable", "LengthGuard", "PaddingGuard", "PatternGuard", "RepetitionGuard", "RewordingGuard", "SUMMARY_KEYS",
     "english_function_words", "english_share", "fuzzy_fix", "language_hit", "load_table", "load_vocab", "normalize",
     "reads_as_english", "register_guard", "sentences", "strip_quoted", "unreversed", "with_guards",
 ]

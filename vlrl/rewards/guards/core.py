@@ -233,6 +233,16 @@ class GuardReport:
     """Hits the ``learned`` guard did not confirm (guard → family, probability and evidence): a family
     with a ``confirm`` probability in the table, set aside. The guard fired only if another family did."""
 
+    @property
+    def unjudged_reason(self) -> str:
+        """One line: each guard that could not judge, and why."""
+        return "; ".join(f"{k} could not judge: {v}" for k, v in self.unjudged.items())
+
+
+SUMMARY_KEYS = ("guard/any", "guard/penalty", "guard/doubted")
+"""The details of :meth:`GuardSet.details` that are no guard: the union of the guards that fired, the
+penalty, and whether a hit was set aside (``doubted``)."""
+
 
 class GuardSet:
     """Evaluates a set of guards on captions. ``penalty`` of a caption = sum over fired guards; a
@@ -429,7 +439,7 @@ class GuardedReward(Reward):
                 # (``None``, a backend failure the reward-health rule counts) rather than a pass.
                 value = None
                 details[BACKEND_FAILED] = 1.0
-                details["reason"] = "; ".join(f"{k} could not judge: {v}" for k, v in report.unjudged.items())
+                details["reason"] = report.unjudged_reason
             out.append(Score(value, details))
         return out
 

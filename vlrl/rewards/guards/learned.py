@@ -28,16 +28,17 @@ hacks, not one hand-written shape.
   captions of charts, menus and forms, and 8% on product and catalogue captions, where this guard
   added 6 of the 11 flags (the ``length`` band, which flags honest captions under five words, adds up
   to 4%). It is a fallback guard: beside a pattern guard that fired it is reported but not charged again.
-* **A second opinion on lists.** A long list of nouns is keyword stuffing or an honest menu, and a
-  pattern cannot tell which. A family with ``confirm`` in the table (``noun_dump``, ``long_list``,
-  ``function_free_run``: 0.1) counts only where this guard's :meth:`LearnedGuard.probability` is at
-  least that. Left out of training in turn, 40 authors' honest captions were flagged 255 times instead
-  of 319 (of 8,596), for 22 more of 7,808 hacks missed. It
-  is a sixth to a seventh of the layer's cost (``vlrl bench guards``). Its errors follow the corpora it
+  It is a sixth to a seventh of the layer's cost (``vlrl bench guards``). Its errors follow the corpora it
   learned from, captions written by other models, in styles a policy may never use: left out of
   training, the author who wrote in less common languages (Khmer, Yoruba, Telugu, ...) had 5% of its
   honest captions flagged. Train one on your own
   rollouts (below), or turn it off, where that matters. The docs give every number.
+* **A second opinion on lists.** A long list of nouns is keyword stuffing or an honest menu, and a
+  pattern cannot tell which. A family with ``confirm`` in the table (``noun_dump``, ``long_list``,
+  ``function_free_run``: 0.1) counts only where this guard's :meth:`LearnedGuard.probability` is at
+  least that. Each training corpus left out in turn (55 groups), their honest captions were flagged 255
+  times instead of 319 (of 8,596), for 22 more of 7,808 hacks missed (``dev/guard_confirm.py``). ``confirm: false``
+  counts every list hit.
 
 A model file (``.npz``: the weights, the bias and a JSON header, read without pickle) ships in
 ``data/learned_guard.npz``. It was trained by ``make learned-guard`` on the corpora of
@@ -342,15 +343,16 @@ def train(rows: list[tuple[str, int]], c: float = 16.0, threshold: float = 0.75)
 class LearnedGuard(Guard):
     """A caption of ``min_words`` words or more that the learned model scores as a hack with probability
     ``threshold`` or more (on by default; see the module docstring). ``model``: a model file (default: the one
-    shipped)."""
+    shipped). ``confirm``: whether its probability confirms the hits of the list families (their
+    ``confirm`` in the table, chosen on the shipped model; ``false`` counts every list hit, as with no
+    learned guard)."""
 
     rank = 2  # after the pattern guards: it reads what they missed
     fallback = True  # beside a pattern guard that fired, reported but not charged again
-    confirms = True  # its probability confirms the hits of list families (``confirm`` in the table)
-
     def __init__(self, penalty: float = 1.0, threshold: float | None = None, model: str | None = None,
-                 min_words: int = MIN_WORDS) -> None:
+                 min_words: int = MIN_WORDS, confirm: bool = True) -> None:
         super().__init__(penalty)
+        self.confirms = bool(confirm)  # its probability confirms the hits of list families (``confirm`` in the table)
         if min_words < 0:
             raise ValueError(f"learned guard: min_words must be 0 or more, not {min_words}")
         self.min_words = min_words
