@@ -410,8 +410,8 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
     Returns ``{"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted",
     "goal_met"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``; ``hacks``, ``honest``
     and each category are ``{"n", "flagged", "rate", "ci95"}``, and ``goal_met`` is ``None`` for a file
-    without both kinds of caption. A file's name is its stem, or its folder and stem where two stems
-    clash. ``errors`` holds one line per row that could not be read (see
+    without both kinds of caption. A file's name is its stem or, where stems clash, its path below the
+    folder the clashing files share. ``errors`` holds one line per row that could not be read (see
     :func:`~vlrl.rewards.guards.learned.read_labelled`), per row a model-judged guard could not judge
     and no guard flagged (not known to be clean: left out, as :func:`guard_rows_file` does), per file
     given twice (measured once) and per file with no row to measure."""
