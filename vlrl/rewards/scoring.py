@@ -27,6 +27,7 @@ from typing import Any
 
 from vlrl.core.pipeline import atomic_open, iter_jsonl, json_line
 from vlrl.core.progress import request_bar
+from vlrl.core.stats import wilson
 from vlrl.rewards.base import BACKEND_FAILED, Reward, Score, completion_text, last_scores, summarize_details
 
 logger = logging.getLogger(__name__)
@@ -392,8 +393,6 @@ def guard_rows_file(
 
 
 def _rate(k: int, n: int) -> dict[str, Any]:
-    from vlrl.core.stats import wilson
-
     return {"n": n, "flagged": k, "rate": k / n if n else None, "ci95": wilson(k, n)}
 
 

@@ -55,8 +55,9 @@ class Guard:
     (a hack the patterns caught loses their penalty, not one more for the same words); alone, it costs
     its penalty like any guard."""
     confirms = False
-    """Whether the guard gives a probability of a hack (:meth:`probability`) that confirms the hits of
-    other guards' uncertain families (a family's ``confirm`` in the table). The ``learned`` guard does."""
+    """Whether the guard has a ``probability(doc)`` of a hack that confirms the hits of other guards'
+    uncertain families (a family's ``confirm`` in the table). The ``learned`` guard does; a guard that
+    sets this must define that method."""
 
     def __init__(self, penalty: float = 1.0) -> None:
         _require_detection(type(self), self.name)
@@ -150,10 +151,6 @@ class Guard:
 
     def fires(self, text: str) -> bool:
         return self.check(Doc.of(text)) is not None
-
-    def probability(self, doc: Doc) -> float:
-        """The guard's probability that ``doc`` is a hack, for a guard that ``confirms``."""
-        raise NotImplementedError(f"guard {self.name!r} gives no probability")
 
     def unjudged(self, doc: Doc) -> str | None:
         """Why the guard could not decide on ``doc`` (a judge that failed), or ``None``. A pattern
