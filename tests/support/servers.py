@@ -73,6 +73,24 @@ def get_json(url: str, timeout: float = 2.0) -> Any:
         return json.loads(r.read())
 
 
+LIFETIME_S = int(os.environ.get("VLRL_SERVER_LIFETIME", "5400"))
+"""The longest a test server may live: a crashed test session must not leave one behind."""
+
+
+def bounded(cmd: list[str], lifetime: float = LIFETIME_S) -> list[str]:
+    """``cmd`` bounded in time and tied to this process: ``timeout -k 20 LIFETIME`` leads its process
+    group (on its own end, or on a SIGTERM, it signals the whole group, then kills it 20 s later), and
+    ``setpriv --pdeathsig TERM`` has the kernel send it that SIGTERM when this process dies. A test
+    session killed with -9 runs no cleanup: without the second, a vLLM server's engine processes lived
+    on for the whole lifetime (90 minutes, 2 GB each) and slowed the next run. Either tool missing
+    (not Linux): the command as it is, or bounded only in time."""
+    if shutil.which("timeout"):
+        cmd = ["timeout", "-k", "20", str(int(lifetime)), *cmd]
+        if shutil.which("setpriv"):
+            cmd = ["setpriv", "--pdeathsig", "TERM", *cmd]
+    return cmd
+
+
 @contextmanager
 def server_process(
     cmd: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool], name: str, startup_timeout: float
@@ -81,8 +99,10 @@ def server_process(
 
     A server that exits or is not ready within ``startup_timeout`` raises with the tail of its log;
     on leaving the block the whole group is stopped by pid (SIGTERM, then SIGKILL after 15 s), so
-    no engine worker outlives the test session.
+    no engine worker outlives the test session; and the group ends with this process even when it is
+    killed with -9 (:func:`bounded`).
     """
+    cmd = bounded(cmd)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
