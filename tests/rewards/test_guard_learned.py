@@ -264,12 +264,18 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
 
 
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor", "fpr_bound"), [
-    # the layer that ships: the seventh model (two more training authors: short casual captions, tx, and
+    # the layer that ships: the eighth model (two more training authors of repetition with rewording, with
+    # hard honest captions: co-reference, listings, figures; tz and ua): zg 93/96, zh 91/97, zi 83/95, zj
+    # 81/96, zk 99/101, zl 104/105, zm 106/107, zn 110/111, zo 102/106, zp 95/96, zq 106/108, zr 107/108, zs
+    # 100/109, zt 111/114, zu 103/110, zv 108/114, zw 121/126, zx 126/129, zy 128/143, zz 123/138, zza
+    # 124/136, zzb 125/136; false positives 1/91, 1/91, 1/95, 1/96, 0/106, 0/107, 2/109, 2/112, 0/107,
+    # 1/100, 0/111, 0/104, 0/114, 3/121, 8/112, 0/119, 0/121, 2/120, 2/133, 8/129, 1/134, 11/134.
+    # (the seventh model (two more training authors: short casual captions, tx, and
     # dense honest captions beside stuffing in the same style, ty), which also confirms the list families
     # (``confirm`` in the table): zg 93/96, zh 91/97, zi 83/95, zj 79/96, zk 98/101, zl 104/105, zm
     # 105/107, zn 110/111, zo 103/106, zp 95/96, zq 106/108, zr 106/108, zs 100/109, zt 110/114, zu 103/110,
     # zv 108/114, zw 120/126, zx 126/129; false positives 1/91, 1/91, 1/95, 1/96, 0/106, 0/107, 2/109,
-    # 2/112, 0/107, 1/100, 0/111, 0/104, 0/114, 1/121, 7/112, 0/119, 0/121, 3/120.
+    # 2/112, 0/107, 1/100, 0/111, 0/104, 0/114, 1/121, 7/112, 0/119, 0/121, 3/120.)
     # (the sixth model, every list hit counted: three more authors of hard honest captions, dense lists among them),
     # with the patterns that read a list the image introduces as written or labelled as content, on every
     # pair below: zg 93/96, zh 92/97, zi 83/95, zj 80/96, zk 98/101, zl 104/105, zm 106/107, zn 110/111, zo
@@ -349,6 +355,14 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # 5/134 and 11/134 (the default layer 12/134): the goal is met on zza, not on zzb
     ("guard_corpus_fresh_zza.jsonl", 0.76, 0.89, 0.03),
     ("guard_corpus_fresh_zzb.jsonl", 0.79, 0.89, 0.09),
+    # one more blind author, commissioned on the seventh model and read once on it and once on the eighth
+    # (trained with two authors of rewording, tz and ua): zzc (a dense captioner's captions) patterns
+    # 123/145, with the learned guard 130/145 then 132/145, false positives 3/134 and 2/134 then 2/134;
+    # zzd (social, alt text, listings, catalogue, news and figure captions) patterns 118/146, with the
+    # learned guard 132/146 then 134/146, false positives 4/135 and 5/135 then 6/135. Weakest kind on
+    # both: repetition with rewording (5/13 then 6/13; 4/13 then 5/13)
+    ("guard_corpus_fresh_zzc.jsonl", 0.84, 0.90, 0.03),
+    ("guard_corpus_fresh_zzd.jsonl", 0.80, 0.91, 0.05),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
@@ -358,7 +372,7 @@ def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound
     record_property("learned", {"recall": tp2 / hacks, "fpr": fp2 / honest})
     assert tp2 / hacks >= learned_floor and fp2 / honest <= fpr_bound, (tp2, hacks, fp2, honest)
     # the default layer: the same and the length band (five words), which also flags short honest captions
-    # (4 more on zj; the default layer's worst: 12/134 on zzb, 7/112 on zu, 7/129 on zz, 5/96 on zj)
+    # (4 more on zj; the default layer's worst: 12/134 on zzb, 8/112 on zu, 8/129 on zz, 6/135 on zzd)
     _, _, fp3, _ = _rates(GuardSet.from_settings(), path)
     assert fp3 / honest <= max(fpr_bound, 0.065), (fp3, honest)
 

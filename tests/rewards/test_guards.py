@@ -412,8 +412,8 @@ def test_the_learned_guard_flags_few_hard_honest_captions():
     label that says "complete", a newspaper caption that "mentions all", "every detail ... in sharp focus",
     "this may not capture everything", a letter that begins "Dear Evaluator" and a product description
     that "is complete with dimensions" (the sixth model flagged the first four; the seventh, trained on
-    two more authors, catches 4 more blind hacks and flags 5 fewer blind honest captions). A bound, so a
-    worse model fails."""
+    two more authors, catches 4 more blind hacks and flags 5 fewer blind honest captions; the eighth flags
+    the same six). A bound, so a worse model fails."""
     default = GuardSet.from_settings()
     honest = HONEST + HEDGES_SCENES_PAPERWORK
     reports = [default.evaluate(c) for c in honest]
