@@ -152,25 +152,6 @@ class _Vocab:
         self.generic = frozenset(vocab.generic_words.split())
         self.synonym = {w: group[0] for group in vocab.synonyms for w in group}
         self._stems: dict[str, str] = {}
-        self._content: dict[str, str] = {}
-
-    def content_stems(self, tokens: list[str]) -> list[str]:
-        """The stems of the content words of ``tokens``: no function or generic word ("image", "shows",
-        "scene", which fit any image and would only dilute an overlap), none of two letters or fewer,
-        no number. Each word's answer is remembered ("" for a word left out): this runs on every token
-        of every caption."""
-        memo = self._content
-        out = []
-        for t in tokens:
-            got = memo.get(t)
-            if got is None:
-                if len(memo) > 65536:
-                    memo.clear()
-                got = memo[t] = (self.stem(t) if t not in self.function and t not in self.generic and len(t) > 2
-                                 and not t.isdigit() else "")
-            if got:
-                out.append(got)
-        return out
 
     def stem(self, word: str) -> str:
         """:func:`_stem` with this vocabulary's word families, remembered."""
@@ -936,11 +917,16 @@ class RewordingGuard(_JudgeGuard):
             return None  # one new word a sentence is a description going on: "A boat. The boat is small. The lake is calm."
         return f"{len(sents) - 1} sentences add {new} new words to the first: {sents[1][:60]}"
 
+    def _stems(self, tokens: list[str]) -> list[str]:
+        # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
+        return [self.v.stem(t) for t in tokens
+                if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()]
+
     def _sentence_stems(self, doc: Doc, tokens: list[list[str]]) -> list[list[str]]:
         """Each sentence's content stems, once per caption: both rewording checks read them."""
         key = ("rewording stems", id(self.v))
         if key not in doc.memo:
-            doc.memo[key] = [self.v.content_stems(t) for t in tokens]
+            doc.memo[key] = [self._stems(t) for t in tokens]
         return doc.memo[key]  # type: ignore[return-value]
 
     def _repeated(self, doc: Doc, tokens: list[list[str]]) -> Iterator[tuple[str, str]]:
@@ -965,7 +951,7 @@ class RewordingGuard(_JudgeGuard):
             if (clause := clause.strip()) in said:
                 continue  # an exact repeat is the repetition guard's
             said.add(clause)
-            got = set(self.v.content_stems(_TOKEN.findall(clause)))
+            got = set(self._stems(_TOKEN.findall(clause)))
             if seen and len(got) >= 2 and got <= seen:
                 yield "restated", f"{word!r} x{top}; nothing new in: {clause[:60]}"
                 return
