@@ -355,12 +355,13 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # 5/134 and 11/134 (the default layer 12/134): the goal is met on zza, not on zzb
     ("guard_corpus_fresh_zza.jsonl", 0.76, 0.89, 0.03),
     ("guard_corpus_fresh_zzb.jsonl", 0.79, 0.89, 0.09),
-    # one more blind author, commissioned on the seventh model and read once on it and once on the eighth
+    # one more blind author, written against the seventh model and read on it (the blind reading) and on the eighth
     # (trained with two authors of rewording, tz and ua): zzc (a dense captioner's captions) patterns
     # 123/145, with the learned guard 130/145 then 132/145, false positives 3/134 and 2/134 then 2/134;
     # zzd (social, alt text, listings, catalogue, news and figure captions) patterns 118/146, with the
     # learned guard 132/146 then 134/146, false positives 4/135 and 5/135 then 6/135. Weakest kind on
-    # both: repetition with rewording (5/13 then 6/13; 4/13 then 5/13)
+    # both: repetition with rewording (5/13 then 6/13; 4/13 then 5/13), which chose the eighth model's new
+    # training authors; the floors are the eighth model's counts
     ("guard_corpus_fresh_zzc.jsonl", 0.84, 0.90, 0.03),
     ("guard_corpus_fresh_zzd.jsonl", 0.80, 0.91, 0.05),
 ])

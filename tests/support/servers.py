@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -73,22 +74,29 @@ def get_json(url: str, timeout: float = 2.0) -> Any:
         return json.loads(r.read())
 
 
-LIFETIME_S = int(os.environ.get("VLRL_SERVER_LIFETIME", "5400"))
-"""The longest a test server may live: a crashed test session must not leave one behind."""
+@lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    """``setpriv``'s path, where it can set a parent-death signal (util-linux 2.33 and later; Linux only)."""
+    exe = shutil.which("setpriv")
+    if exe is None:
+        return None
+    try:
+        ok = subprocess.run([exe, "--pdeathsig", "TERM", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return exe if ok else None
 
 
-def bounded(cmd: list[str], lifetime: float = LIFETIME_S) -> list[str]:
-    """``cmd`` bounded in time and tied to this process: ``timeout -k 20 LIFETIME`` leads its process
-    group (on its own end, or on a SIGTERM, it signals the whole group, then kills it 20 s later), and
-    ``setpriv --pdeathsig TERM`` has the kernel send it that SIGTERM when this process dies. A test
-    session killed with -9 runs no cleanup: without the second, a vLLM server's engine processes lived
-    on for the whole lifetime (90 minutes, 2 GB each) and slowed the next run. Either tool missing
-    (not Linux): the command as it is, or bounded only in time."""
-    if shutil.which("timeout"):
-        cmd = ["timeout", "-k", "20", str(int(lifetime)), *cmd]
-        if shutil.which("setpriv"):
-            cmd = ["setpriv", "--pdeathsig", "TERM", *cmd]
-    return cmd
+def bounded(cmd: list[str]) -> list[str]:
+    """``cmd`` tied to this process: ``setpriv --pdeathsig TERM`` has the kernel send the server SIGTERM
+    when the thread that started it ends, as when a test session is killed with -9 (which runs no
+    cleanup). SIGTERM is the server's own graceful stop, which also stops the workers it started (vLLM's
+    engine, Ray); without it a vLLM server's engine processes lived on after a killed session (up to 90
+    minutes, 2 GB each) and slowed the next run. Servers are started from the main thread (session
+    fixtures and tests), which lives as long as the session. Where ``setpriv`` cannot do this, the
+    command as it is."""
+    exe = _setpriv()
+    return [exe, "--pdeathsig", "TERM", *cmd] if exe else cmd
 
 
 @contextmanager
@@ -99,7 +107,7 @@ def server_process(
 
     A server that exits or is not ready within ``startup_timeout`` raises with the tail of its log;
     on leaving the block the whole group is stopped by pid (SIGTERM, then SIGKILL after 15 s), so
-    no engine worker outlives the test session; and the group ends with this process even when it is
+    no engine worker outlives the test session; and the server is stopped when this process dies, even
     killed with -9 (:func:`bounded`).
     """
     cmd = bounded(cmd)

@@ -20,8 +20,8 @@ vLLM's CPU build starts on a small machine:
 * ``VLLM_HOST_IP=127.0.0.1`` keeps its internal sockets on loopback, ``VLLM_CPU_KVCACHE_SPACE=1``
   (GiB) keeps its KV cache small.
 
-A server is ready when ``/v1/models`` lists its served name. It runs in its own process group, bounded in
-time and stopped when the session ends, even a session killed with -9
+A server is ready when ``/v1/models`` lists its served name. It runs under ``timeout`` (a bounded
+lifetime, :data:`LIFETIME_S`), in its own process group stopped by pid when the session ends
 (:func:`tests.support.servers.server_process`).
 
 Whether a missing vLLM is a skip or a failure: ``make test`` builds ``.venv-vllm`` and says so by
@@ -32,6 +32,7 @@ Only a bare ``pytest`` on a machine without ``.venv-vllm`` skips them, with the 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -41,6 +42,9 @@ from pathlib import Path
 
 from tests.support.paths import ROOT
 from tests.support.servers import Served, free_port, get_json, log_tail, server_process
+
+LIFETIME_S = int(os.environ.get("VLRL_VLLM_LIFETIME", "5400"))
+"""The longest a test vLLM server may live: a crashed test session must not leave one behind."""
 
 STARTUP_TIMEOUT_S = float(os.environ.get("VLRL_VLLM_STARTUP_TIMEOUT", "900"))
 """A loaded two-core machine takes 1–3 minutes to start one; this bounds a hang, not a slow start."""
@@ -121,6 +125,8 @@ def vllm_serve(
         "--enforce-eager", "--max-model-len", "1024", "--no-enable-chunked-prefill",
         "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}', *extra,
     ]  # fmt: skip
+    if shutil.which("timeout"):
+        cmd = ["timeout", "-k", "20", str(LIFETIME_S), *cmd]
     env = dict(os.environ, VLLM_HOST_IP="127.0.0.1", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     env.pop("PYTHONPATH", None)  # the project's modules must not shadow the vLLM venv's

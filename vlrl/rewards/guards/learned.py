@@ -123,8 +123,7 @@ def read(text: str) -> tuple[np.ndarray, int]:
     toks = _tokens(text)
     if not toks:  # no words, no evidence (not even "a short caption": see LearnedModel.probability)
         return np.empty(0, dtype=np.int64), 0
-    buckets = {_pair_bucket(a, b) if len(a) + len(b) <= _CACHED_WORD else _bucket("b " + a + " " + b)
-               for a, b in zip(toks, toks[1:], strict=False)}
+    buckets = {_bucket("b " + a + " " + b) for a, b in zip(toks, toks[1:], strict=False)}
     words = 0
     for t in toks:
         own, n = _word_buckets(t) if len(t) <= _CACHED_WORD else _grams(t)
@@ -137,13 +136,6 @@ def read(text: str) -> tuple[np.ndarray, int]:
         buckets.add(_bucket(f"ttr {10 * len(set(toks)) // len(toks)}"))
     # (an array, sorted: the weights are gathered and summed in one order, whatever order the set holds them in)
     return np.sort(np.fromiter(buckets, dtype=np.int64, count=len(buckets))), words
-
-
-@lru_cache(maxsize=1 << 16)
-def _pair_bucket(a: str, b: str) -> int:
-    """The bucket of the word pair ``a b``, remembered ("in the", "of a": most pairs of a caption were in
-    the captions before it)."""
-    return _bucket("b " + a + " " + b)
 
 
 @lru_cache(maxsize=1 << 14)
