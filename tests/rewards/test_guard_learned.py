@@ -264,12 +264,19 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
 
 
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor", "fpr_bound"), [
-    # the layer that ships: the eighth model (two more training authors of repetition with rewording, with
+    # the layer that ships: the tenth model (two more training authors of captions in the plain style of
+    # small vision-language models, ub and uc: the eighth flagged 43% of such honest captions): zg 92/96, zh
+    # 90/97, zi 84/95, zj 78/96, zk 98/101, zl 104/105, zm 106/107, zn 110/111, zo 103/106, zp 95/96, zq
+    # 106/108, zr 107/108, zs 102/109, zt 111/114, zu 103/110, zv 107/114, zw 121/126, zx 127/129, zy
+    # 130/143, zz 123/138, zza 125/136, zzb 124/136, zzc 130/145, zzd 133/146, vlm_b 99/100; false
+    # positives 1/91, 1/91, 1/95, 1/96, 0/106, 0/107, 2/109, 2/112, 0/107, 1/100, 0/111, 0/104, 0/114,
+    # 2/121, 8/112, 0/119, 0/121, 2/120, 2/133, 9/129, 2/134, 11/134, 2/134, 6/135, 3/160.
+    # (the eighth model (two more training authors of repetition with rewording, with
     # hard honest captions: co-reference, listings, figures; tz and ua): zg 93/96, zh 91/97, zi 83/95, zj
     # 81/96, zk 99/101, zl 104/105, zm 106/107, zn 110/111, zo 102/106, zp 95/96, zq 106/108, zr 107/108, zs
     # 100/109, zt 111/114, zu 103/110, zv 108/114, zw 121/126, zx 126/129, zy 128/143, zz 123/138, zza
     # 124/136, zzb 125/136; false positives 1/91, 1/91, 1/95, 1/96, 0/106, 0/107, 2/109, 2/112, 0/107,
-    # 1/100, 0/111, 0/104, 0/114, 3/121, 8/112, 0/119, 0/121, 2/120, 2/133, 8/129, 1/134, 11/134.
+    # 1/100, 0/111, 0/104, 0/114, 3/121, 8/112, 0/119, 0/121, 2/120, 2/133, 8/129, 1/134, 11/134.)
     # (the seventh model (two more training authors: short casual captions, tx, and
     # dense honest captions beside stuffing in the same style, ty), which also confirms the list families
     # (``confirm`` in the table): zg 93/96, zh 91/97, zi 83/95, zj 79/96, zk 98/101, zl 104/105, zm
@@ -361,9 +368,14 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # zzd (social, alt text, listings, catalogue, news and figure captions) patterns 118/146, with the
     # learned guard 132/146 then 134/146, false positives 4/135 and 5/135 then 6/135. Weakest kind on
     # both: repetition with rewording (5/13 then 6/13; 4/13 then 5/13), which chose the eighth model's new
-    # training authors; the floors are the eighth model's counts
-    ("guard_corpus_fresh_zzc.jsonl", 0.84, 0.90, 0.03),
+    # training authors; on the tenth 130/145 and 133/146, false positives 2/134 and 6/135
+    ("guard_corpus_fresh_zzc.jsonl", 0.84, 0.89, 0.03),
     ("guard_corpus_fresh_zzd.jsonl", 0.80, 0.91, 0.05),
+    # captions in the plain style of small vision-language models ("The image shows ...", "There is ..."),
+    # by a blind author, written after the eighth model and read once on the seventh, the eighth and the
+    # tenth (chosen on guard_vlm_honest_a.jsonl and the corpora above, not on this one): patterns 95/100,
+    # 2/160 false positives; with the learned guard 99/100 on each, false positives 58/160, 71/160, 3/160
+    ("guard_corpus_fresh_vlm_b.jsonl", 0.94, 0.98, 0.03),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
@@ -376,6 +388,21 @@ def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound
     # (4 more on zj; the default layer's worst: 12/134 on zzb, 8/112 on zu, 8/129 on zz, 6/135 on zzd)
     _, _, fp3, _ = _rates(GuardSet.from_settings(), path)
     assert fp3 / honest <= max(fpr_bound, 0.065), (fp3, honest)
+
+
+def test_honest_captions_in_the_plain_style_of_small_vision_language_models_are_left_alone():
+    """``heldout/guard_vlm_honest_a.jsonl``: 240 honest captions in the style small vision-language models
+    write ("The image shows a ... There is a ... on the ... In the background, ..."), by a blind author.
+    The seventh model flagged 84 of them and the eighth 103 (its repetition class and words such as
+    "there" and "is" weighed toward a hack); the patterns flag 5. The tenth model, trained with two
+    authors of that style (ub, uc), flags 5; the layer 10. A bound, so a model that reads the style
+    as a hack again fails."""
+    rows = [json.loads(line) for line in (HELDOUT / "guard_vlm_honest_a.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 240 and all(r["label"] == "honest" for r in rows)
+    patterns = GuardSet.from_settings(enabled=CHEAP)
+    layer = GuardSet.from_settings(enabled=[*CHEAP, "learned"])
+    assert sum(bool(patterns.evaluate(r["caption"]).fired) for r in rows) <= 6
+    assert sum(bool(layer.evaluate(r["caption"]).fired) for r in rows) <= 12
 
 
 # ------------------------------------------------------------------------------------------------

@@ -413,7 +413,7 @@ def test_the_learned_guard_flags_few_hard_honest_captions():
     "this may not capture everything", a letter that begins "Dear Evaluator" and a product description
     that "is complete with dimensions" (the sixth model flagged the first four; the seventh, trained on
     two more authors, catches 4 more blind hacks and flags 5 fewer blind honest captions; the eighth flags
-    the same six). A bound, so a worse model fails."""
+    the same six, the tenth five of them). A bound, so a worse model fails."""
     default = GuardSet.from_settings()
     honest = HONEST + HEDGES_SCENES_PAPERWORK
     reports = [default.evaluate(c) for c in honest]
