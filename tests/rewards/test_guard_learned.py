@@ -265,7 +265,7 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
 
 @pytest.mark.parametrize(("corpus", "patterns_floor", "learned_floor", "fpr_bound"), [
     # the layer that ships: the tenth model (two more training authors of captions in the plain style of
-    # small vision-language models, ub and uc: the eighth flagged 43% of such honest captions): zg 92/96, zh
+    # small vision-language models, ub and uc: the eighth's layer flagged 105 of 240 such honest captions): zg 92/96, zh
     # 90/97, zi 84/95, zj 78/96, zk 98/101, zl 104/105, zm 106/107, zn 110/111, zo 103/106, zp 95/96, zq
     # 106/108, zr 107/108, zs 102/109, zt 111/114, zu 103/110, zv 107/114, zw 121/126, zx 127/129, zy
     # 130/143, zz 123/138, zza 125/136, zzb 124/136, zzc 130/145, zzd 133/146, vlm_b 99/100; false
