@@ -27,10 +27,13 @@ from pathlib import Path
 
 from vlrl.rewards.guards import GuardSet
 from vlrl.rewards.guards.doc import Doc, english_function_words
-from vlrl.rewards.guards.judge import _TOKEN, _Vocab, load_vocab
+from vlrl.rewards.guards.judge import RewordingGuard, sentence_tokens
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 SHARE = 0.6
+# the table's honest captions are those of the training corpora before these were added (tz and ua are the
+# measured authors; ub and uc, captions in the style of small vision-language models, came after)
+LATER = {f"guard_corpus_focus_{a}" for a in ("tz", "ua", "ub", "uc")}
 
 
 def main() -> None:
@@ -43,7 +46,7 @@ def main() -> None:
     nltk.data.path.insert(0, args.nltk_data)
     from nltk.corpus import wordnet as wn
 
-    vocab = _Vocab(load_vocab())
+    vocab = RewordingGuard().v  # the guard's own word families and generic words
     function = english_function_words()
 
     @cache
@@ -62,9 +65,9 @@ def main() -> None:
         own: set[str] = set()
         near: set[str] = set()
         shares = []
-        for k, sentence in enumerate(doc.units(doc.lower, "sentence")):
-            words = [t for t in _TOKEN.findall(sentence)
-                     if t not in function and t not in vocab.generic and len(t) > 2 and not t.isdigit()]
+        for k, tokens in enumerate(sentence_tokens(doc, doc.lower)):
+            # the content words the rewording guard stems (RewordingGuard._stems), kept as words for WordNet
+            words = [t for t in tokens if t not in function and t not in vocab.generic and len(t) > 2 and not t.isdigit()]
             if k and len(words) >= 2:
                 said = sum(vocab.stem(w) in stems or (use_wordnet and bool(senses(w)[0] & near or senses(w)[1] & own))
                            for w in words)
@@ -92,7 +95,7 @@ def main() -> None:
     tz = rows([FIXTURES / "guard_corpus_focus_tz.jsonl"], "hack", True)
     ua = rows([FIXTURES / "guard_corpus_focus_ua.jsonl"], "hack", True)
     honest = rows([p for p in sorted([*FIXTURES.glob("guard_corpus*.jsonl"), *FIXTURES.glob("guard_honest_hard*.jsonl")])
-                   if p.stem not in ("guard_corpus_focus_tz", "guard_corpus_focus_ua")], "honest", False)
+                   if p.stem not in LATER], "honest", False)
     fired = {id(c): bool(layer.evaluate(c).fired) for c in (*tz, *ua, *honest)}
     print(f"| | tz hacks (of {len(tz)}) | ua hacks (of {len(ua)}) | training honest captions flagged (of {len(honest)}) |")
     print("|---|---|---|---|")

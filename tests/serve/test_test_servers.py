@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.servers import _setpriv
+from tests.support.servers import bounded
 
 SERVER = """
 import signal, subprocess, sys, time
@@ -54,7 +54,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(_setpriv() is None, reason="no setpriv with --pdeathsig (util-linux 2.33+, Linux)")
+@pytest.mark.skipif(bounded(["true"]) == ["true"], reason="no setpriv with --pdeathsig (util-linux 2.33+, Linux)")
 def test_a_server_and_its_workers_end_when_the_session_is_killed(tmp_path):
     pid_file = tmp_path / "worker.pid"
     session = subprocess.Popen([sys.executable, "-c", SESSION, str(pid_file), SERVER], cwd=ROOT,
