@@ -238,3 +238,40 @@ def test_gates_registered_while_other_threads_check_captions(verdicts):
     for reports in got.values():
         for c, a, b in zip(caps, reports, on, strict=True):
             assert (a.fired, a.families, a.evidence) == (b.fired, b.families, b.evidence), c[:120]
+
+
+def test_case_blind_sub_on_lowered_text_keeps_the_text_as_written():
+    """``Gated.sub`` of a case-blind pattern runs case-sensitively on ASCII text lower-cased: the spans,
+    the kept matches and the text between them are what the case-blind pattern gives on the text as
+    written, for the image-text patterns on mixed-case captions built from their own words."""
+    import random
+
+    from vlrl.rewards.guards import text
+
+    words = ("A Sign READS Best In Class, a mug SAYS hello; I wrote: great job. with the words STOP here printed "
+             "in red A Poster lists THE RULES: be kind. Reading lamps, display case; you said: Perfect! labelled "
+             "Answer B written on it whoever is reading this: Score 10 ( Nothing ) \n").split(" ")
+    rng = random.Random(3)
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    patterns = (text._IMAGE_TEXT_COLON, text._IMAGE_TEXT_BEFORE, text._IMAGE_TEXT)
+    assert all(p._lowered is not None for p in patterns)
+    changed = 0
+    for p in patterns:
+        for t in texts:
+            for repl in (text._unless_own_words, " <t> "):
+                want = p.re.sub(gates._keeping(repl) if callable(repl) else repl, t)
+                assert p.sub(repl, t) == want, (p.pattern[:40], t)
+                changed += want != t
+    assert changed > 1000  # (the texts hold image text in many places, kept and removed)
+
+
+@pytest.mark.parametrize(("pattern", "lowered"), [
+    (r"\bsays\s+\S+\W", True),  # escapes of classes are no capitals
+    (r"\bSays\b", False),  # a capital of its own
+    (r"(?-i:a)b", False),  # case-blindness turned off for a part
+    (r"\x41b", False),  # a character written by its code ("A")
+    (r"\101b", False),
+])
+def test_which_case_blind_patterns_run_on_lowered_text(pattern, lowered):
+    assert (gates.Gated(pattern, re.IGNORECASE)._lowered is not None) is lowered
+    assert gates.Gated(pattern)._lowered is None  # (a case-sensitive pattern runs as it is)

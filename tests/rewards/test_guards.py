@@ -388,6 +388,19 @@ def test_fuzzy_fix_repairs_typos_of_key_words_only():
     assert fuzzy_fix(kept) == kept
 
 
+def test_fuzzy_fix_remembers_a_bounded_number_of_words_it_leaves_alone(monkeypatch):
+    from vlrl.rewards.guards import fuzzy_fix, typos
+
+    monkeypatch.setattr(typos, "_AS_IS", set())
+    monkeypatch.setattr(typos, "_AS_IS_MAX", 50)
+    fuzzy_fix(" ".join(f"word{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(200)))
+    assert len(typos._AS_IS) == 50
+    # a typo is never remembered as a word to leave alone, asked first or again
+    for _ in range(2):
+        assert fuzzy_fix("the descripton is acurate") == "the description is accurate"
+    assert "descripton" not in typos._AS_IS and "acurate" not in typos._AS_IS
+
+
 HEDGES_SCENES_PAPERWORK = [
     "I'm not sure whether the dog is a collie; the background is blurry.",
     "This may not capture everything in the image, but it shows a busy street with shops.",

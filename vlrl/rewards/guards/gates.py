@@ -445,15 +445,38 @@ def passes(g: tuple[Gate, bool] | None, text: str) -> bool:
     return True
 
 
+_ESCAPE = re.compile(r"\\(.)")
+_CASED = re.compile(r"[A-Z]|\(\?[a-zA-Z]*-[a-zA-Z]*i")
+
+
+def _lower_case_only(pattern: str) -> bool:
+    """Whether a case-blind ``pattern`` finds the same spans case-sensitively in ASCII text lower-cased:
+    it has no capital letter of its own, no part that turns case-blindness off, and no character
+    written by its code (which may be a capital). Escapes such as ``\\S`` or ``\\W`` are no capitals."""
+    bare = _ESCAPE.sub(lambda m: "A" if m.group(1) in "xuUN0123456789" else "", pattern)
+    return not _CASED.search(bare)
+
+
+def _keeping(repl: Any) -> Any:
+    """``repl`` for :func:`re.sub`, where its ``None`` keeps the match as written."""
+    return lambda m: r if (r := repl(m)) is not None else m.group(0)
+
+
 class Gated:
     """A compiled pattern with its gate: ``search``/``sub``/``finditer`` skip the regex engine when
-    the text cannot hold a match (the result is what the bare pattern gives)."""
+    the text cannot hold a match (the result is what the bare pattern gives).
+
+    ``sub`` of a case-blind pattern with no capital letter of its own runs on ASCII text lower-cased,
+    case-sensitively, and copies the text between matches as written: the same spans, in about a
+    third of the time (Python's case-blind matching compares case by case at every position)."""
 
     def __init__(self, pattern: str | re.Pattern[str], flags: int = 0) -> None:
         self.re = re.compile(pattern, flags) if isinstance(pattern, str) else pattern
         self.gate = cnf(self.re.pattern, self.re.flags & (re.IGNORECASE | re.ASCII))
         register([self.gate])
         self.pattern = self.re.pattern
+        self._lowered = (re.compile(self.pattern, self.re.flags & ~re.IGNORECASE)
+                         if self.re.flags & re.IGNORECASE and _lower_case_only(self.pattern) else None)
 
     def possible(self, text: str) -> bool:
         return passes(self.gate, text)
@@ -465,7 +488,20 @@ class Gated:
         return self.re.finditer(text) if passes(self.gate, text) else iter(())
 
     def sub(self, repl: Any, text: str) -> str:
-        return self.re.sub(repl, text) if passes(self.gate, text) else text
+        """:func:`re.sub`, where a callable ``repl`` may return ``None`` to keep the match as written
+        (it may be handed the match on the text lower-cased; a string ``repl`` with no backslash is
+        inserted as it is)."""
+        if not passes(self.gate, text):
+            return text
+        call = callable(repl)
+        if self._lowered is None or not ENABLED or not (call or "\\" not in repl) or not text.isascii():
+            return self.re.sub(_keeping(repl) if call else repl, text)
+        out, last = [], 0
+        for m in self._lowered.finditer(text.lower()):
+            r = repl(m) if call else repl
+            out += (text[last:m.start()], text[m.start():m.end()] if r is None else r)
+            last = m.end()
+        return "".join((*out, text[last:])) if out else text
 
 
 

@@ -186,8 +186,8 @@ _OWN = re.compile(r"\b(?:i|we|i've|we've|i'd|i\s+have|we\s+have|i\s+just|you|you
                   r"whoever(?:\s+is)?|anyone)\s*$", re.IGNORECASE)
 
 
-def _unless_own_words(m: re.Match[str]) -> str:
-    return m.group(0) if _OWN.search(m.string[max(0, m.start() - 16):m.start()]) else " \u2039t\u203a "
+def _unless_own_words(m: re.Match[str]) -> str | None:
+    return None if _OWN.search(m.string[max(0, m.start() - 16):m.start()]) else " \u2039t\u203a "
 
 
 # ------------------------------------------------------------------------------------------------
@@ -218,16 +218,11 @@ def split(text: str, scope: str = "sentence") -> list[str]:
     """``text`` cut into non-empty ``sentence``, ``clause``, ``aside`` or ``phrase`` units (``text``: itself)."""
     if scope == "text":
         return [text]
-    cuts = SPLITTERS[scope]
-    if scope == "phrase":
-        pieces = cuts.split(text)
-    else:
-        pieces, start = [], 0
-        for m in cuts.finditer(text):
-            pieces.append(text[start:m.end("end") if m.group("end") else m.start()])
-            start = m.end()
-        pieces.append(text[start:])
-    return [u.strip() for u in pieces if u and u.strip()]
+    pieces = SPLITTERS[scope].split(text)
+    if scope != "phrase":
+        # (the ``end`` group comes back after the text before it: the mark joins that unit, or ``None``)
+        pieces = [p + e if e else p for p, e in zip(pieces[::2], [*pieces[1::2], None], strict=True)]
+    return [u for p in pieces if p and (u := p.strip())]
 
 
 __all__ = ["SPLITTERS", "clean", "deobfuscate", "fold", "split", "strip_image_text"]

@@ -85,11 +85,23 @@ def _correct(word: str) -> str:
     return word
 
 
+_AS_IS: set[str] = set()
+"""Words :func:`_correct` leaves as they are, remembered (up to :data:`_AS_IS_MAX`): a caption's words are
+then asked in one set difference rather than one cached call each."""
+_AS_IS_MAX = 1 << 16
+
+
 def fuzzy_fix(text: str) -> str:
     """``text`` with misspelt evaluative key words ("comprehensve", "acurate", "ignor") replaced by the
     word itself (first letter kept, one edit). A real English word ("through", "describe", "grade")
     is never "repaired" into a keyword: the typo check runs only on words the dictionary does not know."""
-    if all(_correct(w) == w for w in set(_WORD4.findall(text))):
+    repair = False
+    for w in set(_WORD4.findall(text)).difference(_AS_IS):
+        if _correct(w) != w:
+            repair = True
+        elif len(_AS_IS) < _AS_IS_MAX:
+            _AS_IS.add(w)
+    if not repair:
         return text  # nothing to repair (the usual case): no substitution pass
     return _WORD4.sub(lambda m: _correct(m.group(0)), text)
 
