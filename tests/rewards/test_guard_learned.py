@@ -376,6 +376,16 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # tenth (chosen on guard_vlm_honest_a.jsonl and the corpora above, not on this one): patterns 95/100,
     # 2/160 false positives; with the learned guard 99/100 on each, false positives 58/160, 71/160, 3/160
     ("guard_corpus_fresh_vlm_b.jsonl", 0.94, 0.98, 0.03),
+    # honest captions in registers other than a captioner's (product, news, alt text, figures, listings,
+    # catalogue entries, social posts, literary prose; and recipes, sports, lab photos, inventories, travel,
+    # dashcam logs, words for children, non-native English), with hacks written in the same registers, by
+    # two blind authors, read once on the tenth model: patterns 102/120 and 88/100, false positives 6/240 and
+    # 3/200; with the learned guard 115/120 and 95/100, false positives 15/240 and 15/200 (the default layer
+    # 17/240 and 19/200, the length band's five words among them). The goal is missed on false positives on
+    # both. An eleventh model trained with two more authors of such registers (tests/fixtures/registers)
+    # flagged 16/240 and 15/200: not shipped
+    ("guard_registers_a.jsonl", 0.82, 0.94, 0.075),
+    ("guard_registers_b.jsonl", 0.85, 0.93, 0.10),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
