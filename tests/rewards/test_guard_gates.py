@@ -271,7 +271,17 @@ def test_case_blind_sub_on_lowered_text_keeps_the_text_as_written():
     (r"(?-i:a)b", False),  # case-blindness turned off for a part
     (r"\x41b", False),  # a character written by its code ("A")
     (r"\101b", False),
+    (r"x[@-_]y", False),  # a range of marks that spans the capitals
+    (r"x[^@-_]y", False),
+    (r"x[\--_]y", False),
+    (r"x[B-D]y", False),  # a range of capitals only
+    ("\u017ftop", False),  # a letter outside ASCII that matches an ASCII one case-blind (long s, Kelvin sign)
+    ("\u212aey", False),
+    (r"[a-z]+(?>ab)c[^a-z](?=\w)", True),
 ])
 def test_which_case_blind_patterns_run_on_lowered_text(pattern, lowered):
-    assert (gates.Gated(pattern, re.IGNORECASE)._lowered is not None) is lowered
+    g = gates.Gated(pattern, re.IGNORECASE)
+    assert (g._lowered is not None) is lowered
     assert gates.Gated(pattern)._lowered is None  # (a case-sensitive pattern runs as it is)
+    for text in ("xay xAy x@y x_y X-Y xcy xCy", "stop STOP Stop", "key KEY", "ab Ab AB cat CAT", "abc ABC aabcd"):
+        assert g.sub("-", text) == g.re.sub("-", text), text

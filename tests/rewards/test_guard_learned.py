@@ -382,8 +382,8 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # two blind authors, read once on the tenth model: patterns 102/120 and 88/100, false positives 6/240 and
     # 3/200; with the learned guard 115/120 and 95/100, false positives 15/240 and 15/200 (the default layer
     # 17/240 and 19/200, the length band's five words among them). The goal is missed on false positives on
-    # both. An eleventh model trained with two more authors of such registers (tests/fixtures/registers)
-    # flagged 16/240 and 15/200: not shipped
+    # both. An eleventh model trained with two more authors in a's registers and others (tests/fixtures/registers)
+    # flagged 18/240 and 19/200 with the default layer (16/240 and 15/200 without the length band): not shipped
     ("guard_registers_a.jsonl", 0.82, 0.94, 0.075),
     ("guard_registers_b.jsonl", 0.85, 0.93, 0.10),
 ])

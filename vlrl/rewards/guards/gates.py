@@ -445,16 +445,48 @@ def passes(g: tuple[Gate, bool] | None, text: str) -> bool:
     return True
 
 
-_ESCAPE = re.compile(r"\\(.)")
-_CASED = re.compile(r"[A-Z]|\(\?[a-zA-Z]*-[a-zA-Z]*i")
+def _lower_case_only(pattern: str, flags: int = 0) -> bool:
+    """Whether a case-blind ``pattern`` finds the same spans case-sensitively in ASCII text lower-cased.
+    Read off the parsed pattern: every literal is an ASCII character that lower-casing leaves as it is,
+    no range of a class reaches a capital letter or past ASCII, and no part turns case-blindness off."""
+    try:
+        return _lowered_items(list(sre_parse.parse(pattern, flags)))
+    except (re.error, RecursionError):
+        return False
 
 
-def _lower_case_only(pattern: str) -> bool:
-    """Whether a case-blind ``pattern`` finds the same spans case-sensitively in ASCII text lower-cased:
-    it has no capital letter of its own, no part that turns case-blindness off, and no character
-    written by its code (which may be a capital). Escapes such as ``\\S`` or ``\\W`` are no capitals."""
-    bare = _ESCAPE.sub(lambda m: "A" if m.group(1) in "xuUN0123456789" else "", pattern)
-    return not _CASED.search(bare)
+_REPEATS = tuple(getattr(sre_c, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(sre_c, n))
+_ATOMIC = getattr(sre_c, "ATOMIC_GROUP", None)  # (Python 3.11 on)
+
+
+def _kept(code: int) -> bool:
+    return code < 128 and not 65 <= code <= 90
+
+
+def _lowered_items(items: list[Any]) -> bool:
+    for op, av in items:
+        ok, parts = True, ()
+        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL):
+            ok = _kept(av)
+        elif op is sre_c.IN:
+            # (a range is kept when it stays in ASCII and off the capitals, 65 to 90)
+            ok = all(_kept(a) if o is sre_c.LITERAL else not (o is sre_c.RANGE and (a[1] > 127 or (a[0] <= 90 and a[1] >= 65)))
+                     for o, a in av)
+        elif op is sre_c.SUBPATTERN:
+            ok, parts = not av[2] & re.IGNORECASE, (av[3],)
+        elif op is sre_c.BRANCH:
+            parts = av[1]
+        elif op in _REPEATS:
+            parts = (av[2],)
+        elif op in (sre_c.ASSERT, sre_c.ASSERT_NOT):
+            parts = (av[1],)
+        elif op is _ATOMIC:
+            parts = (av,)
+        elif op is sre_c.GROUPREF_EXISTS:
+            parts = tuple(b for b in av[1:] if b is not None)
+        if not ok or not all(_lowered_items(list(p)) for p in parts):
+            return False
+    return True
 
 
 def _keeping(repl: Any) -> Any:
@@ -476,7 +508,7 @@ class Gated:
         register([self.gate])
         self.pattern = self.re.pattern
         self._lowered = (re.compile(self.pattern, self.re.flags & ~re.IGNORECASE)
-                         if self.re.flags & re.IGNORECASE and _lower_case_only(self.pattern) else None)
+                         if self.re.flags & re.IGNORECASE and _lower_case_only(self.pattern, self.re.flags) else None)
 
     def possible(self, text: str) -> bool:
         return passes(self.gate, text)
