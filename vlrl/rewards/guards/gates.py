@@ -460,6 +460,7 @@ _ATOMIC = getattr(sre_c, "ATOMIC_GROUP", None)  # (Python 3.11 on)
 
 
 def _kept(code: int) -> bool:
+    """An ASCII character that lower-casing leaves as it is (no capital, 65 to 90)."""
     return code < 128 and not 65 <= code <= 90
 
 
@@ -498,9 +499,9 @@ class Gated:
     """A compiled pattern with its gate: ``search``/``sub``/``finditer`` skip the regex engine when
     the text cannot hold a match (the result is what the bare pattern gives).
 
-    ``sub`` of a case-blind pattern with no capital letter of its own runs on ASCII text lower-cased,
-    case-sensitively, and copies the text between matches as written: the same spans, in about a
-    third of the time (Python's case-blind matching compares case by case at every position)."""
+    ``sub`` of a case-blind pattern that reads lower case only (:func:`_lower_case_only`) runs on ASCII
+    text lower-cased, case-sensitively, and copies the text between matches as written: the same spans,
+    in about a third of the time (Python's case-blind matching compares case by case at every position)."""
 
     def __init__(self, pattern: str | re.Pattern[str], flags: int = 0) -> None:
         self.re = re.compile(pattern, flags) if isinstance(pattern, str) else pattern
