@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from vlrl.rewards.guards import GuardSet
-from vlrl.rewards.guards.doc import Doc, english_function_words
+from vlrl.rewards.guards.doc import Doc
 from vlrl.rewards.guards.judge import RewordingGuard, sentence_tokens
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
@@ -47,7 +47,6 @@ def main() -> None:
     from nltk.corpus import wordnet as wn
 
     vocab = RewordingGuard().v  # the guard's own word families and generic words
-    function = english_function_words()
 
     @cache
     def senses(word: str) -> tuple[frozenset[str], frozenset[str]]:
@@ -66,8 +65,7 @@ def main() -> None:
         near: set[str] = set()
         shares = []
         for k, tokens in enumerate(sentence_tokens(doc, doc.lower)):
-            # the content words the rewording guard stems (RewordingGuard._stems), kept as words for WordNet
-            words = [t for t in tokens if t not in function and t not in vocab.generic and len(t) > 2 and not t.isdigit()]
+            words = vocab.content(tokens)  # the words the rewording guard stems, kept as words for WordNet
             if k and len(words) >= 2:
                 said = sum(vocab.stem(w) in stems or (use_wordnet and bool(senses(w)[0] & near or senses(w)[1] & own))
                            for w in words)

@@ -153,6 +153,11 @@ class _Vocab:
         self.synonym = {w: group[0] for group in vocab.synonyms for w in group}
         self._stems: dict[str, str] = {}
 
+    def content(self, tokens: list[str]) -> list[str]:
+        """The content words of ``tokens``: no function word, no word that fits any image ("image", "shows",
+        "scene"), nothing of two letters or less, no number."""
+        return [t for t in tokens if t not in self.function and t not in self.generic and len(t) > 2 and not t.isdigit()]
+
     def stem(self, word: str) -> str:
         """:func:`_stem` with this vocabulary's word families, remembered."""
         if (got := self._stems.get(word)) is None:
@@ -919,8 +924,7 @@ class RewordingGuard(_JudgeGuard):
 
     def _stems(self, tokens: list[str]) -> list[str]:
         # words that fit any image ("image", "shows", "scene") say nothing; they would only dilute the overlap
-        return [self.v.stem(t) for t in tokens
-                if t not in self.v.function and t not in self.v.generic and len(t) > 2 and not t.isdigit()]
+        return [self.v.stem(t) for t in self.v.content(tokens)]
 
     def _sentence_stems(self, doc: Doc, tokens: list[list[str]]) -> list[list[str]]:
         """Each sentence's content stems, once per caption: both rewording checks read them."""
