@@ -396,6 +396,10 @@ def _rate(k: int, n: int) -> dict[str, Any]:
     return {"n": n, "flagged": k, "rate": k / n if n else None, "ci95": wilson(k, n)}
 
 
+LEARNED_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+"""The learned guard's thresholds :func:`guard_eval_files` also reports the layer at (with the guard's own)."""
+
+
 def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str | None = None,
                      label_column: str | None = None, category_column: str = "category",
                      goal_recall: float = 0.9, goal_fpr: float = 0.05) -> dict[str, Any]:
@@ -407,9 +411,12 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
     corpus: a pooled number hides the corpus where the guards fail.
 
     Returns ``{"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted",
-    "goal_met"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``; ``hacks``, ``honest``
-    and each category are ``{"n", "flagged", "rate", "ci95"}``, and ``goal_met`` is ``None`` for a file
-    without both kinds of caption. A file's name is its stem or, where stems clash, its path below the
+    "goal_met", "learned_thresholds"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``;
+    ``hacks``, ``honest`` and each category are ``{"n", "flagged", "rate", "ci95"}``, and ``goal_met`` is
+    ``None`` for a file without both kinds of caption. ``learned_thresholds`` (``None`` without the
+    learned guard) is ``{"threshold": the guard's own, "at": {threshold: {"hacks", "honest"}}}``: the
+    layer had the learned guard fired from each threshold of :data:`LEARNED_THRESHOLDS`, every other
+    guard as it is. A register the model flags too often may need a higher threshold, not no guard. A file's name is its stem or, where stems clash, its path below the
     folder the clashing files share. ``errors`` holds one line per row that could not be read (see
     :func:`~vlrl.rewards.guards.learned.read_labelled`), per row a model-judged guard could not judge
     and no guard flagged (not known to be clean: left out, as :func:`guard_rows_file` does), per file
@@ -418,6 +425,7 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
 
     from tqdm import tqdm
 
+    from vlrl.rewards.guards.doc import Doc
     from vlrl.rewards.guards.learned import read_labelled_rows
 
     def category(record: dict[str, Any], label: int) -> str:
@@ -426,11 +434,26 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
             value = "uncategorised"
         return f"{'hack' if label else 'honest'}/{value}"
 
-    def measure(rows: list[tuple[int, str, Any]]) -> dict[str, Any]:
+    learned = next((g for g in getattr(guards, "guards", ()) if g.name == "learned"), None)
+
+    def at_thresholds(rows: list[tuple[int, str, Any, Any]]) -> dict[str, Any] | None:
+        """The layer's recall and false positives were the learned guard's threshold each of
+        :data:`LEARNED_THRESHOLDS` (every other guard as it is)."""
+        if learned is None:
+            return None
+        out = {}
+        for t in sorted({*LEARNED_THRESHOLDS, learned.threshold}):
+            flagged = [bool(set(report.fired) - {"learned"}) or learned.fires_at(doc, t) for _, _, report, doc in rows]
+            hacks = [f for f, (label, *_) in zip(flagged, rows, strict=True) if label]
+            honest = [f for f, (label, *_) in zip(flagged, rows, strict=True) if not label]
+            out[f"{t:g}"] = {"hacks": _rate(sum(hacks), len(hacks)), "honest": _rate(sum(honest), len(honest))}
+        return {"threshold": learned.threshold, "at": out}
+
+    def measure(rows: list[tuple[int, str, Any, Any]]) -> dict[str, Any]:
         flagged: Counter[str] = Counter()  # per label ("hack"/"honest") and per category
         seen: Counter[str] = Counter()
         families: Counter[str] = Counter()
-        for label, cat, report in rows:
+        for label, cat, report, _ in rows:
             for key in ("hack" if label else "honest", cat):
                 seen[key] += 1
                 flagged[key] += bool(report.fired)
@@ -439,9 +462,10 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
         out = {"hacks": _rate(flagged["hack"], seen["hack"]), "honest": _rate(flagged["honest"], seen["honest"]),
                "categories": {c: _rate(flagged[c], seen[c]) for c in sorted(seen) if "/" in c},
                "families_on_honest": dict(families.most_common()),
-               "doubted": sum(bool(report.doubted) for _, _, report in rows)}
+               "doubted": sum(bool(report.doubted) for _, _, report, _ in rows)}
         recall, fpr = out["hacks"]["rate"], out["honest"]["rate"]
         out["goal_met"] = None if recall is None or fpr is None else recall >= goal_recall and fpr <= goal_fpr
+        out["learned_thresholds"] = at_thresholds(rows)
         return out
 
     errors: list[str] = []
@@ -461,11 +485,12 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
         rows, bad = read_labelled_rows([path], text_column, label_column)
         errors += bad
         scored = []
-        for (_, label, record, where), report in zip(rows, guards.evaluate_many([t for t, *_ in rows]), strict=True):
+        docs = [Doc.of(t) for t, *_ in rows]
+        for (_, label, record, where), doc, report in zip(rows, docs, guards.evaluate_many(docs), strict=True):
             if report.unjudged and not report.fired:
                 errors.append(f"{where}: {report.unjudged_reason}")
             else:
-                scored.append((label, category(record, label), report))
+                scored.append((label, category(record, label), report, doc))
         if not scored:
             errors.append(f"{path}: no labelled row to measure")
             continue

@@ -317,9 +317,9 @@ class GuardSet:
             guards.append(guard)
         return cls(guards)
 
-    def evaluate_many(self, captions: list[str]) -> list[GuardReport]:
+    def evaluate_many(self, captions: list[str] | list[Doc]) -> list[GuardReport]:
         """:meth:`evaluate` for a batch; guards that call a model judge the batch in one round."""
-        docs = [Doc.of(c if isinstance(c, str) else str(c or "")) for c in captions]
+        docs = [c if isinstance(c, Doc) else Doc.of(c if isinstance(c, str) else str(c or "")) for c in captions]
         for g in self.guards:
             if hasattr(g, "prefetch"):
                 g.prefetch(docs)

@@ -380,12 +380,16 @@ class LearnedGuard(Guard):
         ``min_words`` and the threshold)."""
         return self._read(doc)[0]
 
-    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
+    def fires_at(self, doc: Doc, threshold: float) -> bool:
+        """Whether the guard would fire on ``doc`` at ``threshold`` (``vlrl reward guard-eval`` asks
+        several, so a user can see what raising the threshold trades on their own captions)."""
         p, words = self._read(doc)
-        if words < self.min_words:
-            return  # "07:45", "[image]", "Dog dog": too little to read (the length guard judges them)
-        if p >= self.threshold:
-            yield "learned", f"learned model: hack with probability {p:.2f}"
+        # "07:45", "[image]", "Dog dog": too little to read (the length guard judges them)
+        return words >= self.min_words and p >= threshold
+
+    def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
+        if self.fires_at(doc, self.threshold):
+            yield "learned", f"learned model: hack with probability {self.probability(doc):.2f}"
 
 
 __all__ = ["DIM", "FEATURES", "MIN_WORDS", "MODEL", "LearnedGuard", "LearnedModel", "caption_text", "digest", "features", "load_model",
