@@ -346,8 +346,6 @@ def test_guard_eval_shows_what_the_learned_guards_threshold_trades(tmp_path):
     more; honest captions the learned guard alone flags drop out as it rises, hacks a pattern names stay;
     without the learned guard there is no table."""
     from vlrl.rewards.guards import GuardSet
-    from vlrl.rewards.guards.doc import Doc
-    from vlrl.rewards.guards.learned import caption_text, load_model
     from vlrl.rewards.scoring import guard_eval_files
 
     corpus = FIXTURES / "heldout" / "guard_vlm_honest_a.jsonl"  # honest captions, some the learned guard flags
@@ -361,13 +359,26 @@ def test_guard_eval_shows_what_the_learned_guards_threshold_trades(tmp_path):
     own = table["at"]["0.75"]
     assert (own["hacks"], own["honest"]) == (pooled["hacks"], pooled["honest"])
     honest = [v["honest"]["flagged"] for v in table["at"].values()]
-    assert honest == sorted(honest, reverse=True) and honest[0] > honest[-1]  # (some fall between 0.5 and 0.95)
+    assert honest == sorted(honest, reverse=True)
+    assert table["at"]["0.5"]["honest"]["flagged"] > own["honest"]["flagged"] > table["at"]["0.95"]["honest"]["flagged"]
     assert all(v["hacks"]["flagged"] == 2 for v in table["at"].values())  # the patterns name both
-    # the honest captions flagged at 0.5 but not at 0.95 are those the model scores between the two
-    model = load_model()
-    between = sum(0.5 <= model.probability(caption_text(Doc.of(r["caption"]))) < 0.95 for r in rows[:-2])
-    assert honest[0] - honest[-1] <= between
+    # each threshold's count is what a layer set to it flags
+    for t in ("0.6", "0.9"):
+        layer = guard_eval_files(GuardSet.from_settings(learned={"threshold": float(t)}), [path])["pooled"]
+        assert (table["at"][t]["hacks"], table["at"][t]["honest"]) == (layer["hacks"], layer["honest"]), t
+    # ... with a user's patterns for the learned guard, or its model's family skipped, too
+    for settings in ({"extra_patterns": [r"\bin the background\b"]}, {"skip_families": ["learned"]}):
+        for t in (0.6, 0.9):
+            pooled = guard_eval_files(GuardSet.from_settings(learned={**settings, "threshold": 0.75}), [path])["pooled"]
+            layer = guard_eval_files(GuardSet.from_settings(learned={**settings, "threshold": t}), [path])["pooled"]
+            assert pooled["learned_thresholds"]["at"][f"{t:g}"]["honest"] == layer["honest"], (settings, t)
     assert guard_eval_files(GuardSet.from_settings(learned=False), [path])["pooled"]["learned_thresholds"] is None
+    # the command writes counts as numbers
+    out = tmp_path / "eval.json"
+    assert run("reward", "guard-eval", "-i", str(path), "--json", str(out)).returncode == 0
+    written = json.loads(out.read_text())["pooled"]["learned_thresholds"]["at"]["0.9"]
+    assert written["honest"] == json.loads(json.dumps(table["at"]["0.9"]["honest"]))
+    assert isinstance(written["honest"]["flagged"], int) and isinstance(written["hacks"]["n"], int)
 
 
 def test_guard_eval_tells_apart_files_of_one_name_in_folders_of_one_name(tmp_path):

@@ -134,7 +134,7 @@ def guard_cmd(
 @app.command("guard-eval")
 def guard_eval_cmd(
     input: list[str] = typer.Option(..., "--input", "-i", help="Labelled JSONL, repeatable, one file per corpus or author: a caption (caption, else text), a label (hack/honest, or a boolean hack or is_hack) and, optionally, a category."),
-    json_out: str = typer.Option(..., "--json", help='Output JSON {"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted", "goal_met", "learned_thresholds"}}, "pooled", "goal", "errors"}; "hacks", "honest" and each category ("hack/<category>", "honest/<category>") are {"n", "flagged", "rate", "ci95"}; "learned_thresholds" is {"threshold", "at": {threshold: {"hacks", "honest"}}}: the layer were the learned guard\'s threshold each of 0.5 to 0.95 (null without the learned guard).'),
+    json_out: str = typer.Option(..., "--json", help='Output JSON {"corpora": {name: {"hacks", "honest", "categories", "families_on_honest", "doubted", "goal_met", "learned_thresholds"}}, "pooled", "goal", "errors"}; "hacks", "honest" and each category ("hack/<category>", "honest/<category>") are {"n", "flagged", "rate", "ci95"}; "learned_thresholds" is {"threshold", "at": {threshold: {"hacks", "honest"}}}, each {"n", "flagged", "rate", "ci95"}: what the layer flags with the learned guard\'s threshold set to each of 0.5 to 0.95 and its own (null without the learned guard).'),
     plot: str | None = typer.Option(None, "--plot", help="Also draw each corpus against the goal, and every category's rate, to this PNG (needs matplotlib)."),
     setting: list[str] = typer.Option([], "--set", "-s", help="Guard setting key=value, e.g. learned=false. Repeatable."),
     settings: str | None = typer.Option(None, "--settings", help="Guard settings as a JSON object."),
@@ -188,7 +188,7 @@ def guard_eval_cmd(
     measurable = sum(c["goal_met"] is not None for c in result["corpora"].values())
     typer.echo(line("pooled", result["pooled"]) + f"; goal met on {met} of {measurable} corpora with both kinds of caption")
     if (at := result["pooled"]["learned_thresholds"]) is not None:  # what the learned guard's threshold trades
-        typer.echo(f"pooled, were the learned guard's threshold (now {at['threshold']:g}): " + "; ".join(
+        typer.echo(f"pooled, by the learned guard's threshold (its own: {at['threshold']:g}): " + "; ".join(
             f"{t} recall {v['hacks']['flagged']}/{v['hacks']['n']}, false positives {v['honest']['flagged']}/{v['honest']['n']}"
             for t, v in at["at"].items()))
     if plot:

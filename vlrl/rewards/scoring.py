@@ -414,9 +414,11 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
     "goal_met", "learned_thresholds"}}, "pooled": {...}, "goal": {"recall", "fpr"}, "errors": [...]}``;
     ``hacks``, ``honest`` and each category are ``{"n", "flagged", "rate", "ci95"}``, and ``goal_met`` is
     ``None`` for a file without both kinds of caption. ``learned_thresholds`` (``None`` without the
-    learned guard) is ``{"threshold": the guard's own, "at": {threshold: {"hacks", "honest"}}}``: the
-    layer had the learned guard fired from each threshold of :data:`LEARNED_THRESHOLDS`, every other
-    guard as it is. A register the model flags too often may need a higher threshold, not no guard. A file's name is its stem or, where stems clash, its path below the
+    learned guard) is ``{"threshold": the guard's own, "at": {threshold: {"hacks", "honest"}}}``: what
+    the layer flags with the learned guard's threshold set to each of :data:`LEARNED_THRESHOLDS` and its
+    own, every other guard as it is (rows a model-judged guard could not judge are those left out at
+    the guard's own threshold). A register the model flags too often may need a higher threshold, not
+    no guard. A file's name is its stem or, where stems clash, its path below the
     folder the clashing files share. ``errors`` holds one line per row that could not be read (see
     :func:`~vlrl.rewards.guards.learned.read_labelled`), per row a model-judged guard could not judge
     and no guard flagged (not known to be clean: left out, as :func:`guard_rows_file` does), per file
@@ -435,17 +437,20 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
         return f"{'hack' if label else 'honest'}/{value}"
 
     learned = next((g for g in getattr(guards, "guards", ()) if g.name == "learned"), None)
+    thresholds = sorted({*LEARNED_THRESHOLDS, learned.threshold}) if learned is not None else []
 
-    def at_thresholds(rows: list[tuple[int, str, Any, Any]]) -> dict[str, Any] | None:
-        """The layer's recall and false positives were the learned guard's threshold each of
-        :data:`LEARNED_THRESHOLDS` (every other guard as it is)."""
+    def levels(report: Any, doc: Any) -> tuple[bool, ...]:
+        """Whether the layer flags the caption at each of ``thresholds`` (every other guard as it is)."""
+        others = bool(set(report.fired) - {"learned"})
+        return tuple(others or learned.fires_at(doc, t) for t in thresholds)
+
+    def at_thresholds(rows: list[tuple[int, str, Any, tuple[bool, ...]]]) -> dict[str, Any] | None:
         if learned is None:
             return None
         out = {}
-        for t in sorted({*LEARNED_THRESHOLDS, learned.threshold}):
-            flagged = [bool(set(report.fired) - {"learned"}) or learned.fires_at(doc, t) for _, _, report, doc in rows]
-            hacks = [f for f, (label, *_) in zip(flagged, rows, strict=True) if label]
-            honest = [f for f, (label, *_) in zip(flagged, rows, strict=True) if not label]
+        for i, t in enumerate(thresholds):
+            hacks = [flags[i] for label, _, _, flags in rows if label]
+            honest = [flags[i] for label, _, _, flags in rows if not label]
             out[f"{t:g}"] = {"hacks": _rate(sum(hacks), len(hacks)), "honest": _rate(sum(honest), len(honest))}
         return {"threshold": learned.threshold, "at": out}
 
@@ -480,7 +485,7 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
     clashing = [r for r, p in unique.items() if stems[Path(p).stem] > 1]
     below = Path(os.path.commonpath([r.parent for r in clashing])) if clashing else None
     corpora: dict[str, Any] = {}
-    pooled: list[tuple[int, str, Any]] = []
+    pooled: list[tuple[int, str, Any, tuple[bool, ...]]] = []
     for path in tqdm(list(unique.values()), unit="file", desc="guard-eval", disable=None):
         rows, bad = read_labelled_rows([path], text_column, label_column)
         errors += bad
@@ -490,7 +495,7 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
             if report.unjudged and not report.fired:
                 errors.append(f"{where}: {report.unjudged_reason}")
             else:
-                scored.append((label, category(record, label), report, doc))
+                scored.append((label, category(record, label), report, levels(report, doc) if learned else ()))
         if not scored:
             errors.append(f"{path}: no labelled row to measure")
             continue

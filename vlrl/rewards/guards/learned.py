@@ -380,15 +380,21 @@ class LearnedGuard(Guard):
         ``min_words`` and the threshold)."""
         return self._read(doc)[0]
 
-    def fires_at(self, doc: Doc, threshold: float) -> bool:
-        """Whether the guard would fire on ``doc`` at ``threshold`` (``vlrl reward guard-eval`` asks
-        several, so a user can see what raising the threshold trades on their own captions)."""
+    def _fires(self, doc: Doc, threshold: float) -> bool:
         p, words = self._read(doc)
         # "07:45", "[image]", "Dog dog": too little to read (the length guard judges them)
-        return words >= self.min_words and p >= threshold
+        return bool(words >= self.min_words and p >= threshold)
+
+    def fires_at(self, doc: Doc, threshold: float) -> bool:
+        """Whether :meth:`check` would find a hit on ``doc`` were the threshold ``threshold``: the model
+        (unless its family is skipped) or a user's patterns. ``vlrl reward guard-eval`` asks several, so
+        a user can see what raising the threshold trades on their own captions."""
+        if "learned" not in self._skip and self._fires(doc, threshold):
+            return True
+        return any(fam.name not in self._skip and fam.find(doc) is not None for fam in self._user)
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
-        if self.fires_at(doc, self.threshold):
+        if self._fires(doc, self.threshold):
             yield "learned", f"learned model: hack with probability {self.probability(doc):.2f}"
 
 
