@@ -379,6 +379,15 @@ def test_guard_eval_shows_what_the_learned_guards_threshold_trades(tmp_path):
     written = json.loads(out.read_text())["pooled"]["learned_thresholds"]["at"]["0.9"]
     assert written["honest"] == json.loads(json.dumps(table["at"]["0.9"]["honest"]))
     assert isinstance(written["honest"]["flagged"], int) and isinstance(written["hacks"]["n"], int)
+    # the plot traces the pooled captions across the thresholds, one point each
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from vlrl.evaluation.reports import plot_guard_eval
+
+    fig = plot_guard_eval(json.loads(out.read_text()))
+    (trace,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("pooled, by")]
+    assert list(trace.get_xdata()) == [v["honest"]["rate"] for v in table["at"].values()]
 
 
 def test_guard_eval_tells_apart_files_of_one_name_in_folders_of_one_name(tmp_path):

@@ -451,8 +451,9 @@ def plot_training_curves(curves: pd.DataFrame):
 
 def plot_guard_eval(result: dict[str, Any]):
     """Two panels from :func:`vlrl.rewards.scoring.guard_eval_files`: each corpus as a point (false
-    positives across, recall up, 95% Wilson intervals as bars) against the goal's corner, and the pooled
-    rate of every category (hacks caught; honest captions flagged)."""
+    positives across, recall up, 95% Wilson intervals as bars) against the goal's corner, with the pooled
+    captions traced across the learned guard's thresholds where the layer has it; and the pooled rate of
+    every category (hacks caught; honest captions flagged)."""
     import matplotlib.pyplot as plt
 
     goal = result["goal"]
@@ -475,6 +476,16 @@ def plot_guard_eval(result: dict[str, Any]):
                     yerr=[[max(0.0, y - h["ci95"][0])], [max(0.0, h["ci95"][1] - y)]],
                     fmt="o", color=colour, ecolor=colour, alpha=0.8, markersize=4, capsize=2, linewidth=0.8)
         ax.annotate(name.removeprefix("guard_corpus_"), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    # the pooled captions at each of the learned guard's thresholds: what raising it trades
+    if (table := pooled.get("learned_thresholds")) and all(v["hacks"]["n"] and v["honest"]["n"] for v in table["at"].values()):
+        at = list(table["at"].items())
+        ax.plot([v["honest"]["rate"] for _, v in at], [v["hacks"]["rate"] for _, v in at], "-", color="0.4",
+                marker=".", linewidth=0.8, label="pooled, by the learned guard's threshold")
+        for t, v in at:
+            own = float(t) == table["threshold"]
+            ax.annotate(t + (" (its own)" if own else ""), (v["honest"]["rate"], v["hacks"]["rate"]), fontsize=6,
+                        color="0.3", xytext=(-4, -9), textcoords="offset points")
+        ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("honest captions flagged (false positives)")
     ax.set_ylabel("hacks caught (recall)")
     ax.set_title(f"each corpus; green: goal met (recall ≥ {goal['recall']:.2f}, false positives ≤ {goal['fpr']:.2f})", fontsize=9)
