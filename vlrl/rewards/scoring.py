@@ -441,8 +441,9 @@ def guard_eval_files(guards: Any, paths: list[str | Path], *, text_column: str |
 
     def levels(report: Any, doc: Any) -> tuple[bool, ...]:
         """Whether the layer flags the caption at each of ``thresholds`` (every other guard as it is)."""
-        others = bool(set(report.fired) - {"learned"})
-        return tuple(others or learned.fires_at(doc, t) for t in thresholds)
+        if set(report.fired) - {"learned"}:
+            return (True,) * len(thresholds)
+        return learned.fires_at(doc, thresholds)
 
     def at_thresholds(rows: list[tuple[int, str, Any, tuple[bool, ...]]]) -> dict[str, Any] | None:
         if learned is None:

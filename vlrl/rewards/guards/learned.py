@@ -385,13 +385,21 @@ class LearnedGuard(Guard):
         # "07:45", "[image]", "Dog dog": too little to read (the length guard judges them)
         return bool(words >= self.min_words and p >= threshold)
 
-    def fires_at(self, doc: Doc, threshold: float) -> bool:
-        """Whether :meth:`check` would find a hit on ``doc`` were the threshold ``threshold``: the model
-        (unless its family is skipped) or a user's patterns. ``vlrl reward guard-eval`` asks several, so
-        a user can see what raising the threshold trades on their own captions."""
-        if "learned" not in self._skip and self._fires(doc, threshold):
-            return True
-        return any(fam.name not in self._skip and fam.find(doc) is not None for fam in self._user)
+    def fires_at(self, doc: Doc, thresholds: Iterable[float]) -> tuple[bool, ...]:
+        """Whether :meth:`check` would find a hit on ``doc`` were the threshold each of ``thresholds``: the
+        model (unless its family is skipped) or a user's patterns, which are asked once whatever the
+        threshold. ``vlrl reward guard-eval`` asks several, so a user can see what raising the threshold
+        trades on their own captions."""
+        user = None
+        out = []
+        for t in thresholds:
+            if "learned" not in self._skip and self._fires(doc, t):
+                out.append(True)
+                continue
+            if user is None:
+                user = any(fam.name not in self._skip and fam.find(doc) is not None for fam in self._user)
+            out.append(user)
+        return tuple(out)
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         if self._fires(doc, self.threshold):
