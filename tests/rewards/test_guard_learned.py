@@ -386,6 +386,17 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # flagged 18/240 and 19/200 with the default layer (16/240 and 15/200 without the length band): not shipped
     ("guard_registers_a.jsonl", 0.82, 0.94, 0.075),
     ("guard_registers_b.jsonl", 0.85, 0.93, 0.10),
+    # sixteen more registers by two more blind authors, read once on the tenth model (c: museum labels,
+    # real-estate photos, wildlife notes, fashion products, microscopy, app screenshots, comic panels,
+    # building inspections; d: group chats, an elderly relative's letters, poetic captions, incident reports,
+    # auction lots, food reviews, aerial surveys, textbook figures): patterns 97/120 and 109/120, false
+    # positives 9/120 and 26/120; with the learned guard 114/120 and 117/120, false positives 13/120 and
+    # 37/120. Then once more after personal pairs of cues stopped counting (chosen on two training authors,
+    # tests/fixtures/registers/guard_registers_train_tf.jsonl and _tg.jsonl): the same recall, false
+    # positives 8/120 and 23/120, with the learned guard 12/120 and 36/120. The goal is missed on false
+    # positives on both; on d by far (letters and food reviews: first person, ratings of the food)
+    ("guard_registers_c.jsonl", 0.80, 0.94, 0.10),
+    ("guard_registers_d.jsonl", 0.90, 0.96, 0.30),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus
