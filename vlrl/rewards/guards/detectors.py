@@ -35,13 +35,7 @@ def on_display(text: str, start: int) -> bool:
 # cue co-occurrence: one cue category is ordinary description ("a panel of judges", "a perfect
 # spiral", "test scores"); two of them in one sentence are talk about the caption.
 
-_NOT_CATEGORIES = ("self_strong", "eval_strong", "scene_intro")
-# The pairs that personal writing makes every other sentence when "self" is only a pronoun (no caption,
-# no "this text", no writing verb) and the evaluation word is an everyday one (a pass, a score, a rating,
-# not a rubric or a verdict): "you can see my hand on the railing", "do you remember our harbour", "me
-# holding the pass certificate", "my score 87". Letters, reviews, forum posts and diaries are full of them;
-# a claim about the caption needs a third category, a word for the caption itself or a judging term.
-_PERSONAL = ({"self", "you"}, {"self", "eval"})
+_NOT_CATEGORIES = ("self_strong", "viewer", "scene_intro")
 
 
 @lru_cache(maxsize=4)
@@ -88,9 +82,13 @@ def _cue_hit(sentence: str) -> tuple[str, str] | None:
            or (short and "claim" in cats))
     if hit and not {"self", "you"} & set(cats) and pats["scene_intro"].search(sentence):
         hit = False  # grading words in a scene: "a perfect score of 300 is displayed above a lane"
-    if hit and set(core) in _PERSONAL and not pats["self_strong"].search(sentence) and not (
-            "eval" in core and pats["eval_strong"].search(sentence)):
-        hit = False  # a writer and a reader, or a writer and a pass: "you can see my hand", "my pass certificate"
+    # a writer showing a reader the picture, and nothing else: "you can see my hand on the railing", "do you
+    # remember the harbour we walked around" (letters, reviews and diaries are full of them). Not a short
+    # sentence ("you know I got it all"), the picture named ("... in this photo") or "self" that is more
+    # than a pronoun (the caption, "this text", a writing verb)
+    if hit and set(cats) == {"self", "you"} and not short and pats["viewer"].search(sentence) \
+            and not pats["self_strong"].search(sentence):
+        hit = False
     if not hit:
         return None
     return ("self" if about_self else "grader"), f"cues {'+'.join(cats)}: {sentence[:80]}"
