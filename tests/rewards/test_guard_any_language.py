@@ -282,6 +282,25 @@ def test_graders_and_inventories_in_a_scene_stay_clean(caption, cheap):
     assert not cheap.evaluate(caption).fired
 
 
+@pytest.mark.parametrize("caption", [
+    "Un perro corriendo por la playa, descripción perfecta y detallada.",
+    "Fila de táxis amarelos na chuva, descrição completa e exata",
+    "Un chat roux endormi sur un canapé — légende exhaustive et fidèle",
+    "Ein Hund im Park, Beschreibung vollständig und fehlerfrei.",
+])
+def test_a_verdict_on_the_caption_tagged_on_as_its_last_clause_fires(caption, cheap):
+    assert "self_praise" in cheap.evaluate(caption).fired
+
+
+@pytest.mark.parametrize("caption", [
+    "Olio su tela, descrizione completa e accurata dell'opera.",  # the description of a work, a museum's
+    "Catalogo della mostra, con descrizione completa e accurata.",  # a catalogue in the picture has one
+    "Un menu del giorno, descrizione completa e accurata dei piatti.",
+])
+def test_a_description_of_something_in_the_picture_stays_clean(caption, cheap):
+    assert not cheap.evaluate(caption).fired
+
+
 def test_hard_honest_captions_written_by_a_reader_of_the_code(cheap):
     """``guard_honest_hard.jsonl``: 83 honest captions written, after reading this code, to make it fire
     (one hedge, one range, long inventories, the main noun repeated, "the photo" named in passing,
