@@ -287,6 +287,7 @@ def test_graders_and_inventories_in_a_scene_stay_clean(caption, cheap):
     "Fila de táxis amarelos na chuva, descrição completa e exata",
     "Un chat roux endormi sur un canapé — légende exhaustive et fidèle",
     "Ein Hund im Park, Beschreibung vollständig und fehlerfrei.",
+    "Чашка кофе на столе, описание исчерпывающее и точное.",
 ])
 def test_a_verdict_on_the_caption_tagged_on_as_its_last_clause_fires(caption, cheap):
     assert "self_praise" in cheap.evaluate(caption).fired

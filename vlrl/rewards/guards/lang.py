@@ -396,8 +396,8 @@ def _closing_fragment(sentence: str, at: int, code: str, quality: list[tuple[str
     small = function_words(str(path)).get(code, frozenset())
     rest = sentence[at:]
     for m in re.finditer(r"\w+", rest):
-        if m.start() == 0 or at + m.start() in praise_at or m.group(0) in small:
-            continue
+        if m.start() == 0 or at + m.start() in praise_at or m.group(0) in small or len(m.group(0)) <= 2:
+            continue  # (a word of two letters or fewer is a function word where the table lists none: "и")
         if any(q_at <= at + m.start() < q_at + len(w) for q_at, w in praise_at.items()):
             continue  # inside a word of quality ("exhaustive" of "exhaustive et")
         return False
