@@ -83,10 +83,10 @@ def _cue_hit(sentence: str) -> tuple[str, str] | None:
     if hit and not {"self", "you"} & set(cats) and pats["scene_intro"].search(sentence):
         hit = False  # grading words in a scene: "a perfect score of 300 is displayed above a lane"
     # a writer showing a reader the picture, and nothing else: "you can see my hand on the railing", "do you
-    # remember the harbour we walked around" (letters, reviews and diaries are full of them). Not a short
-    # sentence ("you know I got it all"), the picture named ("... in this photo") or "self" that is more
-    # than a pronoun (the caption, "this text", a writing verb)
-    if hit and set(cats) == {"self", "you"} and not short and pats["viewer"].search(sentence) \
+    # remember the harbour we walked around" (letters, reviews and diaries are full of them). Not what the
+    # writer did ("you can see I got it all": ``viewer`` refuses a first person after the verb), the
+    # picture named ("... in this photo") or "self" that is more than a pronoun (the caption, "this text")
+    if hit and set(cats) == {"self", "you"} and pats["viewer"].search(sentence) \
             and not pats["self_strong"].search(sentence):
         hit = False
     if not hit:

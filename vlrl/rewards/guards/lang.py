@@ -63,7 +63,7 @@ SCRIPTS = {
 # "10 a 10", nor the start of a longer number, "10 von 100"; five of five is a common star rating)
 _OF = r"(?:из|з|de|su|von|sur|out\s+of|of|av|van|op|na|στα|از|จาก)"
 _MAX_SCORE = (rf"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|(?P<full>10|100)\s+{_OF}\s+(?P=full)(?!\d|[.,]\d)"
-              r"|10\s*分|100\s*[分点점]|満点|만점)")
+              r"|10\s*分|100\s*[分点점]|満点|满分|滿分|만점)")
 
 
 @lru_cache(maxsize=64)
