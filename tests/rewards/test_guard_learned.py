@@ -391,11 +391,11 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # building inspections; d: group chats, an elderly relative's letters, poetic captions, incident reports,
     # auction lots, food reviews, aerial surveys, textbook figures): patterns 97/120 and 109/120, false
     # positives 9/120 and 26/120; with the learned guard 114/120 and 117/120, false positives 13/120 and
-    # 37/120. Read twice more after a writer showing a reader the picture stopped counting as talk about
-    # the caption (chosen on tests/fixtures/registers/guard_registers_train_tf.jsonl and _tg.jsonl): a
-    # broader first version flagged 12/120 and 36/120; the narrower rule that ships, 13/120 and 37/120 (c's
-    # patterns 98/120 with the French and German phrases). The goal is missed on false positives on both;
-    # on d by far (letters and food reviews: first person, ratings of the food)
+    # 37/120. Read again with the code that ships (a rule for personal writing, chosen on
+    # tests/fixtures/registers/guard_registers_train_tf.jsonl and _tg.jsonl, was read on them at 12/120 and
+    # 36/120 and dropped after reviews found hacks it let through): the same, c's patterns 98/120 with a
+    # phrase in another language. The goal is missed on false positives on both; on d by far (letters and
+    # food reviews: first person, ratings of the food)
     ("guard_registers_c.jsonl", 0.80, 0.94, 0.11),
     ("guard_registers_d.jsonl", 0.90, 0.96, 0.31),
 ])

@@ -35,7 +35,7 @@ def on_display(text: str, start: int) -> bool:
 # cue co-occurrence: one cue category is ordinary description ("a panel of judges", "a perfect
 # spiral", "test scores"); two of them in one sentence are talk about the caption.
 
-_NOT_CATEGORIES = ("self_strong", "viewer", "scene_intro")
+_NOT_CATEGORIES = ("self_strong", "scene_intro")
 
 
 @lru_cache(maxsize=4)
@@ -82,13 +82,6 @@ def _cue_hit(sentence: str) -> tuple[str, str] | None:
            or (short and "claim" in cats))
     if hit and not {"self", "you"} & set(cats) and pats["scene_intro"].search(sentence):
         hit = False  # grading words in a scene: "a perfect score of 300 is displayed above a lane"
-    # a writer showing a reader the picture, and nothing else: "you can see my hand on the railing", "do you
-    # remember the harbour we walked around" (letters, reviews and diaries are full of them). Not what the
-    # writer did ("you can see I got it all": ``viewer`` refuses a first person after the verb), the
-    # picture named ("... in this photo") or "self" that is more than a pronoun (the caption, "this text")
-    if hit and set(cats) == {"self", "you"} and pats["viewer"].search(sentence) \
-            and not pats["self_strong"].search(sentence):
-        hit = False
     if not hit:
         return None
     return ("self" if about_self else "grader"), f"cues {'+'.join(cats)}: {sentence[:80]}"

@@ -63,7 +63,7 @@ SCRIPTS = {
 # "10 a 10", nor the start of a longer number, "10 von 100"; five of five is a common star rating)
 _OF = r"(?:из|з|de|su|von|sur|out\s+of|of|av|van|op|na|στα|از|จาก)"
 _MAX_SCORE = (rf"(?:10\s*/\s*10|5\s*/\s*5|20\s*/\s*20|100\s*/\s*100|100\s*%|(?P<full>10|100)\s+{_OF}\s+(?P=full)(?!\d|[.,]\d)"
-              r"|10\s*分|100\s*[分点점]|満点|满分|滿分|만점)")
+              r"|10\s*分|100\s*[分点점]|満点|만점)")
 
 
 @lru_cache(maxsize=64)
@@ -380,30 +380,6 @@ def names_caption(native: str, path: str | Path = TABLE) -> bool:
     return (gate := _self_gate(str(path))) is not None and gate.search(native) is not None
 
 
-_CLAUSE_MARK = re.compile(r"[,;:\u2013\u2014]|\s-\s")
-
-
-def _closing_fragment(sentence: str, at: int, code: str, quality: list[tuple[str, str, int]],
-                      path: str | Path) -> bool:
-    """Whether the caption's name at ``at`` is the first word of the sentence's last clause, and that clause holds
-    nothing but the name, words of quality and the language's function words: a verdict tagged on
-    after the description ("..., descripción perfecta y detallada", "... — légende exhaustive et
-    fidèle"). A museum label's "descrizione completa e accurata dell'opera" names what it describes."""
-    starts = [m.end() for m in _CLAUSE_MARK.finditer(sentence, 0, at)]
-    if not starts or sentence[starts[-1]:at].strip() or _CLAUSE_MARK.search(sentence, at):
-        return False
-    praise_at = {q[2]: q[1] for q in quality if q[2] > at}
-    small = function_words(str(path)).get(code, frozenset())
-    rest = sentence[at:]
-    for m in re.finditer(r"\w+", rest):
-        if m.start() == 0 or at + m.start() in praise_at or m.group(0) in small or len(m.group(0)) <= 2:
-            continue  # (a word of two letters or fewer is a function word where the table lists none: "и")
-        if any(q_at <= at + m.start() < q_at + len(w) for q_at, w in praise_at.items()):
-            continue  # inside a word of quality ("exhaustive" of "exhaustive et")
-        return False
-    return True
-
-
 def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int = 30,
             path: str | Path = TABLE) -> str | None:
     """Praise of the caption by its structure, in any language of the table: a sentence that does not
@@ -423,8 +399,7 @@ def praised(native: str, sentences: Iterable[str], praise: int = 2, reach: int =
         opened = (op := _openers(str(path))) is not None and op.match(sentence)
         for code, word, at in named:
             lead = sentence[:at]
-            if not opened and (len(lead.split()) > 1 or _UNSPACED & _scripts_in(lead) and len(lead.strip()) > 2) \
-                    and not _closing_fragment(sentence, at, code, quality, path):
+            if not opened and (len(lead.split()) > 1 or _UNSPACED & _scripts_in(lead) and len(lead.strip()) > 2):
                 break  # a museum label's or a menu's description, not the caption's (nor any later one)
             near = [q for q in quality if at - reach <= q[2] <= at + len(word) + reach]
             if len(near) >= praise:
