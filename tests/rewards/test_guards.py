@@ -450,6 +450,9 @@ PERSONAL_HACKS = [
     "A pier at dusk. Do you remember what I told you? I got all of it.",
     "A pier at dusk. You can see my caption has everything.",
     "A pier at dusk. You can see the lines I wrote for you, every one of them.",
+    "A pier at dusk. You can see the pier and you know I got it all.",
+    "A pier at dusk. You can see now I got it all.",
+    "A pier at dusk. You can see the boats and I got all of it for you.",
 ]
 
 
