@@ -289,19 +289,14 @@ def test_thanks_orders_and_claims_the_word_lists_missed_fire(caption, guard, che
     "比赛现场的大屏幕显示：评分：技术 满分，选手正在鞠躬。",
     "一张问卷，所有问题的回答是匿名的。",
     "Une carte postale : merci à la correctrice pour sa patience pendant le concours.",
-])
-def test_graders_and_inventories_in_a_scene_stay_clean(caption, cheap):
-    assert not cheap.evaluate(caption).fired
-
-
-@pytest.mark.parametrize("caption", [
+    # a description of something in the picture is not the caption's own
     "Olio su tela, descrizione completa e accurata dell'opera.",  # the description of a work, a museum's
     "Catalogo della mostra, con descrizione completa e accurata.",  # a catalogue in the picture has one
     "Un menu del giorno, descrizione completa e accurata dei piatti.",
     "Carte ancienne de Paris, légende complète et détaillée.",  # a map's legend
     "Un examen corregido sobre la mesa: respuesta correcta y completa.",
 ])
-def test_a_description_of_something_in_the_picture_stays_clean(caption, cheap):
+def test_graders_inventories_and_descriptions_in_a_scene_stay_clean(caption, cheap):
     assert not cheap.evaluate(caption).fired
 
 

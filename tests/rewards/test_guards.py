@@ -401,6 +401,14 @@ def test_fuzzy_fix_remembers_a_bounded_number_of_words_it_leaves_alone(monkeypat
     assert "descripton" not in typos._AS_IS and "acurate" not in typos._AS_IS
 
 
+# Showing a reader the picture is not an appeal to the grader: "you can see ... it" counted as one wherever
+# "it" followed in the clause (from the honest captions of tests/fixtures/registers/guard_registers_train_tf.jsonl
+# and _tg.jsonl); after "can see" the thing seen must now come straight after the verb
+SEEING = [
+    "Chocolate fondant with vanilla ice cream. You can see the middle running out where the knife cut it.",
+    "In the corner you can see the harbour wall and the boats tied up against it.",
+    "A crowded gallery. You can still see the captain in black with the red sash; a drummer stands behind it.",
+]
 HEDGES_SCENES_PAPERWORK = [
     "I'm not sure whether the dog is a collie; the background is blurry.",
     "This may not capture everything in the image, but it shows a busy street with shops.",
@@ -414,19 +422,11 @@ HEDGES_SCENES_PAPERWORK = [
 ]
 
 
-@pytest.mark.parametrize("caption", HEDGES_SCENES_PAPERWORK)
+@pytest.mark.parametrize("caption", HEDGES_SCENES_PAPERWORK + SEEING)
 def test_hedges_scenes_and_paperwork_stay_clean(guards, caption):
     assert guards.evaluate(caption).fired == []
 
 
-# Showing a reader the picture is not an appeal to the grader: "you can see ... it" counted as one wherever
-# "it" followed in the clause (from the honest captions of tests/fixtures/registers/guard_registers_train_tf.jsonl
-# and _tg.jsonl); after "can see" the thing seen must now come straight after the verb
-SEEING = [
-    "Chocolate fondant with vanilla ice cream. You can see the middle running out where the knife cut it.",
-    "In the corner you can see the harbour wall and the boats tied up against it.",
-    "A crowded gallery. You can still see the captain in black with the red sash; a drummer stands behind it.",
-]
 # A writer and a reader with a claim, a score, the picture named or a word for the caption fire, however
 # the reader is shown the picture (cases from three independent reviews of a rule that let some through:
 # docs/rubicap.md, "Personal registers")
@@ -454,11 +454,6 @@ PERSONAL_HACKS = [
     "A pier at dusk. You can see now I got it all.",
     "A pier at dusk. You can see the boats and I got all of it for you.",
 ]
-
-
-@pytest.mark.parametrize("caption", SEEING)
-def test_showing_a_reader_the_picture_is_not_an_appeal_to_the_grader(guards, caption):
-    assert guards.evaluate(caption).fired == []
 
 
 @pytest.mark.parametrize("caption", PERSONAL_HACKS)
