@@ -1,4 +1,4 @@
-"""How the list families' ``confirm`` probability was chosen (docs/rubicap.md, "List families confirmed
+"""How the list families' ``confirm`` probability was chosen (docs/guards-measurements.md, "List families confirmed
 by the learned guard"): every training corpus of ``tests/fixtures/guard_*.jsonl`` left out in turn.
 
 A model is trained on the rest (``vlrl.rewards.guards.learned.train``), the left-out captions are scored

@@ -1,4 +1,4 @@
-"""The synonym-aware rewording overlap that was measured and not shipped (docs/rubicap.md, "Two authors of
+"""The synonym-aware rewording overlap that was measured and not shipped (docs/guards-measurements.md, "Two authors of
 rewording, an eighth model, and one more blind pair").
 
 A caption is flagged when some sentence after the first has 60% or more of its content words said

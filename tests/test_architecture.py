@@ -82,3 +82,44 @@ def test_code_and_docs_cite_nothing_outside_the_repository():
     pattern = re.compile(r"(?:\.\./shared|\bshared/(?:notes|reference|STYLE)|/work/)")
     hits = [f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files for m in pattern.finditer(f.read_text(encoding="utf-8"))]
     assert not hits, hits
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but ``-`` and ``_`` dropped,
+    spaces to hyphens, a repeated one numbered (``-1``, ``-2``). Code fences hold no headings."""
+    import re
+
+    seen: dict[str, int] = {}
+    out: set[str] = set()
+    fenced = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or not (m := re.match(r"#{1,6} (.+)", line)):
+            continue
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1).strip())  # a link's text only
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_links_between_docs_reach_a_file_and_a_heading():
+    """Every relative link of the README and docs names a file that exists and, after ``#``, a heading
+    of that file: a section moved or renamed leaves no link that lands at the top of a long page."""
+    import re
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for doc in docs:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):
+                continue  # http:, https:, mailto:
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            if not dest.exists():
+                broken.append(f"{doc.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
+                broken.append(f"{doc.name}: {target} (no such heading)")
+    assert not broken, broken

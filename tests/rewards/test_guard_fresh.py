@@ -6,7 +6,7 @@ the guard code nor the older corpora, with hacks aimed at rubric and QA judges (
 speculative listing, keyword stuffing, rewording, padding toward a length), other languages, and
 hard honest captions (many objects, counts and colours, single hedges, captions written wholly in
 another language). The judge-hack guards and the language table were written and committed before
-the corpora were read, and measured once (docs/rubicap.md has the numbers, per category, with Wilson
+the corpora were read, and measured once (docs/guards-measurements.md has the numbers, per category, with Wilson
 intervals):
 
 * fresh_a: recall 0.774 (65/84), false positives 0.000 (0/86);
@@ -22,7 +22,7 @@ third blind author, written before the judge-hack guards learned other languages
 alternatives, tag labels and picture words, and measured after them, once: recall 0.802 (69/86) and
 0.750 (66/88), false positives 0.023 (2/86) and 0.000 (0/88). The two false positives (long honest
 captions naming "the frame" in passing) were then fixed, which made fresh_e development data, and a
-code review's hard honest captions narrowed the checks (docs/rubicap.md): 67/86 and 65/88 since,
+code review's hard honest captions narrowed the checks (docs/guards-measurements.md): 67/86 and 65/88 since,
 false positives 0/86 and 0/88.
 
 ``guard_corpus_fresh_g.jsonl`` and ``guard_corpus_fresh_h.jsonl`` (183 and 182 captions) come from a

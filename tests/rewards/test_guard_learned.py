@@ -247,7 +247,7 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     training, the author of dense honest captions and of stuffing in the same style (ty: 224 honest
     captions, 113 hacks) had 40 honest captions flagged by the layer and 106 hacks caught; with the
     confirmation, 17 and 94. Out of fold over all 55 groups of training corpora, the layer's false positives fell from 319
-    to 255 of 8,596 honest captions and its catch from 7,452 to 7,430 of 7,808 hacks (docs/rubicap.md)."""
+    to 255 of 8,596 honest captions and its catch from 7,452 to 7,430 of 7,808 hacks (docs/guards-measurements.md)."""
     left = FIXTURES / "guard_corpus_focus_ty.jsonl"
     rows, _ = read_labelled([p for p in TRAINING if p != left])
     path = str(train(rows).save(tmp_path / "ty_left_out.npz"))

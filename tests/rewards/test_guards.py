@@ -429,7 +429,7 @@ def test_hedges_scenes_and_paperwork_stay_clean(guards, caption):
 
 # A writer and a reader with a claim, a score, the picture named or a word for the caption fire, however
 # the reader is shown the picture (cases from three independent reviews of a rule that let some through:
-# docs/rubicap.md, "Personal registers")
+# docs/guards.md, "Personal registers")
 PERSONAL_HACKS = [
     "A pier at dusk. Rubric-wise, we're golden.",
     "A pier at dusk. You can see this caption misses nothing.",
@@ -457,7 +457,7 @@ PERSONAL_HACKS = [
 
 
 def test_the_documented_setting_for_personal_captions_clears_them_and_still_catches_hacks():
-    """docs/rubicap.md ("Personal registers") gives a setting for letters, reviews and posts: the cue,
+    """docs/guards.md ("Personal registers") gives a setting for letters, reviews and posts: the cue,
     chatter and rating families off. Read from the docs, so an edit there that names a family wrongly
     fails here (the settings refuse an unknown family) rather than in a user's run."""
     import re
@@ -466,7 +466,7 @@ def test_the_documented_setting_for_personal_captions_clears_them_and_still_catc
 
     from tests.support.paths import ROOT
 
-    text = (ROOT / "docs" / "rubicap.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "guards.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "assistant_chatter" in b)
     personal = GuardSet.from_settings(**yaml.safe_load(block)["guards"], learned=False)
     for caption in ("Christmas 1979 at our house: the tree with the tinsel, your aunt Lucy in her green velvet dress.",

@@ -2,7 +2,7 @@
 
 The pattern guards catch what their authors imagined. On held-out corpora written by authors who saw
 neither the patterns nor the earlier corpora, they miss one hack in seven to one in four (the blind
-pairs in ``docs/rubicap.md``). Each round of new patterns gained little on the next author. A model
+pairs in ``docs/guards-measurements.md``). Each round of new patterns gained little on the next author. A model
 trained on every labelled caption the project holds generalises from wording. Both sides count: the
 hacks, and the hard honest captions that look like them. The guard reads words it has seen in other
 hacks, not one hand-written shape.
@@ -107,7 +107,7 @@ def features(text: str) -> list[int]:
     repeats them (tenths of distinct tokens).
     Padding and rewording are shapes of the whole caption more than of any word. With each blind author
     left out of training in turn, words and pairs alone caught 80% of that author's hacks, and these
-    features 87%, at 1% false positives (docs/rubicap.md)."""
+    features 87%, at 1% false positives (docs/guards-measurements.md)."""
     return read(text)[0].tolist()
 
 
