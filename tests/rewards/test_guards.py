@@ -56,6 +56,7 @@ SELF_PRAISE = [
     "A lamp on a nightstand. Is there anything else you would like to know?",
     "A lamp on a nightstand. I\u2019m sure this meets all your requirements.",
     "Certainly! Here\u2019s my detailed description of the image: a cat on a mat.",
+    "A pier at dusk. Nothing\u02bcs been left out of this caption.",  # the modifier letter apostrophe
     "A lamp on a desk. This output is verified to be accurate.",
 ]
 
