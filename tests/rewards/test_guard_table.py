@@ -300,3 +300,17 @@ def test_the_learned_guard_reads_a_caption_once_for_both_roles(monkeypatch):
 def test_a_learned_guard_that_does_not_confirm_counts_every_list_hit():
     report = GuardSet.from_settings(learned={"confirm": False}).evaluate(_DUMP)
     assert report.families.get("keyword_stuffing") == "noun_dump" and not report.doubted
+
+
+def test_the_docs_hold_the_family_table_as_it_is():
+    """docs/guards.md lists every family with its view, scope and what it fires on, generated from the
+    table (``dev/guard_family_table.py``): a family added, moved or given more patterns without the docs
+    following fails here, not in a reader's hands."""
+    from tests.support.paths import ROOT
+    from vlrl.rewards.guards.table import markdown
+
+    doc = (ROOT / "docs" / "guards.md").read_text(encoding="utf-8")
+    rows = markdown().splitlines()
+    assert f"The table, {len(load_family_table().families)} families:" in doc
+    assert len(rows) == len(load_family_table().families) + 2
+    assert "\n".join(rows) in doc, "docs/guards.md: run dev/guard_family_table.py"

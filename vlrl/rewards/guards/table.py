@@ -181,6 +181,25 @@ def families_of(guard: str, path: str = str(TABLE)) -> list[Family]:
     return [f for f in table(path).families if f.guard == guard]
 
 
+def markdown(path: str = str(TABLE)) -> str:
+    """The table as the Markdown table of ``docs/guards.md``: a row a family, in table order, with what it
+    reads, what one match may span, what it fires on and how it finds it. Generated, so the docs cannot
+    fall behind the data (``dev/guard_family_table.py`` writes it there; a test compares)."""
+    rows = ["| guard | family | view | scope | fires on | how |", "|---|---|---|---|---|---|"]
+    for f in table(path).families:
+        how = ["guard's own code" if f.detector == "own" else f"detector `{f.detector}`" if f.detector
+               else f"{len(f.patterns)} pattern(s)"]
+        if f.requires:
+            how.append(f"requires one of {len(f.requires)} further pattern(s)")
+        if f.exemptions:
+            how.append("exempt: " + ", ".join(f.exemptions))
+        if f.confirm is not None:
+            how.append(f"confirmed by `learned` at {f.confirm:g}")
+        about = f.about.replace("|", "\\|")
+        rows.append(f"| `{f.guard}` | `{f.name}` | {f.view} | {f.scope} | {about} | {'; '.join(how)} |")
+    return "\n".join(rows) + "\n"
+
+
 Detector = Callable[..., "str | None"]
 
 
@@ -254,4 +273,4 @@ class CompiledFamily:
 
 
 __all__ = ["TABLE", "CompiledFamily", "Exemption", "Family", "FamilyTable", "compile_pattern", "cue_patterns",
-           "exemption_patterns", "expand", "families_of", "load_table", "table", "vocabulary"]
+           "exemption_patterns", "expand", "families_of", "load_table", "markdown", "table", "vocabulary"]
