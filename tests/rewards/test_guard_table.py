@@ -314,3 +314,22 @@ def test_the_docs_hold_the_family_table_as_it_is():
     assert f"The table, {len(load_family_table().families)} families:" in doc
     assert len(rows) == len(load_family_table().families) + 2
     assert "\n".join(rows) in doc, "docs/guards.md: run dev/guard_family_table.py"
+
+
+@pytest.mark.parametrize("name", ["hedging", "keyword_stuffing", "rewording", "padding"])
+def test_the_docs_name_every_setting_of_the_judge_hack_guards_with_its_default(name):
+    """The settings table of docs/guards.md ("Hacks aimed at rubric and QA judges") is written by hand:
+    each setting a guard takes is named there with its default, so none is there only for those who read
+    the code."""
+    import inspect
+
+    from tests.support.paths import ROOT
+
+    doc = (ROOT / "docs" / "guards.md").read_text(encoding="utf-8")
+    row = next(line for line in doc.splitlines() if line.startswith(f"| `{name}` |") and line.count(" | ") == 2)
+    for key, param in inspect.signature(GUARDS[name].__init__).parameters.items():
+        if key in ("self", "penalty", "kw") or param.kind is param.VAR_KEYWORD:
+            continue
+        assert f"`{key}`" in row, f"docs/guards.md: {name} setting {key!r} not named"
+        if not key.startswith("extra_"):
+            assert re.search(rf"`{key}` \({re.escape(str(param.default))}[):]", row), (name, key, param.default)
