@@ -261,3 +261,25 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help='Print [{"name",
     for r in rows:
         columns = ", ".join(r["required_columns"]) or "-"
         typer.echo(f"{r['name']:<{width}}  {r['module']}  (columns: {columns})")
+
+
+@app.command("guard-families")
+def guard_families_cmd(
+    as_json: bool = typer.Option(False, "--json", help='Print [{"guard", "family", "view", "scope", "about", "default"}] as JSON.'),
+) -> None:
+    """Every family of every guard (the names `skip_families` and `extra_patterns` take), what it reads
+    and what it fires on, in the order the guards run them."""
+    import json
+
+    from vlrl.rewards.guards import GUARDS, families_of
+
+    guards = sorted(GUARDS, key=lambda n: GUARDS[n].rank)  # the order a guard set runs them in
+    rows = [{"guard": g, "family": f.name, "view": f.view, "scope": f.scope, "about": f.about,
+             "default": GUARDS[g].default} for g in guards for f in families_of(g)]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    width = max(len(f"{r['guard']}/{r['family']}") for r in rows)
+    for r in rows:
+        opt = "" if r["default"] or "opt-in" in r["about"] else "  (opt-in)"
+        typer.echo(f"{r['guard'] + '/' + r['family']:<{width}}  {r['view']}/{r['scope']}  {r['about']}{opt}")
