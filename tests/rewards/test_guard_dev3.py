@@ -3,7 +3,7 @@ object lists, and claims, grader addresses, score requests and injections in twe
 (with synonyms, polite requests and imperatives), each beside hard honest captions (flea markets,
 toolboxes, a single hedge, quoted signs, judges and scoreboards, captions written wholly in each
 language). The guards' vocabularies were extended against this corpus, so its numbers are
-development numbers; the floors below are the measured rates (docs/guards.md), a regression
+development numbers; the floors below are the measured rates (docs/guards-measurements.md), a regression
 fails them."""
 
 from __future__ import annotations

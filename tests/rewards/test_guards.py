@@ -56,7 +56,6 @@ SELF_PRAISE = [
     "A lamp on a nightstand. Is there anything else you would like to know?",
     "A lamp on a nightstand. I\u2019m sure this meets all your requirements.",
     "Certainly! Here\u2019s my detailed description of the image: a cat on a mat.",
-    "A pier at dusk. Nothing\u02bcs been left out of this caption.",  # the modifier letter apostrophe
     "A lamp on a desk. This output is verified to be accurate.",
 ]
 
@@ -631,3 +630,15 @@ def test_guards_call_the_inner_reward_once_with_everything_trl_passed():
     assert values == [1.0, 0.0]
     assert seen == [(["p", "q"], [[1], [2]], ["answer", "log_metric", "trainer_state"])]
     assert logged["spy/part"] == 0.5 and logged["spy/guard/self_praise"] == 0.5  # logged once, by the wrapper
+
+
+@pytest.mark.parametrize("apostrophe", list("\u00b4\u02b9\u02bb\u02bc\u02bd\u02be\u02bf\u02c8\ua78c\u055a\u2035"))
+def test_apostrophe_look_alikes_read_as_apostrophes(apostrophe):
+    """A claim written with a character that looks like an apostrophe (which NFKC keeps, or takes apart:
+    the acute accent) is the same claim, for the patterns as well as the learned guard; a sign quoted
+    between two of them is still text in the picture."""
+    patterns = GuardSet.from_settings(learned=False)
+    assert "self_praise" in patterns.evaluate(f"A pier at dusk. Nothing{apostrophe}s been left out of this caption.").fired
+    assert "self_praise" in patterns.evaluate(f"Усі об{apostrophe}єкти описані повністю.").fired  # Ukrainian writes ʼ
+    assert patterns.evaluate(f"A shop window; a sign reads {apostrophe}Complete{apostrophe} above the door.").fired == []
+

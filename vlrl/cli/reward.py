@@ -268,7 +268,8 @@ def guard_families_cmd(
     as_json: bool = typer.Option(False, "--json", help='Print [{"guard", "family", "view", "scope", "about", "default"}] as JSON.'),
 ) -> None:
     """Every family of every guard (the names `skip_families` and `extra_patterns` take), what it reads
-    and what it fires on, in the order the guards run them."""
+    and what it fires on: guard by guard in the order a guard set runs them, each guard's families in
+    table order."""
     import json
 
     from vlrl.rewards.guards import GUARDS, families_of
@@ -281,5 +282,5 @@ def guard_families_cmd(
         return
     width = max(len(f"{r['guard']}/{r['family']}") for r in rows)
     for r in rows:
-        opt = "" if r["default"] or "opt-in" in r["about"] else "  (opt-in)"
+        opt = "" if r["default"] else "  (opt-in)"
         typer.echo(f"{r['guard'] + '/' + r['family']:<{width}}  {r['view']}/{r['scope']}  {r['about']}{opt}")

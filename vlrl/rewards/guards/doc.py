@@ -19,7 +19,6 @@ from vlrl.rewards.guards.typos import fuzzy_fix, unreversed
 _QUOTES = str.maketrans(
     {
         "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
-        "\u02bc": "'",  # the modifier letter apostrophe, which NFKC keeps: "nothingʼs been left out"
         "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
         "\u2033": '"', "\u300c": '"', "\u300d": '"',
     }

@@ -50,9 +50,19 @@ def _fold_char(ch: str) -> str:
     return (same_case or letters or [ch])[0]
 
 
+# apostrophe look-alikes that NFKC keeps ("ʼ", "ʻ", "ʹ", "ꞌ", the Armenian "՚") or takes apart (the acute accent
+# "´" typed for an apostrophe becomes a space and a combining accent): "Nothingʼs been left out" and
+# "Nothing´s been left out" read as "Nothing's been left out"
+_APOSTROPHES = str.maketrans(dict.fromkeys("\u00b4\u02b9\u02bb\u02bc\u02bd\u02be\u02bf\u02c8\ua78c\u055a\u2035", "'"))
+
+
 def clean(text: str) -> str:
-    """NFKC and invisible characters removed; every script kept as it is written."""
-    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text or ""))
+    """NFKC and invisible characters removed, apostrophe look-alikes made apostrophes; every script kept
+    as it is written."""
+    text = text or ""
+    if not text.isascii():
+        text = text.translate(_APOSTROPHES)
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
 
 
 def fold(text: str) -> str:
