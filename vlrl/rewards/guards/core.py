@@ -181,6 +181,8 @@ class RepetitionGuard(Guard):
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# Thai, Lao, Tibetan, Burmese and Khmer: words not parted by spaces either (Thai parts phrases)
+_UNSPACED = re.compile(r"[\u0e00-\u0fff\u1000-\u109f\u1780-\u17ff]")
 
 
 @register_guard("length")
@@ -188,20 +190,29 @@ class LengthGuard(Guard):
     """Word count outside [``min_words``, ``max_words``] (``None`` disables a side).
 
     Chinese and Japanese put no spaces between words, so a whole sentence would count as one word;
-    their characters count ``1 / cjk_chars_per_word`` of a word each (about 1.5 characters a word)."""
+    their characters count ``1 / cjk_chars_per_word`` of a word each (about 1.5 characters a word). Thai,
+    Lao, Tibetan, Burmese and Khmer do not part words either: their characters, vowel and tone marks
+    included, count ``1 / unspaced_chars_per_word`` of a word each (about three a word), so an honest
+    Thai sentence of twenty words is not two "words" under ``min_words``."""
 
     def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000,
-                 cjk_chars_per_word: float = 1.5) -> None:
+                 cjk_chars_per_word: float = 1.5, unspaced_chars_per_word: float = 3.0) -> None:
         super().__init__(penalty)
         self.min_words = min_words
         self.max_words = max_words
         self.cjk_chars_per_word = float(cjk_chars_per_word)
+        self.unspaced_chars_per_word = float(unspaced_chars_per_word)
 
     def words(self, text: str) -> int:
-        cjk = len(_CJK.findall(text))
-        if not cjk:
+        if text.isascii():
             return len(text.split())
-        return len(_CJK.sub(" ", text).split()) + round(cjk / self.cjk_chars_per_word)
+        cjk = len(_CJK.findall(text))
+        unspaced = len(_UNSPACED.findall(text))
+        if not cjk and not unspaced:
+            return len(text.split())
+        rest = _UNSPACED.sub(" ", _CJK.sub(" ", text)) if unspaced else _CJK.sub(" ", text)
+        return (len(rest.split()) + round(cjk / self.cjk_chars_per_word)
+                + round(unspaced / self.unspaced_chars_per_word))
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         n = self.words(doc.raw)

@@ -9,6 +9,7 @@ caption, here, keeps the guards themselves to their patterns (:mod:`vlrl.rewards
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -31,9 +32,10 @@ _DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
 _SQ_SPAN = re.compile(r"'(?<![\w']')(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
 _FENCE = re.compile(r'"{3,}|\'{3,}')
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
-# Arabic-Indic, Persian and Devanagari digits read as ASCII ones ("التقييم: ١٠/١٠" is a 10/10 score
-# block); NFKC leaves them as they are
-_DIGITS = str.maketrans({chr(base + d): str(d) for base in (0x0660, 0x06F0, 0x0966) for d in range(10)})
+# the decimal digits of every script read as ASCII ones ("التقييم: ١٠/١٠", "নির্ভুলতা: ১০/১০" and "คะแนน: ๑๐/๑๐" are
+# 10/10 score blocks); NFKC leaves them as they are
+_DIGITS = str.maketrans({chr(c): str(unicodedata.decimal(chr(c))) for c in range(0x80, 0x10000)
+                         if unicodedata.category(chr(c)) == "Nd"})
 # Arabic short-vowel marks, shadda and tatweel are optional in writing ("للمقيّم" is "للمقيم"): removed,
 # so one spelling in the phrase table matches both
 _ARABIC_MARKS = re.compile("[\u064b-\u065f\u0670\u0640]")
