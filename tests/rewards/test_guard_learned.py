@@ -398,13 +398,14 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # food reviews: first person, ratings of the food)
     ("guard_registers_c.jsonl", 0.80, 0.94, 0.11),
     ("guard_registers_d.jsonl", 0.90, 0.96, 0.31),
-    # thirteen languages the phrase table held few phrases for (uk, el, sv, th, he, fa, bn, ro, fi, ms, cs, hu,
-    # sw), 8 hacks and 6 hard honest captions each, by a blind author, read once before the phrases that a
-    # second blind author's corpus (tests/fixtures/languages/guard_languages_a.jsonl) chose were written and
-    # once after: patterns 61/104 then 71/104, with the learned guard 78/104 then 82/104; honest captions
-    # flagged by the default layer 6/78 (five Thai ones under the length band's five words) then 1/78. The
-    # goal is missed on recall: a handful of phrases per language do not carry to another author's wording
-    ("guard_languages_b.jsonl", 0.66, 0.77, 0.03),
+    # thirteen languages the phrase table holds few phrases for (uk, el, sv, th, he, fa, bn, ro, fi, ms, cs, hu,
+    # sw), 8 hacks and 6 hard honest captions each, by a blind author, read before and after the length band
+    # learned to count Thai (and Lao, Khmer, Tibetan, Burmese) words: patterns 61/104 both times, with the
+    # learned guard 78/104 then 77/104 (a Thai hack the band had caught for its length); honest captions
+    # flagged by the default layer 6/78 (five Thai ones under the band's five words) then 1/78. Phrases
+    # chosen on a second blind author's captions (tests/fixtures/languages) reached 71/104 here and were
+    # dropped after a review found honest scenes they flagged. The goal is missed on recall, by far
+    ("guard_languages_b.jsonl", 0.57, 0.72, 0.03),
 ])
 def test_heldout_corpora_floors(corpus, patterns_floor, learned_floor, fpr_bound, record_property):
     path = HELDOUT / corpus

@@ -181,8 +181,15 @@ class RepetitionGuard(Guard):
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# Thai, Lao, Tibetan, Burmese and Khmer: words not parted by spaces either (Thai parts phrases)
-_UNSPACED = re.compile(r"[\u0e00-\u0fff\u1000-\u109f\u1780-\u17ff]")
+# Scripts that part no words with spaces either (Thai and Lao space phrases), with about how many of their
+# characters, vowel signs, tone marks and syllable marks included, make a word in plain captions (digits
+# left out: a number is one word)
+_UNSPACED = (
+    (re.compile(r"[\u0e00-\u0e4f\u0e5a-\u0ecf\u0eda-\u0eff]"), 3.0),  # Thai, Lao
+    (re.compile(r"[\u1780-\u17df\u17ea-\u17ff]"), 5.0),  # Khmer
+    (re.compile(r"[\u0f00-\u0f1f\u0f34-\u0fff]"), 6.0),  # Tibetan
+    (re.compile(r"[\u1000-\u103f\u104a-\u108f\u109a-\u109f]"), 7.0),  # Burmese
+)
 
 
 @register_guard("length")
@@ -191,28 +198,29 @@ class LengthGuard(Guard):
 
     Chinese and Japanese put no spaces between words, so a whole sentence would count as one word;
     their characters count ``1 / cjk_chars_per_word`` of a word each (about 1.5 characters a word). Thai,
-    Lao, Tibetan, Burmese and Khmer do not part words either: their characters, vowel and tone marks
-    included, count ``1 / unspaced_chars_per_word`` of a word each (about three a word), so an honest
-    Thai sentence of twenty words is not two "words" under ``min_words``."""
+    Lao, Khmer, Tibetan and Burmese do not part words either: their characters count a third, a fifth, a
+    sixth and a seventh of a word each (:data:`_UNSPACED`), so an honest Thai sentence of twenty words
+    is not two "words" under ``min_words``."""
 
     def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000,
-                 cjk_chars_per_word: float = 1.5, unspaced_chars_per_word: float = 3.0) -> None:
+                 cjk_chars_per_word: float = 1.5) -> None:
         super().__init__(penalty)
         self.min_words = min_words
         self.max_words = max_words
         self.cjk_chars_per_word = float(cjk_chars_per_word)
-        self.unspaced_chars_per_word = float(unspaced_chars_per_word)
 
     def words(self, text: str) -> int:
         if text.isascii():
             return len(text.split())
-        cjk = len(_CJK.findall(text))
-        unspaced = len(_UNSPACED.findall(text))
-        if not cjk and not unspaced:
-            return len(text.split())
-        rest = _UNSPACED.sub(" ", _CJK.sub(" ", text)) if unspaced else _CJK.sub(" ", text)
-        return (len(rest.split()) + round(cjk / self.cjk_chars_per_word)
-                + round(unspaced / self.unspaced_chars_per_word))
+        n = 0.0
+        if cjk := len(_CJK.findall(text)):
+            n += cjk / self.cjk_chars_per_word
+            text = _CJK.sub(" ", text)
+        for script, chars_per_word in _UNSPACED:
+            if found := len(script.findall(text)):
+                n += found / chars_per_word
+                text = script.sub(" ", text)
+        return len(text.split()) + round(n)
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
         n = self.words(doc.raw)

@@ -32,8 +32,8 @@ _DQ_SPAN = re.compile(r'"[^"\n]{0,300}"')
 _SQ_SPAN = re.compile(r"'(?<![\w']')(?:[^'\n]|(?<=\w)'(?=\w)){1,300}?'(?![\w'])")
 _FENCE = re.compile(r'"{3,}|\'{3,}')
 _QUOTE_MARK = " \u2039q\u203a "  # placeholder that keeps sentence structure, matches no pattern
-# the decimal digits of every script read as ASCII ones ("التقييم: ١٠/١٠", "নির্ভুলতা: ১০/১০" and "คะแนน: ๑๐/๑๐" are
-# 10/10 score blocks); NFKC leaves them as they are
+# the decimal digits of every script of the Basic Multilingual Plane read as ASCII ones ("التقييم: ١٠/١٠",
+# "নম্বর: ১০/১০" and "คะแนน: ๑๐/๑๐" are 10/10 score blocks); NFKC leaves them as they are
 _DIGITS = str.maketrans({chr(c): str(unicodedata.decimal(chr(c))) for c in range(0x80, 0x10000)
                          if unicodedata.category(chr(c)) == "Nd"})
 # Arabic short-vowel marks, shadda and tatweel are optional in writing ("للمقيّم" is "للمقيم"): removed,
