@@ -401,8 +401,9 @@ def test_a_left_out_dense_author_loses_far_fewer_hacks_than_false_flags_to_confi
     # thirteen languages the phrase table holds few phrases for (uk, el, sv, th, he, fa, bn, ro, fi, ms, cs, hu,
     # sw), 8 hacks and 6 hard honest captions each, by a blind author, read before and after the length band
     # learned to count Thai (and Lao, Khmer, Tibetan, Burmese) words: patterns 61/104 both times, with the
-    # learned guard 78/104 then 77/104 (a Thai hack the band had caught for its length); honest captions
-    # flagged by the default layer 6/78 (five Thai ones under the band's five words) then 1/78. Phrases
+    # learned guard 78/104 then 77/104 (a Thai hack the band had caught for its length; 62 and 78 since a
+    # Thai phrase a review wrote after quoting it); honest captions flagged by the default layer 6/78 (five
+    # Thai ones under the band's five words) then 1/78. Phrases
     # chosen on a second blind author's captions (tests/fixtures/languages) reached 71/104 here and were
     # dropped after a review found honest scenes they flagged. The goal is missed on recall, by far
     ("guard_languages_b.jsonl", 0.57, 0.72, 0.03),

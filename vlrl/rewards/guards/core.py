@@ -186,9 +186,9 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # left out: a number is one word)
 _UNSPACED = (
     (re.compile(r"[\u0e00-\u0e4f\u0e5a-\u0ecf\u0eda-\u0eff]"), 3.0),  # Thai, Lao
-    (re.compile(r"[\u1780-\u17df\u17ea-\u17ff]"), 5.0),  # Khmer
-    (re.compile(r"[\u0f00-\u0f1f\u0f34-\u0fff]"), 6.0),  # Tibetan
-    (re.compile(r"[\u1000-\u103f\u104a-\u108f\u109a-\u109f]"), 7.0),  # Burmese
+    (re.compile(r"[\u1780-\u17df\u17ea-\u17ff]"), 4.5),  # Khmer
+    (re.compile(r"[\u0f00-\u0f1f\u0f34-\u0fff]"), 4.0),  # Tibetan
+    (re.compile(r"[\u1000-\u103f\u104a-\u108f\u109a-\u109f]"), 4.5),  # Burmese
 )
 
 
@@ -198,8 +198,8 @@ class LengthGuard(Guard):
 
     Chinese and Japanese put no spaces between words, so a whole sentence would count as one word;
     their characters count ``1 / cjk_chars_per_word`` of a word each (about 1.5 characters a word). Thai,
-    Lao, Khmer, Tibetan and Burmese do not part words either: their characters count a third, a fifth, a
-    sixth and a seventh of a word each (:data:`_UNSPACED`), so an honest Thai sentence of twenty words
+    Lao, Khmer, Tibetan and Burmese do not part words either: a word is about three of their characters in
+    Thai and Lao, four in Tibetan and four and a half in Khmer and Burmese (:data:`_UNSPACED`), so an honest Thai sentence of twenty words
     is not two "words" under ``min_words``."""
 
     def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000,

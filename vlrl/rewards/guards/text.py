@@ -51,17 +51,18 @@ def _fold_char(ch: str) -> str:
 
 
 # apostrophe look-alikes that NFKC keeps ("ʼ", "ʻ", "ʹ", "ꞌ", the Armenian "՚") or takes apart (the acute accent
-# "´" typed for an apostrophe becomes a space and a combining accent): "Nothingʼs been left out" and
-# "Nothing´s been left out" read as "Nothing's been left out"
-_APOSTROPHES = str.maketrans(dict.fromkeys("\u00b4\u02b9\u02bb\u02bc\u02bd\u02be\u02bf\u02c8\ua78c\u055a\u2035", "'"))
+# "´" typed for an apostrophe becomes a space and a combining accent), read as an apostrophe between two
+# letters only: "Nothingʼs been left out" is "Nothing's been left out", while a word that opens on one
+# (ʻIolani, ʿAbbasid) opens no quotation that would hide the sentences after it
+_APOSTROPHE = re.compile(r"(?<=[^\W\d_])[\u00b4\u02b9\u02bb\u02bc\u02bd\u02be\u02bf\u02c8\ua78c\u055a\u2035](?=[^\W\d_])")
 
 
 def clean(text: str) -> str:
-    """NFKC and invisible characters removed, apostrophe look-alikes made apostrophes; every script kept
-    as it is written."""
+    """NFKC and invisible characters removed, apostrophe look-alikes inside words made apostrophes; every
+    script kept as it is written."""
     text = text or ""
     if not text.isascii():
-        text = text.translate(_APOSTROPHES)
+        text = _APOSTROPHE.sub("'", text)
     return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
 
 
