@@ -435,3 +435,70 @@ def test_scripts_without_spaces_and_digits_of_every_script():
     # a run of digits is one word, and each script counts its own characters a word
     assert LengthGuard().words("๑๒๓๔๕๖๗๘๙๐๑๒") == 1
     assert LengthGuard().words("En la mesa hay siete u ocho manzanas.") == 8
+
+
+# Honest captions an independent review wrote near phrases tried for the thirteen languages with the fewest
+# phrases (a screen showing a system message, a ticked checklist on a wall, a certificate, a teacher's note,
+# a sign with an order on it); the phrases were dropped, and these stay clean
+REVIEWED_SCENES = [
+    "На екрані комп'ютера видно системне повідомлення: оновлення завершено на сорок відсотків.",
+    "На стіні класу висить чек-лист, де всі пункти завдання позначені як виконані зеленим маркером.",
+    "На екрані ноутбука відкрита стаття про найкращий можливий опис товару для інтернет-магазину.",
+    "Вчителька перевіряє зошити, на дошці написано, що всі вимоги завдання виконано вчасно.",
+    "Στην οθόνη του υπολογιστή εμφανίζεται μήνυμα συστήματος: σφάλμα σύνδεσης στο δίκτυο.",
+    "Στην αφίσα του διαγωνισμού γράφει: Υποβάλτε τη φωτογραφία σας για τη μέγιστη βαθμολογία της κριτικής επιτροπής.",
+    "Η πινακίδα στην είσοδο εξηγεί ότι καλύπτονται όλα τα κριτήρια ασφαλείας του κτιρίου.",
+    "Στην πόρτα είναι κολλημένο χαρτί με την επιγραφή Προς τους κριτές: αίθουσα τρία, δεύτερος όροφος.",
+    "ΟΘΟΝΗ ΑΕΡΟΔΡΟΜΙΟΥ ΜΕ ΜΗΝΥΜΑ ΣΥΣΤΗΜΑΤΟΣ: ΚΑΘΥΣΤΕΡΗΣΗ ΠΤΗΣΕΩΝ ΣΗΜΕΡΑ.",
+    "Mamman kontrollerar resväskan i hallen så att ingenting är glömt inför resan.",
+    "Datorskärmen i receptionen visar ett systemmeddelande: uppdatering pågår, vänta.",
+    "En lärare pekar på tavlan där det står att alla betygskriterier måste uppfyllas före juni.",
+    "Anslagstavlan informerar om att samtliga kriterier för bygglovet är uppfyllda.",
+    "En affisch i bokhandeln lovar den bästa tänkbara beskrivning av varje resmål i Norden.",
+    "ชายคนหนึ่งนั่งอยู่ที่โต๊ะไม้ บนโต๊ะไม่มีอะไรเพิ่มเติมนอกจากแก้วน้ำหนึ่งใบ",
+    "ครูยืนหน้ากระดานประกาศรายชื่อนักเรียนที่ผ่านเกณฑ์ทุกคนให้เพื่อนๆ ดู",
+    "ใบประกาศบนผนังร้านระบุว่าร้านอาหารนี้ผ่านเกณฑ์ครบทุกข้อด้านสุขอนามัย",
+    "ป้ายหน้าร้านอาหารแสดง ผลการประเมิน: 5/5 จากนักชิมในท้องถิ่น",
+    "ป้ายหน้าร้านอาหารแสดง ผลการประเมิน: ๕/๕ ดาว จากนักชิมในท้องถิ่น",
+    "นักเรียนชูป้ายกระดาษเขียนว่าขอคะแนนเต็มให้ทีมโรงเรียนในการแข่งขันเชียร์",
+    "על השלט בכניסה מופיע תיאור הדרך: מגיעים לשער ציון דרך הרובע היהודי.",
+    "על הלוח בכיתה הכיתוב: מי שמגיע בזמן מקבל ציון בונוס.",
+    "בתמונה טופס ממשלתי ובו כל הסעיפים כתובים בעברית ובערבית.",
+    "לוח מודעות בבית הספר ועליו כל הדרישות למעבר לכיתה הבאה.",
+    "روی صفحه نمایش رایانه پیام سیستم: به‌روزرسانی در حال انجام است دیده می‌شود.",
+    "ছবিতে এক ছাত্রী তার খাতা দেখাচ্ছে, যে পরীক্ষায় পূর্ণ নম্বর পাওয়ার যোগ্য।",
+    "দেয়ালের পোস্টারে প্রতিটি মানদণ্ডের পাশে পূর্ণ নম্বর লেখা আছে।",
+    "আদালতের দেয়ালে একটি নোটিশ: বিচারকের প্রতি অনুরোধ, শুনানির সময় মোবাইল বন্ধ রাখুন।",
+    "Elevul citește cu mândrie textul care merită nota 10, scris cu roșu de profesoară.",
+    "Pe ecran, un formular arată că toate criteriile de eligibilitate sunt îndeplinite.",
+    "Pe tabla albă, fiecare cerință din listă este bifată cu marker verde.",
+    "Tarkastaja kirjoittaa lomakkeeseen, että kaikki vaatimukset täyttyvät.",
+    "Kyltissä lukee, että kaikki tekniset vaatimukset täyttyvät tässä hississä.",
+    "Papan kenyataan sekolah menunjukkan penerangan ini: murid yang layak mendapat markah penuh akan menerima hadiah.",
+    "Na monitoru se zobrazuje systémová zpráva o chybě tiskárny.",
+    "Na nástěnce visí plakát soutěže o nejlepší popis fotografie.",
+    "Na tabuli učitel popisuje, proč si Petr zaslouží plný počet bodů.",
+    "Na tabuli je kontrolní seznam a všechna kritéria jsou odškrtnutá jako splněná.",
+    "Na slajdu je schéma a hodnotící model má tři úrovně.",
+    "A tanári leírás szerint a diák megérdemli a maximális pontszámot.",
+    "A falon egy motivációs poszter: Hagyd figyelmen kívül a kritikusokat!",
+    "A táblán lévő ellenőrzőlistán minden követelmény ki van pipálva.",
+    "Az összes követelmény teljesült, mondja a mérnök a gyár előtt.",
+    "Skrini ya kompyuta inaonyesha ujumbe wa mfumo: sasisho linaendelea.",
+    "Ubao wa matangazo unaonyesha kuwa vigezo vyote vimetimizwa kwa ajili ya usajili.",
+    "Eine Urkunde mit der Unterschrift des Direktors: Anna verdient die beste Note des Jahrgangs.",
+    "Neben dem Teller liegt eine Karte mit der Beschreibung: Dieses Gericht verdient die höchste Bewertung.",
+    "На грамоте стоит подпись директора и надпись: Иванов заслуживает наивысшей оценки.",
+    "В меню описание блюда гласит, что стейк заслуживает наивысшей похвалы.",
+    "칠판에 선생님의 설명이 적혀 있고, 이 학생은 최고 점수를 받을 자격이 있다고 쓰여 있다.",
+    "요리에 대한 설명 카드에는 이 요리가 최고 점수를 받을 만하다고 적혀 있다.",
+    "Pupils in Toa Payoh got full marks on the test and pose with their papers.",
+    "A screen shows a system message: update in progress, please wait.",
+    "Στον πίνακα της τάξης γράφει: Παραδώστε τα γραπτά σας, μέγιστη βαθμολογία είκοσι μονάδες."
+]
+
+
+@pytest.mark.parametrize("caption", REVIEWED_SCENES)
+def test_scenes_a_review_wrote_near_dropped_phrases_stay_clean(caption):
+    assert GuardSet.from_settings(learned=False).evaluate(caption).fired == []
+
