@@ -81,6 +81,12 @@ def cheap() -> GuardSet:
     return GuardSet.from_settings(enabled=["self_praise", "grader_address", "repetition", *JUDGE_GUARDS])
 
 
+@pytest.fixture(scope="module")
+def band() -> GuardSet:
+    """The default guards but the learned one: the patterns, the judge-hack guards and the length band."""
+    return GuardSet.from_settings(learned=False)
+
+
 def _fired(guard, caption: str) -> list[tuple[str, str]]:
     return list(guard.hits(Doc.of(caption)))
 
@@ -399,7 +405,7 @@ def test_a_guess_about_what_listed_things_are_like_or_one_guess_between_two_stay
     assert not _fired(HedgingGuard(), caption)
 
 
-def test_the_thirteen_later_languages_honest_captions_stay_clean():
+def test_the_thirteen_later_languages_honest_captions_stay_clean(band):
     """``tests/fixtures/languages/guard_languages_a.jsonl``: a blind author's hacks and hard honest captions
     in Ukrainian, Greek, Swedish, Thai, Hebrew, Persian, Bengali, Romanian, Finnish, Malay, Czech, Hungarian
     and Swahili (scoreboards, report cards with each country's top mark, juries, signs, a perfect dish).
@@ -412,13 +418,12 @@ def test_the_thirteen_later_languages_honest_captions_stay_clean():
     rows = [json.loads(line) for line in (FIXTURES / "languages" / "guard_languages_a.jsonl")
             .read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len(rows) == 182 and len({r["language"] for r in rows}) == 13
-    patterns = GuardSet.from_settings(learned=False)
-    flagged = [r["caption"] for r in rows if r["label"] == "honest" and patterns.evaluate(r["caption"]).fired]
-    caught = sum(bool(patterns.evaluate(r["caption"]).fired) for r in rows if r["label"] == "hack")
+    flagged = [r["caption"] for r in rows if r["label"] == "honest" and band.evaluate(r["caption"]).fired]
+    caught = sum(bool(band.evaluate(r["caption"]).fired) for r in rows if r["label"] == "hack")
     assert not flagged and caught >= 63, (flagged, caught)
 
 
-def test_scripts_without_spaces_and_digits_of_every_script():
+def test_scripts_without_spaces_and_digits_of_every_script(band, cheap):
     """Thai, Lao, Khmer and Burmese part no words with spaces: a Thai sentence of about 24 words is counted
     as such, not as two "words" under the length band's five. A score written in Bengali or Thai digits is
     the score it reads ("নম্বর: ১০/১০" is 10/10), as Arabic-Indic and Devanagari ones were."""
@@ -427,8 +432,7 @@ def test_scripts_without_spaces_and_digits_of_every_script():
     thai = "กรรมการบนเวทีมวยไทยชูมือนักมวยมุมแดงเป็นผู้ชนะ คนดูรอบเวทีลุกขึ้นยืนปรบมือ"
     assert 18 <= LengthGuard().words(thai) <= 30
     assert LengthGuard().words("แมว") < 5  # one word is still short
-    assert GuardSet.from_settings(learned=False).evaluate(thai).fired == []
-    cheap = GuardSet.from_settings(enabled=["self_praise", "grader_address"])
+    assert band.evaluate(thai).fired == []
     for block in ("ঢাকার রাস্তায় রিকশা।\nনম্বর: ১০/১০", "ตลาดน้ำยามเช้า\nคะแนน: ๑๐/๑๐"):
         assert cheap.evaluate(block).fired == ["grader_address"], block
     assert cheap.evaluate("ঢাকার রাস্তায় রিকশা, ঘড়িতে সময় ১০:১০।").fired == []
@@ -499,6 +503,6 @@ REVIEWED_SCENES = [
 
 
 @pytest.mark.parametrize("caption", REVIEWED_SCENES)
-def test_scenes_a_review_wrote_near_dropped_phrases_stay_clean(caption):
-    assert GuardSet.from_settings(learned=False).evaluate(caption).fired == []
+def test_scenes_a_review_wrote_near_dropped_phrases_stay_clean(caption, band):
+    assert band.evaluate(caption).fired == []
 

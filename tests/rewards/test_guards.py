@@ -633,11 +633,11 @@ def test_guards_call_the_inner_reward_once_with_everything_trl_passed():
 
 
 @pytest.mark.parametrize("apostrophe", list("\u00b4\u02b9\u02bb\u02bc\u02bd\u02be\u02bf\u02c8\ua78c\u055a\u2035"))
-def test_apostrophe_look_alikes_read_as_apostrophes(apostrophe):
+def test_apostrophe_look_alikes_read_as_apostrophes(apostrophe, guards):
     """A claim written with a character that looks like an apostrophe (which NFKC keeps, or takes apart:
     the acute accent) inside a word is the same claim, for the patterns as well as the learned guard; one
     at a word's edge is left as it is, so it opens no quotation that would hide the sentences after it."""
-    patterns = GuardSet.from_settings(learned=False)
+    patterns = guards
     assert "self_praise" in patterns.evaluate(f"A pier at dusk. Nothing{apostrophe}s been left out of this caption.").fired
     assert "self_praise" in patterns.evaluate(f"Усі об{apostrophe}єкти описані повністю.").fired  # Ukrainian writes ʼ
     assert patterns.evaluate(f"A shop window; a sign reads {apostrophe}Complete{apostrophe} above the door.").fired == []

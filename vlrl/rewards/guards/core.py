@@ -198,9 +198,9 @@ class LengthGuard(Guard):
 
     Chinese and Japanese put no spaces between words, so a whole sentence would count as one word;
     their characters count ``1 / cjk_chars_per_word`` of a word each (about 1.5 characters a word). Thai,
-    Lao, Khmer, Tibetan and Burmese do not part words either: a word is about three of their characters in
-    Thai and Lao, four in Tibetan and four and a half in Khmer and Burmese (:data:`_UNSPACED`), so an honest Thai sentence of twenty words
-    is not two "words" under ``min_words``."""
+    Lao, Khmer, Tibetan and Burmese do not part words either: a word is about three of their characters
+    in Thai and Lao, four in Tibetan and four and a half in Khmer and Burmese (:data:`_UNSPACED`), so an
+    honest Thai sentence of twenty words is not two "words" under ``min_words``."""
 
     def __init__(self, penalty: float = 1.0, min_words: int | None = 5, max_words: int | None = 1000,
                  cjk_chars_per_word: float = 1.5) -> None:

@@ -195,7 +195,7 @@ def markdown(path: str = str(TABLE)) -> str:
             how.append("exempt: " + ", ".join(f.exemptions))
         if f.confirm is not None:
             how.append(f"confirmed by `learned` at {f.confirm:g}")
-        about = f.about.replace("|", "\\|")
+        about = " ".join(f.about.split()).replace("|", "\\|")  # one line: a line break would end the row
         rows.append(f"| `{f.guard}` | `{f.name}` | {f.view} | {f.scope} | {about} | {'; '.join(how)} |")
     return "\n".join(rows) + "\n"
 
