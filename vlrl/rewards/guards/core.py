@@ -190,6 +190,7 @@ _UNSPACED = (
     (re.compile(r"[\u0f00-\u0f1f\u0f34-\u0fff]"), 4.0),  # Tibetan
     (re.compile(r"[\u1000-\u103f\u104a-\u108f\u109a-\u109f]"), 4.5),  # Burmese
 )
+_ANY_UNSPACED = re.compile("|".join(script.pattern for script, _ in _UNSPACED))  # one look for the usual: none
 
 
 @register_guard("length")
@@ -216,10 +217,11 @@ class LengthGuard(Guard):
         if cjk := len(_CJK.findall(text)):
             n += cjk / self.cjk_chars_per_word
             text = _CJK.sub(" ", text)
-        for script, chars_per_word in _UNSPACED:
-            if found := len(script.findall(text)):
-                n += found / chars_per_word
-                text = script.sub(" ", text)
+        if _ANY_UNSPACED.search(text):
+            for script, chars_per_word in _UNSPACED:
+                if found := len(script.findall(text)):
+                    n += found / chars_per_word
+                    text = script.sub(" ", text)
         return len(text.split()) + round(n)
 
     def hits(self, doc: Doc) -> Iterator[tuple[str, str]]:
