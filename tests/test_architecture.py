@@ -56,6 +56,11 @@ def test_rewards_are_found_without_a_list():
     assert rows["rubicap_rubric"]["required_columns"] == ["rubrics"]
 
 
+def _docs() -> list[Path]:
+    """The README and every page of docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def test_docs_name_only_files_that_exist():
     """Every repository path the README and docs name in backticks exists (files move with the layout;
     a doc pointing at an old place sends a reader nowhere), and no doc links outside the repository."""
@@ -63,7 +68,7 @@ def test_docs_name_only_files_that_exist():
 
     tops = sorted(p.name for p in ROOT.iterdir() if not p.name.startswith(".") and p.name not in ("runs", ".venv"))
     named = re.compile(r"`((?:" + "|".join(map(re.escape, tops)) + r")(?:/[A-Za-z0-9_.\-/]*)?)`")
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    docs = _docs()
     missing = [f"{doc.name}: {m.group(1)}" for doc in docs for m in named.finditer(doc.read_text(encoding="utf-8"))
                if not (ROOT / m.group(1).rstrip("/")).exists()]
     outside = [f"{doc.name}: {m.group(0)}" for doc in docs
@@ -118,9 +123,9 @@ def test_links_between_docs_reach_a_file_and_a_heading():
     of that file: a section moved or renamed leaves no link that lands at the top of a long page."""
     import re
 
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     broken = []
-    for doc in docs:
+    headings: dict[Path, set[str]] = {}  # each page's anchors, read once
+    for doc in _docs():
         for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", doc.read_text(encoding="utf-8")):
             if re.match(r"[a-z]+:", target):
                 continue  # http:, https:, mailto:
@@ -128,8 +133,12 @@ def test_links_between_docs_reach_a_file_and_a_heading():
             dest = (doc.parent / path).resolve() if path else doc
             if not dest.exists():
                 broken.append(f"{doc.name}: {target} (no such file)")
-            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
-                broken.append(f"{doc.name}: {target} (no such heading)")
+                continue
+            if anchor and dest.suffix == ".md":
+                if dest not in headings:
+                    headings[dest] = _anchors(dest.read_text(encoding="utf-8"))
+                if anchor not in headings[dest]:
+                    broken.append(f"{doc.name}: {target} (no such heading)")
     assert not broken, broken
 
 
